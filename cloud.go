@@ -1,0 +1,283 @@
+package dbcloud
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Quotas bound what one project may hold (decisions.md section 3).
+type Quotas struct {
+	Services              int
+	VPCs                  int
+	PeeringsPerVPC        int
+	ReplicaSetsPerService int
+	MaxReplicaSetNodes    int
+	MaxHAReplicas         int
+}
+
+// DefaultQuotas are the documented defaults.
+var DefaultQuotas = Quotas{
+	Services:              100,
+	VPCs:                  10,
+	PeeringsPerVPC:        20,
+	ReplicaSetsPerService: 5,
+	MaxReplicaSetNodes:    10,
+	MaxHAReplicas:         2,
+}
+
+// Config is what the domain needs to know of the installation.
+type Config struct {
+	Sizes SizeTable
+	// Regions are the known region codes; the first is the default.
+	Regions []string
+	Quotas  Quotas
+	// PublicHost is the host name put into endpoints.
+	PublicHost string
+	// PortMin and PortMax bound the ports endpoints are allocated from.
+	PortMin, PortMax int
+}
+
+// DefaultConfig returns the configuration of a single-host installation.
+func DefaultConfig() Config {
+	return Config{
+		Sizes:      DefaultSizes,
+		Regions:    []string{"local"},
+		Quotas:     DefaultQuotas,
+		PublicHost: "127.0.0.1",
+		PortMin:    15432,
+		PortMax:    25431,
+	}
+}
+
+// Runtime is what the domain asks of the runtime while answering a request.
+// Everything slow or fallible goes through operations and the engine instead.
+type Runtime interface {
+	// Extensions lists the PostgreSQL extensions the runtime can create.
+	Extensions() map[string]bool
+	// PortFree reports whether nothing else on the host holds the port.
+	PortFree(port int) bool
+	// SetPassword makes verifier the password of tsdbadmin on the running
+	// service; it returns once the new password works.
+	SetPassword(ctx context.Context, svc *Service, verifier string) error
+	// Logs reads a page of the service's log lines.
+	Logs(ctx context.Context, svc *Service, q LogQuery) (*LogPage, error)
+}
+
+// Cloud is the domain service: it authorises every request, enforces every
+// rule and records desired state together with the operation that makes it
+// real. HTTP only translates to and from it.
+type Cloud struct {
+	Store   Store
+	Runtime Runtime
+	Config  Config
+	Logger  *slog.Logger
+	// Now is injected so tests can control time.
+	Now func() time.Time
+}
+
+// NewCloud returns a Cloud with the given dependencies.
+func NewCloud(store Store, runtime Runtime, cfg Config, logger *slog.Logger) *Cloud {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Cloud{Store: store, Runtime: runtime, Config: cfg, Logger: logger, Now: time.Now}
+}
+
+func (c *Cloud) now() time.Time { return c.Now().UTC().Truncate(time.Microsecond) }
+
+type principalKey struct{}
+type idempotencyKey struct{}
+
+// NewContextWithPrincipal returns ctx carrying the authenticated caller.
+func NewContextWithPrincipal(ctx context.Context, p *Principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
+}
+
+// PrincipalFromContext returns the authenticated caller, or nil.
+func PrincipalFromContext(ctx context.Context) *Principal {
+	p, _ := ctx.Value(principalKey{}).(*Principal)
+	return p
+}
+
+// NewContextWithIdempotency returns ctx carrying the idempotency claim of the
+// request; the first write transaction of the request records it.
+func NewContextWithIdempotency(ctx context.Context, r *IdempotencyRecord) context.Context {
+	return context.WithValue(ctx, idempotencyKey{}, r)
+}
+
+func idempotencyFromContext(ctx context.Context) *IdempotencyRecord {
+	r, _ := ctx.Value(idempotencyKey{}).(*IdempotencyRecord)
+	return r
+}
+
+// authorize returns not-found for projects the caller cannot see, so that
+// their existence is not leaked.
+func (c *Cloud) authorize(ctx context.Context, projectID string) error {
+	p := PrincipalFromContext(ctx)
+	if p == nil {
+		return Errorf(KindUnauthorized, "Authentication required.")
+	}
+	if !p.CanAccess(projectID) {
+		return Errorf(KindNotFound, "Project %q not found.", projectID)
+	}
+	return nil
+}
+
+// update runs fn in a write transaction that holds the project's lock and
+// records the request's idempotency claim with the change it made.
+func (c *Cloud) update(ctx context.Context, projectID string, fn func(tx Tx) error) error {
+	return c.Store.Update(ctx, func(tx Tx) error {
+		if err := tx.LockProject(projectID); err != nil {
+			return err
+		}
+		if err := fn(tx); err != nil {
+			return err
+		}
+		if r := idempotencyFromContext(ctx); r != nil {
+			r.Created = c.now()
+			if err := tx.InsertIdempotency(r); err != nil {
+				if IsConflict(err) {
+					return CodedErrorf(KindConflict, CodeIdempotencyInProgress,
+						"Another request with this Idempotency-Key was accepted first; retry to get its response.")
+				}
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// view runs fn in a read transaction after authorising the project.
+func (c *Cloud) view(ctx context.Context, projectID string, fn func(tx Tx) error) error {
+	if err := c.authorize(ctx, projectID); err != nil {
+		return err
+	}
+	return c.Store.View(ctx, fn)
+}
+
+// claim tells the request's idempotency record which resource it created.
+func claim(ctx context.Context, kind, id string) {
+	if r := idempotencyFromContext(ctx); r != nil {
+		r.ResourceKind, r.ResourceID = kind, id
+	}
+}
+
+// Authenticate checks an access key and secret. Failures are indistinguishable
+// to the caller, and the secret is compared in constant time.
+func (c *Cloud) Authenticate(ctx context.Context, accessKey, secret string) (*Principal, error) {
+	unauthorized := Errorf(KindUnauthorized, "Invalid or revoked API key.")
+	var p Principal
+	err := c.Store.View(ctx, func(tx Tx) error {
+		k, err := tx.FindAPIKey(accessKey)
+		if IsNotFound(err) {
+			// Hash anyway so that unknown keys take as long as wrong secrets.
+			HashSecret(secret)
+			return unauthorized
+		} else if err != nil {
+			return err
+		}
+		if subtle.ConstantTimeCompare(HashSecret(secret), k.SecretHash) != 1 || k.Revoked != nil {
+			return unauthorized
+		}
+		p.Key = k
+		if p.Project, err = tx.FindProject(k.ProjectID); err != nil {
+			return fmt.Errorf("project of key %s: %w", k.AccessKey, err)
+		}
+		if p.User, err = tx.FindUser(k.UserID); err != nil {
+			return fmt.Errorf("user of key %s: %w", k.AccessKey, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// HashSecret hashes an API key secret for storage. Secrets are 256-bit random
+// values, so a fast hash is as strong as a slow one and keeps auth cheap.
+func HashSecret(secret string) []byte {
+	h := sha256.Sum256([]byte("dbcloud-api-key:" + secret))
+	return h[:]
+}
+
+// ListProjects lists the projects the caller can see: a key sees its own.
+func (c *Cloud) ListProjects(ctx context.Context) ([]*Project, error) {
+	p := PrincipalFromContext(ctx)
+	if p == nil {
+		return nil, Errorf(KindUnauthorized, "Authentication required.")
+	}
+	return []*Project{p.Project}, nil
+}
+
+const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+// NewID returns a random identifier of 10 characters from [a-z0-9], the form
+// of project, service and replica set IDs.
+func NewID() string { return randomString(idAlphabet, 10) }
+
+// newNumericID returns a random decimal identifier, the form of VPC and
+// peering IDs. The first digit is never zero so the value reads as a number.
+func newNumericID() string {
+	return randomString("123456789", 1) + randomString("0123456789", 9)
+}
+
+func randomString(alphabet string, n int) string {
+	b := make([]byte, n)
+	max := big.NewInt(int64(len(alphabet)))
+	for i := range b {
+		v, err := rand.Int(rand.Reader, max)
+		if err != nil {
+			panic(err) // crypto/rand does not fail on Linux
+		}
+		b[i] = alphabet[v.Int64()]
+	}
+	return string(b)
+}
+
+// IsID reports whether s has the form of a project, service or replica set ID.
+func IsID(s string) bool {
+	return len(s) == 10 && strings.Trim(s, idAlphabet) == ""
+}
+
+// IsNumericID reports whether s has the form of a VPC or peering ID.
+func IsNumericID(s string) bool {
+	return len(s) > 0 && len(s) <= 20 && strings.Trim(s, "0123456789") == ""
+}
+
+// validateName applies the naming rule of services, VPCs and replica sets.
+func validateName(field, s string) error {
+	n := utf8.RuneCountInString(s)
+	if n < 1 || n > 128 {
+		return Errorf(KindInvalid, "%s must be 1 to 128 characters, got %d.", field, n)
+	}
+	if !utf8.ValidString(s) || strings.IndexFunc(s, unicode.IsControl) >= 0 {
+		return Errorf(KindInvalid, "%s must not contain control characters.", field)
+	}
+	return nil
+}
+
+// resolveRegion returns the region to use, the default when code is empty.
+func (c *Cloud) resolveRegion(code string) (string, error) {
+	if code == "" {
+		return c.Config.Regions[0], nil
+	}
+	if slices.Contains(c.Config.Regions, code) {
+		return code, nil
+	}
+	return "", Errorf(KindInvalid, "region_code %q is unknown; known regions: %s.", code, strings.Join(c.Config.Regions, ", "))
+}
+
+func quotaError(format string, args ...any) error {
+	return CodedErrorf(KindConflict, CodeQuotaExceeded, format, args...)
+}

@@ -1,0 +1,266 @@
+package dbcloud
+
+import (
+	"context"
+	"fmt"
+	"math"
+)
+
+// ReplicaSetCreate is a create-read-replica-set request.
+type ReplicaSetCreate struct {
+	Name      string
+	CPUMillis float64
+	MemoryGBs float64
+	Nodes     int
+}
+
+// ReplicaSetResize is a resize-read-replica-set request; Nodes 0 keeps the count.
+type ReplicaSetResize struct {
+	CPUMillis string
+	MemoryGBs string
+	Nodes     *int
+}
+
+// ListReplicaSets lists a service's read replica sets.
+func (c *Cloud) ListReplicaSets(ctx context.Context, projectID, serviceID string) ([]*ReadReplicaSet, error) {
+	var out []*ReadReplicaSet
+	err := c.view(ctx, projectID, func(tx Tx) error {
+		if _, err := findService(tx, projectID, serviceID); err != nil {
+			return err
+		}
+		var err error
+		out, err = tx.ListReplicaSets(projectID, serviceID)
+		return err
+	})
+	return out, err
+}
+
+func findReplicaSet(tx Tx, projectID, serviceID, id string) (*ReadReplicaSet, error) {
+	if _, err := findService(tx, projectID, serviceID); err != nil {
+		return nil, err
+	}
+	r, err := tx.FindReplicaSet(projectID, id)
+	if IsNotFound(err) || (err == nil && r.ServiceID != serviceID) {
+		return nil, Errorf(KindNotFound, "Read replica set %q not found.", id)
+	}
+	return r, err
+}
+
+func wholeNumber(field string, f float64) (int, error) {
+	if f != math.Trunc(f) || f < 0 || f > math.MaxInt32 {
+		return 0, Errorf(KindInvalid, "%s must be a whole number, got %v.", field, f)
+	}
+	return int(f), nil
+}
+
+func (c *Cloud) checkNodes(nodes int) error {
+	if nodes < 1 {
+		return Errorf(KindInvalid, "nodes must be 1 or more, got %d.", nodes)
+	}
+	if nodes > c.Config.Quotas.MaxReplicaSetNodes {
+		return quotaError("nodes %d is over the limit of %d nodes per read replica set.", nodes, c.Config.Quotas.MaxReplicaSetNodes)
+	}
+	return nil
+}
+
+// CreateReplicaSet records a read replica set of a PROD service.
+func (c *Cloud) CreateReplicaSet(ctx context.Context, projectID, serviceID string, in ReplicaSetCreate) (*ReadReplicaSet, error) {
+	if err := c.authorize(ctx, projectID); err != nil {
+		return nil, err
+	}
+	if err := validateName("name", in.Name); err != nil {
+		return nil, err
+	}
+	cpu, err := wholeNumber("cpu_millis", in.CPUMillis)
+	if err != nil {
+		return nil, err
+	}
+	mem, err := wholeNumber("memory_gbs", in.MemoryGBs)
+	if err != nil {
+		return nil, err
+	}
+	size, err := c.Config.Sizes.ResolveNumbers(cpu, mem)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.checkNodes(in.Nodes); err != nil {
+		return nil, err
+	}
+	r := &ReadReplicaSet{
+		ID: NewID(), ProjectID: projectID, ServiceID: serviceID, Name: in.Name,
+		Spec: ReadReplicaSetSpec{Size: size, Nodes: in.Nodes}, Generation: 1, Status: ReplicaSetCreating,
+	}
+	err = c.update(ctx, projectID, func(tx Tx) error {
+		s, err := findService(tx, projectID, serviceID)
+		if err != nil {
+			return err
+		}
+		if s.Spec.Environment != EnvProd {
+			return Errorf(KindConflict, "Read replica sets need environment PROD; service %s is %s.", s.ID, s.Spec.Environment)
+		}
+		if s.Status != StatusReady {
+			return Errorf(KindConflict, "Service %s is %s; read replica sets can be created when it is READY.", s.ID, s.Status)
+		}
+		sets, err := tx.ListReplicaSets(projectID, serviceID)
+		if err != nil {
+			return err
+		}
+		if len(sets) >= c.Config.Quotas.ReplicaSetsPerService {
+			return quotaError("Service %s already has %d read replica sets; the limit is %d.", s.ID, len(sets), c.Config.Quotas.ReplicaSetsPerService)
+		}
+		r.Spec.Environment = s.Spec.Environment
+		r.Created = c.now()
+		if r.Endpoint, err = c.allocateEndpoint(tx, r.ID); err != nil {
+			return err
+		}
+		if err := tx.InsertReplicaSet(r); err != nil {
+			return err
+		}
+		claim(ctx, "replica_set", r.ID)
+		return c.insertOperation(tx, projectID, r.ID, OpCreateReplicaSet, r.Generation)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// mutateReplicaSet is the frame of every change to a read replica set; see
+// mutateService.
+func (c *Cloud) mutateReplicaSet(ctx context.Context, projectID, serviceID, id string, fn func(tx Tx, r *ReadReplicaSet) (OperationType, error)) error {
+	if err := c.authorize(ctx, projectID); err != nil {
+		return err
+	}
+	return c.update(ctx, projectID, func(tx Tx) error {
+		r, err := findReplicaSet(tx, projectID, serviceID, id)
+		if err != nil {
+			return err
+		}
+		before := *r
+		op, err := fn(tx, r)
+		if err != nil {
+			return err
+		}
+		if op != "" {
+			r.Generation++
+			if err := c.insertOperation(tx, projectID, r.ID, op, r.Generation); err != nil {
+				return err
+			}
+		}
+		if op == "" && before.Spec == r.Spec && before.Status == r.Status {
+			return nil
+		}
+		return tx.UpdateReplicaSet(r)
+	})
+}
+
+func replicaSetBusy(tx Tx, r *ReadReplicaSet) error {
+	pending, err := tx.ListOperations(OperationFilter{ResourceID: r.ID, Pending: true, Limit: 1})
+	if err != nil {
+		return err
+	}
+	if len(pending) > 0 || (r.Status != ReplicaSetActive && r.Status != ReplicaSetError) {
+		return CodedErrorf(KindConflict, CodeOperationInProgress,
+			"Read replica set %s is %s with an operation in progress; retry when it is done.", r.ID, r.Status)
+	}
+	return nil
+}
+
+// DeleteReplicaSet marks a read replica set for deletion.
+func (c *Cloud) DeleteReplicaSet(ctx context.Context, projectID, serviceID, id string) error {
+	return c.mutateReplicaSet(ctx, projectID, serviceID, id, func(tx Tx, r *ReadReplicaSet) (OperationType, error) {
+		if r.Status == ReplicaSetDeleting {
+			return "", nil
+		}
+		pending, err := tx.ListOperations(OperationFilter{ResourceID: r.ID, Pending: true})
+		if err != nil {
+			return "", err
+		}
+		for _, op := range pending {
+			op.State, op.Updated, op.Error = OpSuperseded, c.now(), "superseded by delete"
+			if err := tx.UpdateOperation(op); err != nil {
+				return "", err
+			}
+		}
+		r.Status = ReplicaSetDeleting
+		return OpDeleteReplicaSet, nil
+	})
+}
+
+// ResizeReplicaSet changes the size and optionally the node count of a set.
+func (c *Cloud) ResizeReplicaSet(ctx context.Context, projectID, serviceID, id string, in ReplicaSetResize) (string, error) {
+	if in.CPUMillis == "" || in.MemoryGBs == "" {
+		return "", Errorf(KindInvalid, "cpu_millis and memory_gbs are both required.")
+	}
+	size, err := c.Config.Sizes.Resolve(in.CPUMillis, in.MemoryGBs, Size{})
+	if err != nil {
+		return "", err
+	}
+	if size.Shared {
+		return "", Errorf(KindInvalid, "Read replica sets cannot use shared resources; allowed pairs: %s.", SizeTable(c.Config.Sizes.dedicated()).allowed())
+	}
+	if in.Nodes != nil {
+		if err := c.checkNodes(*in.Nodes); err != nil {
+			return "", err
+		}
+	}
+	err = c.mutateReplicaSet(ctx, projectID, serviceID, id, func(tx Tx, r *ReadReplicaSet) (OperationType, error) {
+		nodes := r.Spec.Nodes
+		if in.Nodes != nil {
+			nodes = *in.Nodes
+		}
+		if r.Spec.Size == size && r.Spec.Nodes == nodes && r.Status != ReplicaSetDeleting {
+			return "", nil
+		}
+		if err := replicaSetBusy(tx, r); err != nil {
+			return "", err
+		}
+		r.Spec.Size, r.Spec.Nodes = size, nodes
+		r.Status = ReplicaSetResizing
+		return OpResizeReplicaSet, nil
+	})
+	return fmt.Sprintf("Read replica set %s is being resized.", id), err
+}
+
+// SetReplicaSetPooler enables or disables a set's connection pooler.
+func (c *Cloud) SetReplicaSetPooler(ctx context.Context, projectID, serviceID, id string, enabled bool) (string, error) {
+	err := c.mutateReplicaSet(ctx, projectID, serviceID, id, func(tx Tx, r *ReadReplicaSet) (OperationType, error) {
+		if r.Spec.Pooler == enabled && r.Status != ReplicaSetDeleting {
+			return "", nil
+		}
+		if enabled && r.Spec.Environment != EnvProd {
+			return "", Errorf(KindConflict, "The connection pooler needs environment PROD; read replica set %s is %s.", r.ID, r.Spec.Environment)
+		}
+		if err := replicaSetBusy(tx, r); err != nil {
+			return "", err
+		}
+		r.Spec.Pooler = enabled
+		return OpSetReplicaPooler, nil
+	})
+	if enabled {
+		return "Connection pooler enabled; its endpoint appears once it accepts connections.", err
+	}
+	return "Connection pooler disabled.", err
+}
+
+// SetReplicaSetEnvironment changes a set's environment tag.
+func (c *Cloud) SetReplicaSetEnvironment(ctx context.Context, projectID, serviceID, id, env string) (string, error) {
+	e, err := ParseEnvironment("environment", env)
+	if err != nil {
+		return "", err
+	}
+	err = c.mutateReplicaSet(ctx, projectID, serviceID, id, func(tx Tx, r *ReadReplicaSet) (OperationType, error) {
+		if r.Spec.Environment == e {
+			return "", nil
+		}
+		if err := replicaSetBusy(tx, r); err != nil {
+			return "", err
+		}
+		if e == EnvDev && r.Spec.Pooler {
+			return "", Errorf(KindConflict, "DEV read replica sets have no pooler; disable the pooler of %s first.", r.ID)
+		}
+		r.Spec.Environment = e
+		return "", nil
+	})
+	return fmt.Sprintf("Environment set to %s.", e), err
+}

@@ -1,0 +1,731 @@
+package dbcloud
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// ServiceView is a service as the API shows it: with its read replica sets,
+// and with the password only in the response that created it.
+type ServiceView struct {
+	Service     *Service
+	ReplicaSets []*ReadReplicaSet
+	// InitialPassword is set only in the create and fork responses.
+	InitialPassword string
+	// StandbyOf names the parent when the view is of a read replica set.
+	StandbyOf string
+}
+
+// ServiceCreate is a create-service request. Empty strings mean "not given".
+type ServiceCreate struct {
+	Name        string
+	Addons      []string
+	CPUMillis   string
+	MemoryGBs   string
+	Environment string
+	Region      string
+	Replicas    *int
+}
+
+// ServiceFork is a fork request. Empty strings mean "not given".
+type ServiceFork struct {
+	Strategy    string
+	Name        *string
+	CPUMillis   string
+	MemoryGBs   string
+	Environment string
+	TargetTime  *time.Time
+}
+
+// HAChange is a setHA request; nil fields keep their current value.
+type HAChange struct {
+	Replicas     *int
+	SyncReplicas *int
+}
+
+// ListServices lists the project's services (read replica sets are not
+// services in the list, though GET answers for them).
+func (c *Cloud) ListServices(ctx context.Context, projectID string) ([]*ServiceView, error) {
+	var out []*ServiceView
+	err := c.view(ctx, projectID, func(tx Tx) error {
+		svcs, err := tx.ListServices(projectID)
+		if err != nil {
+			return err
+		}
+		sets, err := tx.ListReplicaSets(projectID, "")
+		if err != nil {
+			return err
+		}
+		bySvc := make(map[string][]*ReadReplicaSet)
+		for _, r := range sets {
+			bySvc[r.ServiceID] = append(bySvc[r.ServiceID], r)
+		}
+		out = make([]*ServiceView, len(svcs))
+		for i, s := range svcs {
+			out[i] = &ServiceView{Service: s, ReplicaSets: bySvc[s.ID]}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// GetService returns a service, or a read replica set shown as a service.
+func (c *Cloud) GetService(ctx context.Context, projectID, id string) (*ServiceView, error) {
+	var v *ServiceView
+	err := c.view(ctx, projectID, func(tx Tx) (err error) {
+		v, err = findServiceView(tx, projectID, id)
+		return err
+	})
+	return v, err
+}
+
+func findServiceView(tx Tx, projectID, id string) (*ServiceView, error) {
+	s, err := findService(tx, projectID, id)
+	if err == nil {
+		sets, err := tx.ListReplicaSets(projectID, s.ID)
+		if err != nil {
+			return nil, err
+		}
+		return &ServiceView{Service: s, ReplicaSets: sets}, nil
+	}
+	if !IsNotFound(err) {
+		return nil, err
+	}
+	r, rerr := tx.FindReplicaSet(projectID, id)
+	if IsNotFound(rerr) {
+		return nil, err
+	} else if rerr != nil {
+		return nil, rerr
+	}
+	parent, perr := findService(tx, projectID, r.ServiceID)
+	if perr != nil {
+		return nil, fmt.Errorf("parent of replica set %s: %w", r.ID, perr)
+	}
+	return &ServiceView{Service: r.AsService(parent), StandbyOf: parent.ID}, nil
+}
+
+// AsService shows a read replica set as the service it is also addressable as.
+func (r *ReadReplicaSet) AsService(parent *Service) *Service {
+	status := StatusReady
+	switch r.Status {
+	case ReplicaSetCreating:
+		status = StatusQueued
+	case ReplicaSetActive:
+		status = StatusReady
+	case ReplicaSetResizing:
+		status = StatusConfiguring
+	case ReplicaSetDeleting:
+		status = StatusDeleting
+	case ReplicaSetError:
+		status = StatusUnstable
+	}
+	instances := make([]Instance, r.Spec.Nodes)
+	for i := range instances {
+		instances[i] = Instance{ID: fmt.Sprintf("%s-%d", r.ID, i), Role: "replica"}
+	}
+	return &Service{
+		ID: r.ID, ProjectID: r.ProjectID, Name: r.Name, Region: parent.Region, Type: parent.Type,
+		Created: r.Created, Generation: r.Generation, Status: status, StatusReason: r.StatusReason,
+		Spec: ServiceSpec{
+			Size: r.Spec.Size, Environment: r.Spec.Environment, Pooler: r.Spec.Pooler, Running: true,
+		},
+		Endpoint: r.Endpoint, PoolerEndpoint: r.PoolerEndpoint, Instances: instances,
+	}
+}
+
+func findService(tx Tx, projectID, id string) (*Service, error) {
+	s, err := tx.FindService(projectID, id)
+	if IsNotFound(err) {
+		return nil, Errorf(KindNotFound, "Service %q not found.", id)
+	}
+	return s, err
+}
+
+// CreateService records a new service and the operation that provisions it.
+func (c *Cloud) CreateService(ctx context.Context, projectID string, in ServiceCreate) (*ServiceView, error) {
+	if err := c.authorize(ctx, projectID); err != nil {
+		return nil, err
+	}
+	if err := validateName("name", in.Name); err != nil {
+		return nil, err
+	}
+	addons, err := c.parseAddons(in.Addons)
+	if err != nil {
+		return nil, err
+	}
+	size, err := c.Config.Sizes.Resolve(in.CPUMillis, in.MemoryGBs, DefaultSize)
+	if err != nil {
+		return nil, err
+	}
+	env := EnvDev
+	if in.Environment != "" {
+		if env, err = ParseEnvironment("environment_tag", in.Environment); err != nil {
+			return nil, err
+		}
+	}
+	region, err := c.resolveRegion(in.Region)
+	if err != nil {
+		return nil, err
+	}
+	replicas := 0
+	if in.Replicas != nil {
+		replicas = *in.Replicas
+	}
+	if err := c.checkHA(env, replicas, 0); err != nil {
+		return nil, err
+	}
+	password := NewPassword()
+	svc := &Service{
+		ID: NewID(), ProjectID: projectID, Name: in.Name, Region: region, Type: ServiceTypeFor(addons),
+		Spec: ServiceSpec{
+			Size: size, Addons: addons, Environment: env, Replicas: replicas, Running: true,
+		},
+		PasswordVerifier: NewSCRAMVerifier(password),
+	}
+	if err := c.insertService(ctx, svc, OpCreateService); err != nil {
+		return nil, err
+	}
+	return &ServiceView{Service: svc, InitialPassword: password}, nil
+}
+
+// insertService records a new service with its endpoint and first operation.
+func (c *Cloud) insertService(ctx context.Context, svc *Service, op OperationType) error {
+	return c.update(ctx, svc.ProjectID, func(tx Tx) error {
+		existing, err := tx.ListServices(svc.ProjectID)
+		if err != nil {
+			return err
+		}
+		if len(existing) >= c.Config.Quotas.Services {
+			return quotaError("The project already has %d services; the limit is %d.", len(existing), c.Config.Quotas.Services)
+		}
+		svc.Created = c.now()
+		svc.Generation = 1
+		svc.Status = StatusQueued
+		if svc.Endpoint, err = c.allocateEndpoint(tx, svc.ID); err != nil {
+			return err
+		}
+		if err := tx.InsertService(svc); err != nil {
+			return err
+		}
+		claim(ctx, "service", svc.ID)
+		return c.insertOperation(tx, svc.ProjectID, svc.ID, op, svc.Generation)
+	})
+}
+
+func (c *Cloud) parseAddons(names []string) ([]Addon, error) {
+	var out []Addon
+	avail := c.Runtime.Extensions()
+	for _, n := range names {
+		a := Addon(n)
+		if a != AddonTimeSeries && a != AddonAI {
+			return nil, Errorf(KindInvalid, "addons: %q is not an addon; allowed: time-series, ai.", n)
+		}
+		if slices.Contains(out, a) {
+			continue
+		}
+		if !avail[a.Extension()] {
+			return nil, CodedErrorf(KindInvalid, CodeAddonUnavailable,
+				"addon %q needs the PostgreSQL extension %q, which this server's PostgreSQL does not have.", a, a.Extension())
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// checkHA applies the HA rules of decisions.md sections 3 and 5.
+func (c *Cloud) checkHA(env Environment, replicas, sync int) error {
+	if replicas < 0 || sync < 0 {
+		return Errorf(KindInvalid, "replica_count and sync_replica_count must be 0 or more.")
+	}
+	if replicas > c.Config.Quotas.MaxHAReplicas {
+		return quotaError("replica_count %d is over the limit of %d HA replicas.", replicas, c.Config.Quotas.MaxHAReplicas)
+	}
+	if sync > replicas {
+		return quotaError("sync_replica_count %d is over replica_count %d; it can be at most replica_count.", sync, replicas)
+	}
+	if replicas > 0 && env != EnvProd {
+		return Errorf(KindConflict, "HA replicas need environment PROD; this service is %s.", env)
+	}
+	return nil
+}
+
+// ForkService records a new service that will hold the parent's data.
+func (c *Cloud) ForkService(ctx context.Context, projectID, parentID string, in ServiceFork) (*ServiceView, error) {
+	if err := c.authorize(ctx, projectID); err != nil {
+		return nil, err
+	}
+	strategy := ForkStrategy(in.Strategy)
+	switch strategy {
+	case ForkLastSnapshot, ForkNow, ForkPITR:
+	case "":
+		return nil, Errorf(KindInvalid, "fork_strategy is required: LAST_SNAPSHOT, NOW or PITR.")
+	default:
+		return nil, Errorf(KindInvalid, "fork_strategy %q is unknown; allowed: LAST_SNAPSHOT, NOW, PITR.", in.Strategy)
+	}
+	if strategy == ForkPITR && in.TargetTime == nil {
+		return nil, Errorf(KindInvalid, "target_time is required with fork_strategy PITR.")
+	}
+	if strategy != ForkPITR && in.TargetTime != nil {
+		return nil, Errorf(KindInvalid, "target_time is only allowed with fork_strategy PITR.")
+	}
+	env := EnvDev
+	if in.Environment != "" {
+		var err error
+		if env, err = ParseEnvironment("environment_tag", in.Environment); err != nil {
+			return nil, err
+		}
+	}
+	var parent *Service
+	err := c.Store.View(ctx, func(tx Tx) (err error) {
+		parent, err = findService(tx, projectID, parentID)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case parent.Status == StatusReady:
+	case parent.Status == StatusPaused && strategy != ForkNow:
+	case parent.Status == StatusPaused:
+		return nil, Errorf(KindConflict, "Service %s is PAUSED; fork it with LAST_SNAPSHOT or PITR, or start it for NOW.", parent.ID)
+	default:
+		return nil, Errorf(KindConflict, "Service %s is %s; it can be forked when READY or PAUSED.", parent.ID, parent.Status)
+	}
+	if strategy == ForkPITR {
+		from, to := parent.Created, c.now()
+		if in.TargetTime.Before(from) || in.TargetTime.After(to) {
+			return nil, Errorf(KindInvalid, "target_time %s is outside the recovery window %s to %s.",
+				in.TargetTime.UTC().Format(time.RFC3339Nano), from.Format(time.RFC3339Nano), to.Format(time.RFC3339Nano))
+		}
+	}
+	size, err := c.Config.Sizes.Resolve(in.CPUMillis, in.MemoryGBs, parent.Spec.Size)
+	if err != nil {
+		return nil, err
+	}
+	name := parent.Name + "-fork"
+	if in.Name != nil {
+		name = *in.Name
+		if err := validateName("name", name); err != nil {
+			return nil, err
+		}
+	}
+	if len([]rune(name)) > 128 {
+		name = string([]rune(name)[:128])
+	}
+	password := NewPassword()
+	svc := &Service{
+		ID: NewID(), ProjectID: projectID, Name: name, Region: parent.Region, Type: parent.Type,
+		Spec: ServiceSpec{
+			Size: size, Addons: slices.Clone(parent.Spec.Addons), Environment: env, Running: true,
+		},
+		Fork:             &ForkSource{ProjectID: projectID, ServiceID: parent.ID, Strategy: strategy, TargetTime: in.TargetTime},
+		PasswordVerifier: NewSCRAMVerifier(password),
+	}
+	if err := c.insertService(ctx, svc, OpCreateService); err != nil {
+		return nil, err
+	}
+	return &ServiceView{Service: svc, InitialPassword: password}, nil
+}
+
+// mutateService is the frame of every change to an existing service: it
+// authorises, finds the service, refuses deleted or busy services, lets fn
+// decide, and records fn's operation with the new generation.
+//
+// fn returns the operation to record, or "" when the change needs none (a
+// repeat that is already in effect, or a change to a stopped service that
+// takes effect at the next start).
+func (c *Cloud) mutateService(ctx context.Context, projectID, id string, fn func(tx Tx, s *Service) (OperationType, error)) (*ServiceView, error) {
+	if err := c.authorize(ctx, projectID); err != nil {
+		return nil, err
+	}
+	var view *ServiceView
+	err := c.update(ctx, projectID, func(tx Tx) error {
+		s, err := findService(tx, projectID, id)
+		if err != nil {
+			if IsNotFound(err) {
+				if _, rerr := tx.FindReplicaSet(projectID, id); rerr == nil {
+					return Errorf(KindConflict, "%q is a read replica set; use the replicaSets paths of its service to change it.", id)
+				}
+			}
+			return err
+		}
+		before := *s
+		op, err := fn(tx, s)
+		if err != nil {
+			return err
+		}
+		if op != "" {
+			s.Generation++
+			if err := c.insertOperation(tx, projectID, s.ID, op, s.Generation); err != nil {
+				return err
+			}
+		}
+		if op != "" || !sameService(&before, s) {
+			if err := tx.UpdateService(s); err != nil {
+				return err
+			}
+		}
+		sets, err := tx.ListReplicaSets(projectID, s.ID)
+		if err != nil {
+			return err
+		}
+		view = &ServiceView{Service: s, ReplicaSets: sets}
+		return nil
+	})
+	return view, err
+}
+
+// sameService reports whether a mutation left the stored fields unchanged.
+func sameService(a, b *Service) bool {
+	return a.Status == b.Status && a.Generation == b.Generation && a.Name == b.Name &&
+		a.PasswordVerifier == b.PasswordVerifier && specEqual(a.Spec, b.Spec)
+}
+
+func specEqual(a, b ServiceSpec) bool {
+	return a.Size == b.Size && slices.Equal(a.Addons, b.Addons) && a.Environment == b.Environment &&
+		a.Replicas == b.Replicas && a.SyncReplicas == b.SyncReplicas && a.Pooler == b.Pooler &&
+		a.VPCID == b.VPCID && a.Running == b.Running
+}
+
+// busy refuses a change while other work on the service is in flight
+// (decisions.md section 6).
+func busy(tx Tx, s *Service) error {
+	if s.Status == StatusDeleting {
+		return CodedErrorf(KindConflict, CodeOperationInProgress, "Service %s is being deleted.", s.ID)
+	}
+	pending, err := tx.ListOperations(OperationFilter{ResourceID: s.ID, Pending: true, Limit: 1})
+	if err != nil {
+		return err
+	}
+	if len(pending) > 0 || s.Status.Transitional() {
+		return CodedErrorf(KindConflict, CodeOperationInProgress,
+			"Service %s is %s with an operation in progress; retry when it is done.", s.ID, s.Status)
+	}
+	return nil
+}
+
+// needReady refuses changes that need the service running and healthy.
+func needReady(s *Service, what string) error {
+	if s.Status != StatusReady {
+		return Errorf(KindConflict, "Service %s is %s; %s needs it READY.", s.ID, s.Status, what)
+	}
+	return nil
+}
+
+// DeleteService marks the service for deletion. Delete supersedes any
+// operation in flight; a PROD service is protected until it is set to DEV.
+func (c *Cloud) DeleteService(ctx context.Context, projectID, id string) error {
+	_, err := c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
+		if s.Status == StatusDeleting {
+			return "", nil
+		}
+		if s.Spec.Environment == EnvProd {
+			return "", CodedErrorf(KindConflict, CodeDeleteProtected,
+				"Service %s is PROD and delete-protected; set its environment to DEV first.", s.ID)
+		}
+		pending, err := tx.ListOperations(OperationFilter{ResourceID: s.ID, Pending: true})
+		if err != nil {
+			return "", err
+		}
+		for _, op := range pending {
+			op.State, op.Updated, op.Error = OpSuperseded, c.now(), "superseded by delete"
+			if err := tx.UpdateOperation(op); err != nil {
+				return "", err
+			}
+		}
+		s.Status = StatusDeleting
+		return OpDeleteService, nil
+	})
+	return err
+}
+
+// StartService starts a stopped service; starting a running one is a no-op.
+func (c *Cloud) StartService(ctx context.Context, projectID, id string) (*ServiceView, error) {
+	return c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
+		if s.Spec.Running && s.Status != StatusDeleting {
+			return "", nil
+		}
+		if err := busy(tx, s); err != nil {
+			return "", err
+		}
+		if s.Status != StatusPaused {
+			return "", Errorf(KindConflict, "Service %s is %s; only a PAUSED service can be started.", s.ID, s.Status)
+		}
+		s.Spec.Running = true
+		s.Status = StatusResuming
+		return OpStartService, nil
+	})
+}
+
+// StopService stops a running service, keeping its data.
+func (c *Cloud) StopService(ctx context.Context, projectID, id string) (*ServiceView, error) {
+	return c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
+		if !s.Spec.Running && s.Status != StatusDeleting {
+			return "", nil
+		}
+		if err := busy(tx, s); err != nil {
+			return "", err
+		}
+		if s.Status != StatusReady && s.Status != StatusUnstable {
+			return "", Errorf(KindConflict, "Service %s is %s; only a READY or UNSTABLE service can be stopped.", s.ID, s.Status)
+		}
+		s.Spec.Running = false
+		s.Status = StatusPausing
+		return OpStopService, nil
+	})
+}
+
+// ResizeService changes a service's size. A PAUSED service takes the new
+// size at its next start.
+func (c *Cloud) ResizeService(ctx context.Context, projectID, id, cpu, mem string) (*ServiceView, error) {
+	if cpu == "" || mem == "" {
+		return nil, Errorf(KindInvalid, "cpu_millis and memory_gbs are both required.")
+	}
+	size, err := c.Config.Sizes.Resolve(cpu, mem, Size{})
+	if err != nil {
+		return nil, err
+	}
+	return c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
+		if s.Spec.Size == size && s.Status != StatusDeleting {
+			return "", nil
+		}
+		if err := busy(tx, s); err != nil {
+			return "", err
+		}
+		if s.Status == StatusPaused {
+			s.Spec.Size = size
+			s.Generation++
+			return "", nil
+		}
+		if err := needReady(s, "resize"); err != nil {
+			return "", err
+		}
+		s.Spec.Size = size
+		s.Status = StatusConfiguring
+		return OpResizeService, nil
+	})
+}
+
+// SetHA changes the number of HA replicas and how many are synchronous.
+func (c *Cloud) SetHA(ctx context.Context, projectID, id string, in HAChange) (*ServiceView, error) {
+	if in.Replicas == nil && in.SyncReplicas == nil {
+		return nil, Errorf(KindInvalid, "Give replica_count, sync_replica_count or both.")
+	}
+	return c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
+		replicas, sync := s.Spec.Replicas, s.Spec.SyncReplicas
+		if in.Replicas != nil {
+			replicas = *in.Replicas
+			sync = min(sync, max(replicas, 0))
+		}
+		if in.SyncReplicas != nil {
+			sync = *in.SyncReplicas
+		}
+		if err := c.checkHA(s.Spec.Environment, replicas, sync); err != nil {
+			return "", err
+		}
+		if replicas == s.Spec.Replicas && sync == s.Spec.SyncReplicas && s.Status != StatusDeleting {
+			return "", nil
+		}
+		if err := busy(tx, s); err != nil {
+			return "", err
+		}
+		if err := needReady(s, "setHA"); err != nil {
+			return "", err
+		}
+		s.Spec.Replicas, s.Spec.SyncReplicas = replicas, sync
+		s.Status = StatusConfiguring
+		return OpSetHA, nil
+	})
+}
+
+// SetPooler enables or disables the service's connection pooler.
+func (c *Cloud) SetPooler(ctx context.Context, projectID, id string, enabled bool) (string, error) {
+	msg := "Connection pooler disabled."
+	if enabled {
+		msg = "Connection pooler enabled; its endpoint appears once it accepts connections."
+	}
+	_, err := c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
+		if s.Spec.Pooler == enabled && s.Status != StatusDeleting {
+			return "", nil
+		}
+		if enabled && s.Spec.Environment != EnvProd {
+			return "", Errorf(KindConflict, "The connection pooler needs environment PROD; service %s is %s.", s.ID, s.Spec.Environment)
+		}
+		if err := busy(tx, s); err != nil {
+			return "", err
+		}
+		s.Spec.Pooler = enabled
+		if s.Status == StatusPaused {
+			s.Generation++
+			return "", nil
+		}
+		if err := needReady(s, "changing the pooler"); err != nil {
+			return "", err
+		}
+		return OpSetPooler, nil
+	})
+	return msg, err
+}
+
+// SetEnvironment changes the environment tag. DEV is refused while the
+// service has what only PROD may have.
+func (c *Cloud) SetEnvironment(ctx context.Context, projectID, id, env string) (string, error) {
+	e, err := ParseEnvironment("environment", env)
+	if err != nil {
+		return "", err
+	}
+	_, err = c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
+		if s.Spec.Environment == e {
+			return "", nil
+		}
+		if err := busy(tx, s); err != nil {
+			return "", err
+		}
+		if e == EnvDev {
+			var blockers []string
+			if s.Spec.Replicas > 0 {
+				blockers = append(blockers, fmt.Sprintf("%d HA replicas (setHA replica_count 0)", s.Spec.Replicas))
+			}
+			if s.Spec.Pooler {
+				blockers = append(blockers, "the connection pooler (disablePooler)")
+			}
+			sets, err := tx.ListReplicaSets(projectID, s.ID)
+			if err != nil {
+				return "", err
+			}
+			for _, r := range sets {
+				blockers = append(blockers, fmt.Sprintf("read replica set %s", r.ID))
+			}
+			if len(blockers) > 0 {
+				return "", Errorf(KindConflict, "DEV services have no HA, pooler or read replicas; remove first: %s.", strings.Join(blockers, ", "))
+			}
+		}
+		s.Spec.Environment = e
+		return "", nil
+	})
+	return fmt.Sprintf("Environment set to %s.", e), err
+}
+
+// UpdatePassword sets tsdbadmin's password; it works before this returns.
+func (c *Cloud) UpdatePassword(ctx context.Context, projectID, id, password string) error {
+	if err := ValidatePassword(password); err != nil {
+		return err
+	}
+	verifier := NewSCRAMVerifier(password)
+	_, err := c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
+		if err := busy(tx, s); err != nil {
+			return "", err
+		}
+		if err := needReady(s, "updatePassword"); err != nil {
+			return "", err
+		}
+		// Inside the transaction: the stored verifier changes only if the
+		// running service accepted it.
+		if err := c.Runtime.SetPassword(ctx, s, verifier); err != nil {
+			return "", fmt.Errorf("set password of %s: %w", s.ID, err)
+		}
+		s.PasswordVerifier = verifier
+		return "", nil
+	})
+	return err
+}
+
+// AttachVPC attaches the service to a VPC of its project and region.
+func (c *Cloud) AttachVPC(ctx context.Context, projectID, id, vpcID string) (string, error) {
+	if !IsNumericID(vpcID) {
+		return "", Errorf(KindInvalid, "vpc_id %q is not a VPC ID.", vpcID)
+	}
+	_, err := c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
+		if s.Spec.VPCID == vpcID && s.Status != StatusDeleting {
+			return "", nil
+		}
+		vpc, err := tx.FindVPC(projectID, vpcID)
+		if IsNotFound(err) {
+			return "", Errorf(KindInvalid, "vpc_id %q does not name a VPC of this project.", vpcID)
+		} else if err != nil {
+			return "", err
+		}
+		if s.Spec.VPCID != "" {
+			return "", Errorf(KindConflict, "Service %s is already attached to VPC %s; detach it first.", s.ID, s.Spec.VPCID)
+		}
+		if vpc.Region != s.Region {
+			return "", Errorf(KindInvalid, "VPC %s is in region %s but service %s is in %s; they must be in the same region.", vpc.ID, vpc.Region, s.ID, s.Region)
+		}
+		if err := busy(tx, s); err != nil {
+			return "", err
+		}
+		if err := needReady(s, "attachToVPC"); err != nil {
+			return "", err
+		}
+		s.Spec.VPCID = vpcID
+		s.Status = StatusConfiguring
+		return OpAttachVPC, nil
+	})
+	return fmt.Sprintf("Service %s is being attached to VPC %s.", id, vpcID), err
+}
+
+// DetachVPC detaches the service from the VPC it is attached to.
+func (c *Cloud) DetachVPC(ctx context.Context, projectID, id, vpcID string) (string, error) {
+	if !IsNumericID(vpcID) {
+		return "", Errorf(KindInvalid, "vpc_id %q is not a VPC ID.", vpcID)
+	}
+	_, err := c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
+		if s.Spec.VPCID == "" {
+			if _, err := tx.FindVPC(projectID, vpcID); err != nil {
+				if IsNotFound(err) {
+					return "", Errorf(KindInvalid, "vpc_id %q does not name a VPC of this project.", vpcID)
+				}
+				return "", err
+			}
+			return "", nil // not attached: already in effect
+		}
+		if s.Spec.VPCID != vpcID {
+			return "", Errorf(KindInvalid, "Service %s is attached to VPC %s, not %s.", s.ID, s.Spec.VPCID, vpcID)
+		}
+		if err := busy(tx, s); err != nil {
+			return "", err
+		}
+		if err := needReady(s, "detachFromVPC"); err != nil {
+			return "", err
+		}
+		s.Spec.VPCID = ""
+		s.Status = StatusConfiguring
+		return OpDetachVPC, nil
+	})
+	return fmt.Sprintf("Service %s is being detached from VPC %s.", id, vpcID), err
+}
+
+func (c *Cloud) insertOperation(tx Tx, projectID, resourceID string, t OperationType, gen int64) error {
+	now := c.now()
+	op := &Operation{
+		ID: NewID(), ProjectID: projectID, ResourceID: resourceID, Type: t, Generation: gen,
+		State: OpPending, Created: now, Updated: now,
+	}
+	if err := tx.InsertOperation(op); err != nil {
+		return fmt.Errorf("record %s operation of %s: %w", t, resourceID, err)
+	}
+	c.Logger.Info("operation accepted", "operation", op.ID, "type", t, "resource", resourceID, "generation", gen)
+	return nil
+}
+
+// allocateEndpoint picks the lowest port of the range that no service holds
+// and that nothing else on the host is bound to.
+func (c *Cloud) allocateEndpoint(tx Tx, owner string) (*Endpoint, error) {
+	used, err := tx.ListPorts()
+	if err != nil {
+		return nil, err
+	}
+	for p := c.Config.PortMin; p <= c.Config.PortMax; p++ {
+		if _, taken := used[p]; taken || !c.Runtime.PortFree(p) {
+			continue
+		}
+		if err := tx.ClaimPort(p, owner); err != nil {
+			return nil, err
+		}
+		return &Endpoint{Host: c.Config.PublicHost, Port: p}, nil
+	}
+	return nil, Errorf(KindUnavailable, "No free port left in %d-%d for a new endpoint.", c.Config.PortMin, c.Config.PortMax)
+}

@@ -1,0 +1,261 @@
+package dbcloud
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// VPCCreate is a create-VPC request.
+type VPCCreate struct {
+	Name   string
+	CIDR   string
+	Region string
+}
+
+// PeeringCreate is a create-peering request.
+type PeeringCreate struct {
+	PeerAccountID  string
+	PeerRegionCode string
+	PeerVPCID      string
+}
+
+// ListVPCs lists the project's VPCs.
+func (c *Cloud) ListVPCs(ctx context.Context, projectID string) ([]*VPC, error) {
+	var out []*VPC
+	err := c.view(ctx, projectID, func(tx Tx) (err error) {
+		out, err = tx.ListVPCs(projectID)
+		return err
+	})
+	return out, err
+}
+
+// GetVPC returns one VPC.
+func (c *Cloud) GetVPC(ctx context.Context, projectID, id string) (*VPC, error) {
+	var v *VPC
+	err := c.view(ctx, projectID, func(tx Tx) (err error) {
+		v, err = findVPC(tx, projectID, id)
+		return err
+	})
+	return v, err
+}
+
+func findVPC(tx Tx, projectID, id string) (*VPC, error) {
+	v, err := tx.FindVPC(projectID, id)
+	if IsNotFound(err) {
+		return nil, Errorf(KindNotFound, "VPC %q not found.", id)
+	}
+	return v, err
+}
+
+// CreateVPC creates a VPC whose CIDR overlaps no other VPC of the project.
+func (c *Cloud) CreateVPC(ctx context.Context, projectID string, in VPCCreate) (*VPC, error) {
+	if err := c.authorize(ctx, projectID); err != nil {
+		return nil, err
+	}
+	if err := validateName("name", in.Name); err != nil {
+		return nil, err
+	}
+	cidr, err := ParseCIDR(in.CIDR)
+	if err != nil {
+		return nil, err
+	}
+	if in.Region == "" {
+		return nil, Errorf(KindInvalid, "region_code is required; known regions: %s.", strings.Join(c.Config.Regions, ", "))
+	}
+	region, err := c.resolveRegion(in.Region)
+	if err != nil {
+		return nil, err
+	}
+	vpc := &VPC{ID: newNumericID(), ProjectID: projectID, Name: in.Name, CIDR: cidr, Region: region}
+	err = c.update(ctx, projectID, func(tx Tx) error {
+		vpcs, err := tx.ListVPCs(projectID)
+		if err != nil {
+			return err
+		}
+		if len(vpcs) >= c.Config.Quotas.VPCs {
+			return quotaError("The project already has %d VPCs; the limit is %d.", len(vpcs), c.Config.Quotas.VPCs)
+		}
+		for _, o := range vpcs {
+			if o.CIDR.Overlaps(cidr) {
+				return CodedErrorf(KindConflict, CodeCIDRConflict, "cidr %s overlaps %s of VPC %s (%s).", cidr, o.CIDR, o.ID, o.Name)
+			}
+		}
+		vpc.Created = c.now()
+		if err := tx.InsertVPC(vpc); err != nil {
+			return err
+		}
+		claim(ctx, "vpc", vpc.ID)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return vpc, nil
+}
+
+// RenameVPC changes a VPC's name.
+func (c *Cloud) RenameVPC(ctx context.Context, projectID, id, name string) (string, error) {
+	if err := c.authorize(ctx, projectID); err != nil {
+		return "", err
+	}
+	if err := validateName("name", name); err != nil {
+		return "", err
+	}
+	err := c.update(ctx, projectID, func(tx Tx) error {
+		v, err := findVPC(tx, projectID, id)
+		if err != nil {
+			return err
+		}
+		v.Name = name
+		return tx.UpdateVPC(v)
+	})
+	return fmt.Sprintf("VPC %s renamed.", id), err
+}
+
+// DeleteVPC deletes a VPC that has no services and no peerings.
+func (c *Cloud) DeleteVPC(ctx context.Context, projectID, id string) error {
+	if err := c.authorize(ctx, projectID); err != nil {
+		return err
+	}
+	return c.update(ctx, projectID, func(tx Tx) error {
+		if _, err := findVPC(tx, projectID, id); err != nil {
+			return err
+		}
+		var using []string
+		svcs, err := tx.ListServices(projectID)
+		if err != nil {
+			return err
+		}
+		for _, s := range svcs {
+			if s.Spec.VPCID == id || (s.VPCEndpoint != nil && s.VPCEndpoint.VPCID == id) {
+				using = append(using, "service "+s.ID)
+			}
+		}
+		peerings, err := tx.ListPeerings(id)
+		if err != nil {
+			return err
+		}
+		for _, p := range peerings {
+			using = append(using, "peering "+p.ID)
+		}
+		if len(using) > 0 {
+			return Errorf(KindConflict, "VPC %s is still in use; detach or delete first: %s.", id, strings.Join(using, ", "))
+		}
+		return tx.DeleteVPC(projectID, id)
+	})
+}
+
+// ListPeerings lists a VPC's peerings.
+func (c *Cloud) ListPeerings(ctx context.Context, projectID, vpcID string) ([]*Peering, error) {
+	var out []*Peering
+	err := c.view(ctx, projectID, func(tx Tx) error {
+		if _, err := findVPC(tx, projectID, vpcID); err != nil {
+			return err
+		}
+		var err error
+		out, err = tx.ListPeerings(vpcID)
+		return err
+	})
+	return out, err
+}
+
+// GetPeering returns one peering.
+func (c *Cloud) GetPeering(ctx context.Context, projectID, vpcID, id string) (*Peering, error) {
+	var p *Peering
+	err := c.view(ctx, projectID, func(tx Tx) (err error) {
+		p, err = findPeering(tx, projectID, vpcID, id)
+		return err
+	})
+	return p, err
+}
+
+func findPeering(tx Tx, projectID, vpcID, id string) (*Peering, error) {
+	if _, err := findVPC(tx, projectID, vpcID); err != nil {
+		return nil, err
+	}
+	p, err := tx.FindPeering(vpcID, id)
+	if IsNotFound(err) {
+		return nil, Errorf(KindNotFound, "Peering %q not found.", id)
+	}
+	return p, err
+}
+
+// validatePeerField checks one of the peer's identifiers. Their exact form
+// depends on the peer's cloud; the network provider judges that later and
+// fails the peering with a message when it refuses.
+func validatePeerField(field, s string) error {
+	if s == "" {
+		return Errorf(KindInvalid, "%s is required.", field)
+	}
+	if len(s) > 128 || strings.IndexFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
+		return Errorf(KindInvalid, "%s must be 1 to 128 printable characters without spaces.", field)
+	}
+	return nil
+}
+
+// CreatePeering records a peering and the operation that provisions it.
+func (c *Cloud) CreatePeering(ctx context.Context, projectID, vpcID string, in PeeringCreate) (*Peering, error) {
+	if err := c.authorize(ctx, projectID); err != nil {
+		return nil, err
+	}
+	for _, f := range []struct{ name, value string }{
+		{"peer_account_id", in.PeerAccountID}, {"peer_region_code", in.PeerRegionCode}, {"peer_vpc_id", in.PeerVPCID},
+	} {
+		if err := validatePeerField(f.name, f.value); err != nil {
+			return nil, err
+		}
+	}
+	p := &Peering{
+		ID: newNumericID(), ProjectID: projectID, VPCID: vpcID, PeerAccountID: in.PeerAccountID,
+		PeerRegionCode: in.PeerRegionCode, PeerVPCID: in.PeerVPCID, Status: PeeringPending,
+	}
+	err := c.update(ctx, projectID, func(tx Tx) error {
+		if _, err := findVPC(tx, projectID, vpcID); err != nil {
+			return err
+		}
+		existing, err := tx.ListPeerings(vpcID)
+		if err != nil {
+			return err
+		}
+		if len(existing) >= c.Config.Quotas.PeeringsPerVPC {
+			return quotaError("VPC %s already has %d peerings; the limit is %d.", vpcID, len(existing), c.Config.Quotas.PeeringsPerVPC)
+		}
+		for _, o := range existing {
+			if o.PeerAccountID == p.PeerAccountID && o.PeerRegionCode == p.PeerRegionCode && o.PeerVPCID == p.PeerVPCID {
+				return Errorf(KindConflict, "VPC %s already has peering %s with that peer VPC.", vpcID, o.ID)
+			}
+		}
+		p.Created = c.now()
+		if err := tx.InsertPeering(p); err != nil {
+			return err
+		}
+		claim(ctx, "peering", p.ID)
+		return c.insertOperation(tx, projectID, p.ID, OpCreatePeering, 1)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// DeletePeering moves the peering to deleting; the provider removes it.
+func (c *Cloud) DeletePeering(ctx context.Context, projectID, vpcID, id string) error {
+	if err := c.authorize(ctx, projectID); err != nil {
+		return err
+	}
+	return c.update(ctx, projectID, func(tx Tx) error {
+		p, err := findPeering(tx, projectID, vpcID, id)
+		if err != nil {
+			return err
+		}
+		if p.Status == PeeringDeleting {
+			return nil
+		}
+		p.Status = PeeringDeleting
+		if err := tx.UpdatePeering(p); err != nil {
+			return err
+		}
+		return c.insertOperation(tx, projectID, p.ID, OpDeletePeering, 2)
+	})
+}

@@ -1,0 +1,225 @@
+package dbcloud
+
+import (
+	"time"
+)
+
+// ServiceType is derived from a service's addons (decisions.md section 5).
+type ServiceType string
+
+// Service types.
+const (
+	ServiceTypePostgres     ServiceType = "POSTGRES"
+	ServiceTypeTimeseriesDB ServiceType = "TIMESERIESDB"
+	ServiceTypeVector       ServiceType = "VECTOR"
+)
+
+// ServiceStatus is the status a client sees. The transition table of
+// decisions.md section 6 lives in transition.go.
+type ServiceStatus string
+
+// Service statuses, as the API document names them.
+const (
+	StatusQueued      ServiceStatus = "QUEUED"
+	StatusDeleting    ServiceStatus = "DELETING"
+	StatusConfiguring ServiceStatus = "CONFIGURING"
+	StatusReady       ServiceStatus = "READY"
+	StatusDeleted     ServiceStatus = "DELETED"
+	StatusUnstable    ServiceStatus = "UNSTABLE"
+	StatusPausing     ServiceStatus = "PAUSING"
+	StatusPaused      ServiceStatus = "PAUSED"
+	StatusResuming    ServiceStatus = "RESUMING"
+	StatusUpgrading   ServiceStatus = "UPGRADING"
+	StatusOptimizing  ServiceStatus = "OPTIMIZING"
+)
+
+// Transitional reports whether the status is on the way to another one, so
+// that work for the service is in flight.
+func (s ServiceStatus) Transitional() bool {
+	switch s {
+	case StatusQueued, StatusDeleting, StatusConfiguring, StatusPausing, StatusResuming,
+		StatusUpgrading, StatusOptimizing:
+		return true
+	case StatusReady, StatusDeleted, StatusUnstable, StatusPaused:
+		return false
+	}
+	return false
+}
+
+// Environment is a service's environment tag. PROD brings delete protection
+// and is required for HA, pooling and read replication.
+type Environment string
+
+// Environments.
+const (
+	EnvDev  Environment = "DEV"
+	EnvProd Environment = "PROD"
+)
+
+// ParseEnvironment validates an environment tag given by a client.
+func ParseEnvironment(field, s string) (Environment, error) {
+	switch Environment(s) {
+	case EnvDev, EnvProd:
+		return Environment(s), nil
+	}
+	return "", Errorf(KindInvalid, "%s must be DEV or PROD, got %q.", field, s)
+}
+
+// Addon is an optional feature of a service, backed by a PostgreSQL extension.
+type Addon string
+
+// Addons and the extension each needs.
+const (
+	AddonTimeSeries Addon = "time-series"
+	AddonAI         Addon = "ai"
+)
+
+// Extension names the PostgreSQL extension an addon creates in the tsdb database.
+func (a Addon) Extension() string {
+	switch a {
+	case AddonTimeSeries:
+		return "timescaledb"
+	case AddonAI:
+		return "vector"
+	}
+	return ""
+}
+
+// ServiceTypeFor derives the service type from its addons.
+func ServiceTypeFor(addons []Addon) ServiceType {
+	t := ServiceTypePostgres
+	for _, a := range addons {
+		switch a {
+		case AddonTimeSeries:
+			return ServiceTypeTimeseriesDB
+		case AddonAI:
+			t = ServiceTypeVector
+		}
+	}
+	return t
+}
+
+// Endpoint is a host and port that accepts PostgreSQL connections.
+type Endpoint struct {
+	Host string `json:"host"`
+	Port int    `json:"port"`
+}
+
+// VPCEndpoint is a service's address inside a VPC.
+type VPCEndpoint struct {
+	Endpoint
+	VPCID string `json:"vpc_id"`
+}
+
+// Metrics is the measured usage of a service's primary.
+type Metrics struct {
+	MilliCPU  int64     `json:"milli_cpu"`
+	MemoryMB  int64     `json:"memory_mb"`
+	StorageMB int64     `json:"storage_mb"`
+	Measured  time.Time `json:"measured"`
+}
+
+// ForkStrategy says which state of the parent a fork holds.
+type ForkStrategy string
+
+// Fork strategies (decisions.md section 2).
+const (
+	ForkLastSnapshot ForkStrategy = "LAST_SNAPSHOT"
+	ForkNow          ForkStrategy = "NOW"
+	ForkPITR         ForkStrategy = "PITR"
+)
+
+// ForkSource records where a fork's data comes from.
+type ForkSource struct {
+	ProjectID  string       `json:"project_id"`
+	ServiceID  string       `json:"service_id"`
+	Strategy   ForkStrategy `json:"strategy"`
+	TargetTime *time.Time   `json:"target_time,omitempty"`
+}
+
+// ServiceSpec is the desired state of a service: what the client asked for.
+// Every change bumps Service.Generation so the engine knows there is work.
+type ServiceSpec struct {
+	Size         Size        `json:"size"`
+	Addons       []Addon     `json:"addons,omitempty"`
+	Environment  Environment `json:"environment"`
+	Replicas     int         `json:"replicas"`
+	SyncReplicas int         `json:"sync_replicas"`
+	Pooler       bool        `json:"pooler"`
+	VPCID        string      `json:"vpc_id,omitempty"`
+	// Running is false when the client stopped the service.
+	Running bool `json:"running"`
+}
+
+// Service is a PostgreSQL service: its desired spec and what was last observed.
+type Service struct {
+	ID        string      `json:"id"`
+	ProjectID string      `json:"project_id"`
+	Name      string      `json:"name"`
+	Region    string      `json:"region"`
+	Type      ServiceType `json:"type"`
+	Created   time.Time   `json:"created"`
+
+	Spec       ServiceSpec `json:"spec"`
+	Generation int64       `json:"generation"`
+	Fork       *ForkSource `json:"fork,omitempty"`
+
+	// PasswordVerifier is the SCRAM-SHA-256 verifier of tsdbadmin's password.
+	// The plaintext exists only in the create or fork response.
+	PasswordVerifier string `json:"password_verifier"`
+
+	Status       ServiceStatus `json:"status"`
+	StatusReason string        `json:"status_reason,omitempty"`
+	// ObservedGeneration is the generation the runtime last made real.
+	ObservedGeneration int64 `json:"observed_generation"`
+	// Endpoint is assigned at creation and never changes.
+	Endpoint       *Endpoint    `json:"endpoint,omitempty"`
+	PoolerEndpoint *Endpoint    `json:"pooler_endpoint,omitempty"`
+	VPCEndpoint    *VPCEndpoint `json:"vpc_endpoint,omitempty"`
+	Metrics        *Metrics     `json:"metrics,omitempty"`
+	// Instances lists the running instances, primary first, as last observed.
+	Instances []Instance `json:"instances,omitempty"`
+}
+
+// Instance is one PostgreSQL server of a service (primary or standby).
+type Instance struct {
+	ID   string `json:"id"`
+	Role string `json:"role"`
+}
+
+// ReplicaSetStatus is the status of a read replica set.
+type ReplicaSetStatus string
+
+// Read replica set statuses (decisions.md section 7).
+const (
+	ReplicaSetCreating ReplicaSetStatus = "creating"
+	ReplicaSetActive   ReplicaSetStatus = "active"
+	ReplicaSetResizing ReplicaSetStatus = "resizing"
+	ReplicaSetDeleting ReplicaSetStatus = "deleting"
+	ReplicaSetError    ReplicaSetStatus = "error"
+)
+
+// ReadReplicaSetSpec is the desired state of a read replica set.
+type ReadReplicaSetSpec struct {
+	Size        Size        `json:"size"`
+	Nodes       int         `json:"nodes"`
+	Environment Environment `json:"environment"`
+	Pooler      bool        `json:"pooler"`
+}
+
+// ReadReplicaSet is a set of hot standbys of a service, behind one endpoint.
+type ReadReplicaSet struct {
+	ID         string             `json:"id"`
+	ProjectID  string             `json:"project_id"`
+	ServiceID  string             `json:"service_id"`
+	Name       string             `json:"name"`
+	Created    time.Time          `json:"created"`
+	Spec       ReadReplicaSetSpec `json:"spec"`
+	Generation int64              `json:"generation"`
+
+	Status             ReplicaSetStatus `json:"status"`
+	StatusReason       string           `json:"status_reason,omitempty"`
+	ObservedGeneration int64            `json:"observed_generation"`
+	Endpoint           *Endpoint        `json:"endpoint,omitempty"`
+	PoolerEndpoint     *Endpoint        `json:"pooler_endpoint,omitempty"`
+}

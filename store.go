@@ -1,0 +1,101 @@
+package dbcloud
+
+import (
+	"context"
+	"time"
+)
+
+// Store keeps all state. Each call of View or Update is one transaction, so
+// the domain can read, decide and write atomically; the rules themselves live
+// in Cloud, once, and not in each store implementation.
+type Store interface {
+	// View runs fn in a read-only transaction.
+	View(ctx context.Context, fn func(Tx) error) error
+	// Update runs fn in a read-write transaction, committed when fn returns nil.
+	Update(ctx context.Context, fn func(Tx) error) error
+	Close() error
+}
+
+// Tx is one store transaction. Finders return ErrNotFound for missing rows;
+// inserts return ErrDuplicate for an existing key.
+type Tx interface {
+	InsertUser(u *User) error
+	FindUser(id string) (*User, error)
+	ListUsers() ([]*User, error)
+
+	InsertProject(p *Project) error
+	FindProject(id string) (*Project, error)
+	ListProjects() ([]*Project, error)
+	// LockProject serialises writers of one project, so that checks such as
+	// quotas and CIDR overlap hold under concurrent requests.
+	LockProject(id string) error
+
+	InsertAPIKey(k *APIKey) error
+	FindAPIKey(accessKey string) (*APIKey, error)
+	ListAPIKeys(projectID string) ([]*APIKey, error)
+	UpdateAPIKey(k *APIKey) error
+
+	InsertService(s *Service) error
+	FindService(projectID, id string) (*Service, error)
+	ListServices(projectID string) ([]*Service, error)
+	UpdateService(s *Service) error
+	DeleteService(projectID, id string) error
+
+	InsertReplicaSet(r *ReadReplicaSet) error
+	FindReplicaSet(projectID, id string) (*ReadReplicaSet, error)
+	// ListReplicaSets lists a project's sets; serviceID "" means all of them.
+	ListReplicaSets(projectID, serviceID string) ([]*ReadReplicaSet, error)
+	UpdateReplicaSet(r *ReadReplicaSet) error
+	DeleteReplicaSet(projectID, id string) error
+
+	InsertVPC(v *VPC) error
+	FindVPC(projectID, id string) (*VPC, error)
+	ListVPCs(projectID string) ([]*VPC, error)
+	UpdateVPC(v *VPC) error
+	DeleteVPC(projectID, id string) error
+
+	InsertPeering(p *Peering) error
+	FindPeering(vpcID, id string) (*Peering, error)
+	ListPeerings(vpcID string) ([]*Peering, error)
+	UpdatePeering(p *Peering) error
+	DeletePeering(vpcID, id string) error
+
+	InsertOperation(op *Operation) error
+	FindOperation(id string) (*Operation, error)
+	ListOperations(f OperationFilter) ([]*Operation, error)
+	UpdateOperation(op *Operation) error
+
+	// ListPorts returns the claimed endpoint ports and their owners.
+	ListPorts() (map[int]string, error)
+	// ClaimPort records that owner holds port; ErrDuplicate if it is held.
+	ClaimPort(port int, owner string) error
+	// ReleasePorts frees every port owner holds.
+	ReleasePorts(owner string) error
+
+	InsertIdempotency(r *IdempotencyRecord) error
+	FindIdempotency(credential, key string) (*IdempotencyRecord, error)
+	UpdateIdempotency(r *IdempotencyRecord) error
+	DeleteIdempotencyBefore(t time.Time) (int, error)
+}
+
+// IdempotencyRecord remembers a POST or DELETE sent with an Idempotency-Key.
+// It is claimed in the same transaction as the change the request makes, so
+// a retry after a timeout can never make the change twice.
+type IdempotencyRecord struct {
+	Credential   string `json:"credential"`
+	Key          string `json:"key"`
+	Method       string `json:"method"`
+	Path         string `json:"path"`
+	RequestHash  string `json:"request_hash"`
+	ResourceKind string `json:"resource_kind,omitempty"`
+	ResourceID   string `json:"resource_id,omitempty"`
+	Status       int    `json:"status,omitempty"`
+	// Response is the first response, sealed with a key derived from the
+	// caller's secret: it may hold an initial password, and only the same
+	// caller can open it.
+	Response []byte    `json:"response,omitempty"`
+	Created  time.Time `json:"created"`
+}
+
+// IdempotencyTTL is how long a key is remembered (decisions.md section 1).
+const IdempotencyTTL = 24 * time.Hour
