@@ -281,3 +281,63 @@ func (c *Cloud) resolveRegion(code string) (string, error) {
 func quotaError(format string, args ...any) error {
 	return CodedErrorf(KindConflict, CodeQuotaExceeded, format, args...)
 }
+
+// FindIdempotency returns the caller's record of an Idempotency-Key, or nil
+// when the key is new or older than IdempotencyTTL.
+func (c *Cloud) FindIdempotency(ctx context.Context, credential, key string) (*IdempotencyRecord, error) {
+	var rec *IdempotencyRecord
+	err := c.Store.View(ctx, func(tx Tx) error {
+		r, err := tx.FindIdempotency(credential, key)
+		if IsNotFound(err) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if c.now().Sub(r.Created) < IdempotencyTTL {
+			rec = r
+		}
+		return nil
+	})
+	return rec, err
+}
+
+// CompleteIdempotency stores the first response of a request with an
+// Idempotency-Key, so that repeats replay it.
+func (c *Cloud) CompleteIdempotency(ctx context.Context, rec *IdempotencyRecord) error {
+	return c.Store.Update(ctx, func(tx Tx) error {
+		old, err := tx.FindIdempotency(rec.Credential, rec.Key)
+		switch {
+		case IsNotFound(err):
+			// The request changed nothing through a transaction (a no-op
+			// repeat): remember its response all the same.
+			rec.Created = c.now()
+			return tx.InsertIdempotency(rec)
+		case err != nil:
+			return err
+		}
+		if c.now().Sub(old.Created) >= IdempotencyTTL {
+			rec.Created = c.now()
+		} else {
+			rec.Created = old.Created
+		}
+		return tx.UpdateIdempotency(rec)
+	})
+}
+
+// PurgeIdempotency forgets keys older than IdempotencyTTL.
+func (c *Cloud) PurgeIdempotency(ctx context.Context) (int, error) {
+	var n int
+	err := c.Store.Update(ctx, func(tx Tx) (err error) {
+		n, err = tx.DeleteIdempotencyBefore(c.now().Add(-IdempotencyTTL))
+		return err
+	})
+	return n, err
+}
+
+// Ping checks that the store answers, for readiness probes.
+func (c *Cloud) Ping(ctx context.Context) error {
+	return c.Store.View(ctx, func(tx Tx) error {
+		_, err := tx.ListProjects()
+		return err
+	})
+}

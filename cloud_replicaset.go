@@ -189,6 +189,9 @@ func (c *Cloud) DeleteReplicaSet(ctx context.Context, projectID, serviceID, id s
 
 // ResizeReplicaSet changes the size and optionally the node count of a set.
 func (c *Cloud) ResizeReplicaSet(ctx context.Context, projectID, serviceID, id string, in ReplicaSetResize) (string, error) {
+	if err := c.authorize(ctx, projectID); err != nil {
+		return "", err
+	}
 	if in.CPUMillis == "" || in.MemoryGBs == "" {
 		return "", Errorf(KindInvalid, "cpu_millis and memory_gbs are both required.")
 	}
@@ -245,6 +248,9 @@ func (c *Cloud) SetReplicaSetPooler(ctx context.Context, projectID, serviceID, i
 
 // SetReplicaSetEnvironment changes a set's environment tag.
 func (c *Cloud) SetReplicaSetEnvironment(ctx context.Context, projectID, serviceID, id, env string) (string, error) {
+	if err := c.authorize(ctx, projectID); err != nil {
+		return "", err
+	}
 	e, err := ParseEnvironment("environment", env)
 	if err != nil {
 		return "", err
@@ -263,4 +269,14 @@ func (c *Cloud) SetReplicaSetEnvironment(ctx context.Context, projectID, service
 		return "", nil
 	})
 	return fmt.Sprintf("Environment set to %s.", e), err
+}
+
+// GetReplicaSet returns one read replica set of a service.
+func (c *Cloud) GetReplicaSet(ctx context.Context, projectID, serviceID, id string) (*ReadReplicaSet, error) {
+	var r *ReadReplicaSet
+	err := c.view(ctx, projectID, func(tx Tx) (err error) {
+		r, err = findReplicaSet(tx, projectID, serviceID, id)
+		return err
+	})
+	return r, err
 }

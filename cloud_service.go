@@ -481,6 +481,9 @@ func (c *Cloud) StopService(ctx context.Context, projectID, id string) (*Service
 // ResizeService changes a service's size. A PAUSED service takes the new
 // size at its next start.
 func (c *Cloud) ResizeService(ctx context.Context, projectID, id, cpu, mem string) (*ServiceView, error) {
+	if err := c.authorize(ctx, projectID); err != nil {
+		return nil, err
+	}
 	if cpu == "" || mem == "" {
 		return nil, Errorf(KindInvalid, "cpu_millis and memory_gbs are both required.")
 	}
@@ -511,6 +514,9 @@ func (c *Cloud) ResizeService(ctx context.Context, projectID, id, cpu, mem strin
 
 // SetHA changes the number of HA replicas and how many are synchronous.
 func (c *Cloud) SetHA(ctx context.Context, projectID, id string, in HAChange) (*ServiceView, error) {
+	if err := c.authorize(ctx, projectID); err != nil {
+		return nil, err
+	}
 	if in.Replicas == nil && in.SyncReplicas == nil {
 		return nil, Errorf(KindInvalid, "Give replica_count, sync_replica_count or both.")
 	}
@@ -573,6 +579,9 @@ func (c *Cloud) SetPooler(ctx context.Context, projectID, id string, enabled boo
 // SetEnvironment changes the environment tag. DEV is refused while the
 // service has what only PROD may have.
 func (c *Cloud) SetEnvironment(ctx context.Context, projectID, id, env string) (string, error) {
+	if err := c.authorize(ctx, projectID); err != nil {
+		return "", err
+	}
 	e, err := ParseEnvironment("environment", env)
 	if err != nil {
 		return "", err
@@ -611,6 +620,9 @@ func (c *Cloud) SetEnvironment(ctx context.Context, projectID, id, env string) (
 
 // UpdatePassword sets tsdbadmin's password; it works before this returns.
 func (c *Cloud) UpdatePassword(ctx context.Context, projectID, id, password string) error {
+	if err := c.authorize(ctx, projectID); err != nil {
+		return err
+	}
 	if err := ValidatePassword(password); err != nil {
 		return err
 	}
@@ -635,6 +647,9 @@ func (c *Cloud) UpdatePassword(ctx context.Context, projectID, id, password stri
 
 // AttachVPC attaches the service to a VPC of its project and region.
 func (c *Cloud) AttachVPC(ctx context.Context, projectID, id, vpcID string) (string, error) {
+	if err := c.authorize(ctx, projectID); err != nil {
+		return "", err
+	}
 	if !IsNumericID(vpcID) {
 		return "", Errorf(KindInvalid, "vpc_id %q is not a VPC ID.", vpcID)
 	}
@@ -669,6 +684,9 @@ func (c *Cloud) AttachVPC(ctx context.Context, projectID, id, vpcID string) (str
 
 // DetachVPC detaches the service from the VPC it is attached to.
 func (c *Cloud) DetachVPC(ctx context.Context, projectID, id, vpcID string) (string, error) {
+	if err := c.authorize(ctx, projectID); err != nil {
+		return "", err
+	}
 	if !IsNumericID(vpcID) {
 		return "", Errorf(KindInvalid, "vpc_id %q is not a VPC ID.", vpcID)
 	}
@@ -722,7 +740,9 @@ func (c *Cloud) allocateEndpoint(tx Tx, owner string) (*Endpoint, error) {
 		if _, taken := used[p]; taken || !c.Runtime.PortFree(p) {
 			continue
 		}
-		if err := tx.ClaimPort(p, owner); err != nil {
+		if err := tx.ClaimPort(p, owner); IsConflict(err) {
+			continue // another project's transaction took it first
+		} else if err != nil {
 			return nil, err
 		}
 		return &Endpoint{Host: c.Config.PublicHost, Port: p}, nil

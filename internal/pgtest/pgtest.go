@@ -17,7 +17,6 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +25,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"dbcloud/runtime/local"
 )
 
 // EnvBinDir names the environment variable that overrides BinDir, for hosts
@@ -37,7 +38,6 @@ const EnvBinDir = "DBCLOUD_PG_BIN_DIR"
 const osUser = "postgres"
 
 const (
-	defaultBinDir = "/usr/lib/postgresql/15/bin"
 	// readyTimeout bounds how long Start waits for a server to accept
 	// queries; a cold start on a loaded CI machine takes a few seconds.
 	readyTimeout = 30 * time.Second
@@ -56,40 +56,7 @@ const (
 // else the highest installed /usr/lib/postgresql/N/bin, else the directory of
 // initdb on $PATH. If nothing is found it returns the 15 path so that the
 // error from Start names a concrete place to look.
-func BinDir() string {
-	if dir := os.Getenv(EnvBinDir); dir != "" {
-		return dir
-	}
-	if hasInitdb(defaultBinDir) {
-		return defaultBinDir
-	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(dirs, func(i, j int) bool { return pgVersion(dirs[i]) > pgVersion(dirs[j]) })
-	for _, dir := range dirs {
-		if hasInitdb(dir) {
-			return dir
-		}
-	}
-	if path, err := exec.LookPath("initdb"); err == nil {
-		return filepath.Dir(path)
-	}
-	return defaultBinDir
-}
-
-func hasInitdb(dir string) bool {
-	fi, err := os.Stat(filepath.Join(dir, "initdb"))
-	return err == nil && fi.Mode().IsRegular()
-}
-
-// pgVersion extracts N from /usr/lib/postgresql/N/bin so that 16 sorts above
-// 9.6; unparsable names sort last.
-func pgVersion(binDir string) float64 {
-	v, err := strconv.ParseFloat(filepath.Base(filepath.Dir(binDir)), 64)
-	if err != nil {
-		return -1
-	}
-	return v
-}
+func BinDir() string { return local.DefaultBinDir() }
 
 // Server is a running PostgreSQL started by Start. DSN connects as the
 // superuser "postgres" (trust auth, loopback only) to database "postgres".
@@ -114,7 +81,7 @@ type Server struct {
 // stderr, outside the data directory so it survives a failed initdb).
 func Start(ctx context.Context, dir string) (*Server, error) {
 	bin := BinDir()
-	if !hasInitdb(bin) {
+	if fi, err := os.Stat(filepath.Join(bin, "initdb")); err != nil || !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("start postgres: initdb not found in %s; install postgresql-15 or set %s", bin, EnvBinDir)
 	}
 	dir, err := filepath.Abs(dir)

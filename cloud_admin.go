@@ -1,0 +1,164 @@
+package dbcloud
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"net/mail"
+	"strings"
+)
+
+// Admin operations run from the server binary on the host (`dbcloud admin`),
+// before a console exists. They have no principal: whoever can open the
+// store is the operator.
+
+// NewAPIKey is a freshly issued key. Secret is shown once and never stored.
+type NewAPIKey struct {
+	AccessKey string `json:"access_key"`
+	SecretKey string `json:"secret_key"`
+	ProjectID string `json:"project_id"`
+}
+
+// Bootstrap is what the first start of an empty store creates, so that a
+// newcomer can call the API at once.
+type Bootstrap struct {
+	User    *User
+	Project *Project
+	Key     *NewAPIKey
+}
+
+// Bootstrap creates the admin user, a default project and an API key when
+// the store has no project yet. It returns nil when there is nothing to do.
+func (c *Cloud) Bootstrap(ctx context.Context, adminName, adminEmail string) (*Bootstrap, error) {
+	if _, err := mail.ParseAddress(adminEmail); err != nil || !strings.Contains(adminEmail[strings.LastIndex(adminEmail, "@")+1:], ".") {
+		return nil, Errorf(KindInvalid, "admin e-mail %q is not an address with a dotted domain.", adminEmail)
+	}
+	var b *Bootstrap
+	err := c.Store.Update(ctx, func(tx Tx) error {
+		projects, err := tx.ListProjects()
+		if err != nil || len(projects) > 0 {
+			return err
+		}
+		u, err := c.adminUser(tx, adminName, adminEmail)
+		if err != nil {
+			return err
+		}
+		p := &Project{ID: NewID(), Name: "default", PlanType: "self-hosted", Created: c.now()}
+		if err := tx.InsertProject(p); err != nil {
+			return err
+		}
+		k, err := c.issueKey(tx, p.ID, u.ID, "bootstrap")
+		if err != nil {
+			return err
+		}
+		b = &Bootstrap{User: u, Project: p, Key: k}
+		return nil
+	})
+	return b, err
+}
+
+// adminUser returns the installation's admin user, creating it with the store.
+func (c *Cloud) adminUser(tx Tx, name, email string) (*User, error) {
+	users, err := tx.ListUsers()
+	if err != nil {
+		return nil, err
+	}
+	if len(users) > 0 {
+		return users[0], nil
+	}
+	u := &User{ID: NewID(), Name: name, Email: email, Created: c.now()}
+	return u, tx.InsertUser(u)
+}
+
+// CreateProject creates a project.
+func (c *Cloud) CreateProject(ctx context.Context, name, adminName, adminEmail string) (*Project, error) {
+	if err := validateName("name", name); err != nil {
+		return nil, err
+	}
+	p := &Project{ID: NewID(), Name: name, PlanType: "self-hosted", Created: c.now()}
+	err := c.Store.Update(ctx, func(tx Tx) error {
+		if _, err := c.adminUser(tx, adminName, adminEmail); err != nil {
+			return err
+		}
+		return tx.InsertProject(p)
+	})
+	return p, err
+}
+
+// CreateAPIKey issues a key for a project, on behalf of the admin user.
+func (c *Cloud) CreateAPIKey(ctx context.Context, projectID, name, adminName, adminEmail string) (*NewAPIKey, error) {
+	if err := validateName("name", name); err != nil {
+		return nil, err
+	}
+	var k *NewAPIKey
+	err := c.Store.Update(ctx, func(tx Tx) error {
+		if _, err := tx.FindProject(projectID); err != nil {
+			if IsNotFound(err) {
+				return Errorf(KindNotFound, "Project %q not found.", projectID)
+			}
+			return err
+		}
+		u, err := c.adminUser(tx, adminName, adminEmail)
+		if err != nil {
+			return err
+		}
+		k, err = c.issueKey(tx, projectID, u.ID, name)
+		return err
+	})
+	return k, err
+}
+
+func (c *Cloud) issueKey(tx Tx, projectID, userID, name string) (*NewAPIKey, error) {
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return nil, fmt.Errorf("random secret: %w", err)
+	}
+	secret := base64.RawURLEncoding.EncodeToString(raw)
+	k := &APIKey{
+		AccessKey: "dbc" + randomString(idAlphabet, 21), ProjectID: projectID, UserID: userID, Name: name,
+		SecretHash: HashSecret(secret), Created: c.now(),
+	}
+	if err := tx.InsertAPIKey(k); err != nil {
+		return nil, err
+	}
+	return &NewAPIKey{AccessKey: k.AccessKey, SecretKey: secret, ProjectID: projectID}, nil
+}
+
+// ListAPIKeys lists a project's keys (never their secrets).
+func (c *Cloud) ListAPIKeys(ctx context.Context, projectID string) ([]*APIKey, error) {
+	var out []*APIKey
+	err := c.Store.View(ctx, func(tx Tx) (err error) {
+		out, err = tx.ListAPIKeys(projectID)
+		return err
+	})
+	return out, err
+}
+
+// RevokeAPIKey revokes a key; its next request fails.
+func (c *Cloud) RevokeAPIKey(ctx context.Context, accessKey string) error {
+	return c.Store.Update(ctx, func(tx Tx) error {
+		k, err := tx.FindAPIKey(accessKey)
+		if IsNotFound(err) {
+			return Errorf(KindNotFound, "API key %q not found.", accessKey)
+		} else if err != nil {
+			return err
+		}
+		if k.Revoked != nil {
+			return nil
+		}
+		now := c.now()
+		k.Revoked = &now
+		return tx.UpdateAPIKey(k)
+	})
+}
+
+// ListProjectsAdmin lists every project, for the operator.
+func (c *Cloud) ListProjectsAdmin(ctx context.Context) ([]*Project, error) {
+	var out []*Project
+	err := c.Store.View(ctx, func(tx Tx) (err error) {
+		out, err = tx.ListProjects()
+		return err
+	})
+	return out, err
+}

@@ -1,0 +1,341 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	stdhttp "net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"dbcloud"
+	"dbcloud/http"
+	
+	"dbcloud/runtime/local"
+	"dbcloud/tlsca"
+)
+
+// Config is everything `dbcloud serve` can be told.
+type Config struct {
+	DataDir    string
+	Listen     string
+	Store      string
+	TLSCert    string
+	TLSKey     string
+	PublicHost string
+	PGBinDir   string
+	Regions    string
+	Sizes      string
+	PortMin    int
+	PortMax    int
+	RateLimit  float64
+	RateBurst  int
+	AdminName  string
+	AdminEmail string
+	LogFormat  string
+	Quotas     dbcloud.Quotas
+}
+
+// DefaultConfig returns the embedded defaults: SQLite and PostgreSQL
+// processes on this host, HTTPS with a generated local CA.
+func DefaultConfig() Config {
+	d := dbcloud.DefaultConfig()
+	h := http.DefaultConfig()
+	return Config{
+		DataDir: "./dbcloud-data", Listen: "127.0.0.1:8443", PublicHost: d.PublicHost,
+		PGBinDir: local.DefaultBinDir(), Regions: strings.Join(d.Regions, ","), Sizes: sizesString(d.Sizes),
+		PortMin: d.PortMin, PortMax: d.PortMax, RateLimit: h.RateLimit, RateBurst: h.RateBurst,
+		AdminName: "admin", AdminEmail: "admin@example.com", LogFormat: "json", Quotas: d.Quotas,
+	}
+}
+
+func sizesString(t dbcloud.SizeTable) string {
+	parts := make([]string, len(t))
+	for i, s := range t {
+		parts[i] = s.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+// Main is a running server. Tests run it in-process on a free port.
+type Main struct {
+	Config Config
+	Logger *slog.Logger
+
+	stderr   io.Writer
+	store    dbcloud.Store
+	cloud    *dbcloud.Cloud
+	server   *stdhttp.Server
+	listener net.Listener
+	cancel   context.CancelFunc
+	done     chan struct{}
+	// CAFile is the CA clients must trust; empty with --tls-cert.
+	CAFile string
+}
+
+// NewMain returns a Main with the default configuration.
+func NewMain(stderr io.Writer) *Main {
+	return &Main{Config: DefaultConfig(), stderr: stderr}
+}
+
+// ParseFlags reads the serve flags and their environment variables.
+func (m *Main) ParseFlags(args []string) error {
+	c := &m.Config
+	fs := newFlagSet("dbcloud serve", "Serve the dbcloud API over HTTPS.", m.stderr)
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for the SQLite store, TLS files, bootstrap.json and service data")
+	fs.StringVar(&c.Listen, "listen", c.Listen, "address the HTTPS API listens on")
+	fs.StringVar(&c.Store, "store", c.Store, "store: empty for SQLite in the data directory, or a postgres:// URL")
+	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM certificate for HTTPS; empty to use a local CA generated into DATA_DIR/tls")
+	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM private key of --tls-cert")
+	fs.StringVar(&c.PublicHost, "public-host", c.PublicHost, "host name put into service endpoints")
+	fs.StringVar(&c.PGBinDir, "pg-bin-dir", c.PGBinDir, "directory of the PostgreSQL server binaries")
+	fs.StringVar(&c.Regions, "regions", c.Regions, "comma-separated region codes; the first is the default")
+	fs.StringVar(&c.Sizes, "sizes", c.Sizes, "comma-separated allowed CPU_MILLIS/MEMORY_GBS pairs")
+	fs.IntVar(&c.PortMin, "port-min", c.PortMin, "lowest port for service endpoints")
+	fs.IntVar(&c.PortMax, "port-max", c.PortMax, "highest port for service endpoints")
+	fs.Float64Var(&c.RateLimit, "rate-limit", c.RateLimit, "requests per second per API key (0 disables)")
+	fs.IntVar(&c.RateBurst, "rate-burst", c.RateBurst, "burst of requests per API key")
+	fs.StringVar(&c.AdminName, "admin-name", c.AdminName, "name of the admin user created with the store")
+	fs.StringVar(&c.AdminEmail, "admin-email", c.AdminEmail, "e-mail of the admin user created with the store")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: json or text")
+	quotaFlags(fs, &c.Quotas)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	return c.validate()
+}
+
+func quotaFlags(fs interface {
+	IntVar(p *int, name string, value int, usage string)
+}, q *dbcloud.Quotas) {
+	fs.IntVar(&q.Services, "quota-services", q.Services, "services per project")
+	fs.IntVar(&q.VPCs, "quota-vpcs", q.VPCs, "VPCs per project")
+	fs.IntVar(&q.PeeringsPerVPC, "quota-peerings", q.PeeringsPerVPC, "peerings per VPC")
+	fs.IntVar(&q.ReplicaSetsPerService, "quota-replica-sets", q.ReplicaSetsPerService, "read replica sets per service")
+	fs.IntVar(&q.MaxReplicaSetNodes, "quota-replica-set-nodes", q.MaxReplicaSetNodes, "nodes per read replica set")
+	fs.IntVar(&q.MaxHAReplicas, "quota-ha-replicas", q.MaxHAReplicas, "HA replicas per service")
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("--data-dir must not be empty"))
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("--listen %q: want HOST:PORT", c.Listen))
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		errs = append(errs, errors.New("--tls-cert and --tls-key go together"))
+	}
+	if c.PortMin < 1024 || c.PortMax > 65535 || c.PortMin > c.PortMax {
+		errs = append(errs, fmt.Errorf("--port-min %d and --port-max %d: want 1024 <= min <= max <= 65535", c.PortMin, c.PortMax))
+	}
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		errs = append(errs, fmt.Errorf("--log-format %q: want json or text", c.LogFormat))
+	}
+	if _, err := dbcloud.ParseSizeTable(c.Sizes); err != nil {
+		errs = append(errs, fmt.Errorf("--sizes: %w", err))
+	}
+	if strings.TrimSpace(c.Regions) == "" {
+		errs = append(errs, errors.New("--regions must name at least one region"))
+	}
+	for name, v := range map[string]int{
+		"quota-services": c.Quotas.Services, "quota-vpcs": c.Quotas.VPCs, "quota-peerings": c.Quotas.PeeringsPerVPC,
+		"quota-replica-sets": c.Quotas.ReplicaSetsPerService, "quota-replica-set-nodes": c.Quotas.MaxReplicaSetNodes,
+		"quota-ha-replicas": c.Quotas.MaxHAReplicas,
+	} {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("--%s must be 0 or more", name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) domain() dbcloud.Config {
+	d := dbcloud.DefaultConfig()
+	d.Sizes, _ = dbcloud.ParseSizeTable(c.Sizes)
+	d.Regions = nil
+	for _, r := range strings.Split(c.Regions, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			d.Regions = append(d.Regions, r)
+		}
+	}
+	d.Quotas, d.PublicHost, d.PortMin, d.PortMax = c.Quotas, c.PublicHost, c.PortMin, c.PortMax
+	return d
+}
+
+// Run opens the store, bootstraps an empty one, and starts serving.
+func (m *Main) Run(ctx context.Context) error {
+	c := &m.Config
+	if m.Logger == nil {
+		m.Logger = newLogger(m.stderr, c.LogFormat)
+	}
+	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	var err error
+	if m.store, err = openStore(ctx, c.DataDir, c.Store); err != nil {
+		return err
+	}
+	rt, err := local.New(c.PGBinDir, c.PublicHost)
+	if err != nil {
+		return err
+	}
+	m.cloud = dbcloud.NewCloud(m.store, rt, c.domain(), m.Logger)
+
+	tlsConfig, err := m.tlsConfig()
+	if err != nil {
+		return err
+	}
+	if err := m.bootstrap(ctx); err != nil {
+		return err
+	}
+	m.listener, err = net.Listen("tcp", c.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	h := http.NewHandler(m.cloud, http.Config{
+		RateLimit: c.RateLimit, RateBurst: c.RateBurst,
+		AuthFailLimit: http.DefaultConfig().AuthFailLimit, AuthFailBurst: http.DefaultConfig().AuthFailBurst,
+	}, m.Logger)
+	m.server = &stdhttp.Server{
+		Handler: h, TLSConfig: tlsConfig, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn),
+	}
+	bg, cancel := context.WithCancel(context.Background())
+	m.cancel, m.done = cancel, make(chan struct{})
+	go func() {
+		m.server.ServeTLS(m.listener, "", "")
+	}()
+	go m.purgeLoop(bg)
+	m.Logger.Info("serving", "url", m.URL(), "ca_file", m.CAFile, "data_dir", c.DataDir)
+	return nil
+}
+
+// URL is the API's base URL.
+func (m *Main) URL() string {
+	return "https://" + m.listener.Addr().String() + http.BasePath
+}
+
+// Cloud returns the domain service, for in-process tests.
+func (m *Main) Cloud() *dbcloud.Cloud { return m.cloud }
+
+// purgeLoop forgets idempotency keys past their lifetime.
+func (m *Main) purgeLoop(ctx context.Context) {
+	defer close(m.done)
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		if n, err := m.cloud.PurgeIdempotency(ctx); err != nil && ctx.Err() == nil {
+			m.Logger.Warn("purge idempotency keys", "error", err)
+		} else if n > 0 {
+			m.Logger.Info("purged idempotency keys", "count", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Close stops serving, letting requests in flight finish, and closes the store.
+func (m *Main) Close() error {
+	var errs []error
+	if m.server != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		errs = append(errs, m.server.Shutdown(ctx))
+		cancel()
+	}
+	if m.cancel != nil {
+		m.cancel()
+		<-m.done
+	}
+	if m.store != nil {
+		errs = append(errs, m.store.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func newLogger(w io.Writer, format string) *slog.Logger {
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, nil))
+	}
+	return slog.New(slog.NewJSONHandler(w, nil))
+}
+
+// tlsConfig loads the configured certificate, or makes a local CA and a
+// server certificate for the listen and public hosts.
+func (m *Main) tlsConfig() (*tls.Config, error) {
+	c := &m.Config
+	if c.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
+		return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+	}
+	dir := filepath.Join(c.DataDir, "tls")
+	ca, err := tlsca.LoadOrCreateCA(dir)
+	if err != nil {
+		return nil, err
+	}
+	hosts := []string{"127.0.0.1", "::1", "localhost"}
+	for _, h := range []string{c.PublicHost, hostOf(c.Listen)} {
+		if h != "" && h != "0.0.0.0" && h != "::" {
+			hosts = append(hosts, h)
+		}
+	}
+	cert, err := tlsca.LoadOrCreateServerCert(dir, ca, hosts)
+	if err != nil {
+		return nil, err
+	}
+	m.CAFile = filepath.Join(dir, tlsca.CAFile)
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
+func hostOf(addr string) string {
+	h, _, _ := net.SplitHostPort(addr)
+	return h
+}
+
+// bootstrapFile is DATA_DIR/bootstrap.json: what a newcomer needs to call the API.
+type bootstrapFile struct {
+	ProjectID string `json:"project_id"`
+	AccessKey string `json:"access_key"`
+	SecretKey string `json:"secret_key"`
+	APIURL    string `json:"api_url"`
+	CAFile    string `json:"ca_file,omitempty"`
+}
+
+// bootstrap creates the first project and key of an empty store and writes
+// them, readable by the owner only, to bootstrap.json.
+func (m *Main) bootstrap(ctx context.Context) error {
+	c := &m.Config
+	b, err := m.cloud.Bootstrap(ctx, c.AdminName, c.AdminEmail)
+	if err != nil || b == nil {
+		return err
+	}
+	path := filepath.Join(c.DataDir, "bootstrap.json")
+	host, port, _ := net.SplitHostPort(c.Listen)
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	body, _ := json.MarshalIndent(bootstrapFile{
+		ProjectID: b.Project.ID, AccessKey: b.Key.AccessKey, SecretKey: b.Key.SecretKey,
+		APIURL: "https://" + net.JoinHostPort(host, port) + http.BasePath, CAFile: m.CAFile,
+	}, "", "  ")
+	if err := tlsca.WriteFileAtomic(path, append(body, '\n'), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	m.Logger.Info("created the default project and an API key", "project_id", b.Project.ID,
+		"access_key", b.Key.AccessKey, "credentials_file", path)
+	return nil
+}

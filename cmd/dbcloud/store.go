@@ -1,0 +1,37 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"dbcloud"
+	"dbcloud/postgres"
+	"dbcloud/sqlite"
+)
+
+// openStore opens the configured store: SQLite in the data directory by
+// default, PostgreSQL when --store is a postgres:// URL.
+func openStore(ctx context.Context, dataDir, url string) (dbcloud.Store, error) {
+	switch {
+	case url == "" || url == "sqlite":
+		if err := os.MkdirAll(dataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("data directory: %w", err)
+		}
+		s, err := sqlite.Open(ctx, filepath.Join(dataDir, "dbcloud.db"))
+		if err != nil {
+			return nil, fmt.Errorf("open SQLite store: %w", err)
+		}
+		return s, nil
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		s, err := postgres.Open(ctx, url)
+		if err != nil {
+			// The URL may hold a password: name only its kind.
+			return nil, fmt.Errorf("open PostgreSQL store: %w", err)
+		}
+		return s, nil
+	}
+	return nil, fmt.Errorf("--store: want empty (SQLite) or a postgres:// URL")
+}

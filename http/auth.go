@@ -1,0 +1,153 @@
+package http
+
+import (
+	"encoding/base64"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"dbcloud"
+)
+
+// authenticate reads Basic or Bearer credentials (decisions.md section 4)
+// and returns the caller and the secret it presented. The secret is needed
+// only to seal idempotent responses for that same caller; it is never stored.
+func (h *Handler) authenticate(r *http.Request) (*dbcloud.Principal, string, error) {
+	ip := clientIP(r)
+	if err := h.limits.authAllowed(ip); err != nil {
+		return nil, "", err
+	}
+	access, secret, ok := credentials(r.Header.Get("Authorization"))
+	if !ok {
+		h.limits.authFailed(ip)
+		return nil, "", dbcloud.Errorf(dbcloud.KindUnauthorized,
+			"Send an API key as Authorization: Basic base64(ACCESS_KEY:SECRET_KEY) or Bearer ACCESS_KEY:SECRET_KEY.")
+	}
+	p, err := h.cloud.Authenticate(r.Context(), access, secret)
+	if err != nil {
+		if dbcloud.ErrorKindOf(err) == dbcloud.KindUnauthorized {
+			h.limits.authFailed(ip)
+		}
+		return nil, "", err
+	}
+	return p, secret, nil
+}
+
+// credentials parses the Authorization header into an access key and secret.
+func credentials(header string) (access, secret string, ok bool) {
+	scheme, value, found := strings.Cut(header, " ")
+	if !found {
+		return "", "", false
+	}
+	value = strings.TrimSpace(value)
+	switch strings.ToLower(scheme) {
+	case "basic":
+		raw, err := base64.StdEncoding.DecodeString(value)
+		if err != nil {
+			return "", "", false
+		}
+		value = string(raw)
+	case "bearer":
+	default:
+		return "", "", false
+	}
+	access, secret, ok = strings.Cut(value, ":")
+	return access, secret, ok && access != "" && secret != ""
+}
+
+func clientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// limiters holds a token bucket per credential and, for failed
+// authentication, per client address.
+type limiters struct {
+	cfg      Config
+	mu       sync.Mutex
+	keys     map[string]*bucket
+	failures map[string]*bucket
+	swept    time.Time
+}
+
+type bucket struct {
+	lim  *rate.Limiter
+	seen time.Time
+}
+
+func newLimiters(cfg Config) *limiters {
+	return &limiters{cfg: cfg, keys: map[string]*bucket{}, failures: map[string]*bucket{}, swept: time.Now()}
+}
+
+func (l *limiters) get(m map[string]*bucket, k string, r float64, burst int) *rate.Limiter {
+	now := time.Now()
+	if now.Sub(l.swept) > time.Minute {
+		// Forget idle buckets; a full bucket holds no state worth keeping.
+		for _, mm := range []map[string]*bucket{l.keys, l.failures} {
+			for key, b := range mm {
+				if now.Sub(b.seen) > 10*time.Minute {
+					delete(mm, key)
+				}
+			}
+		}
+		l.swept = now
+	}
+	b, ok := m[k]
+	if !ok {
+		b = &bucket{lim: rate.NewLimiter(rate.Limit(r), burst)}
+		m[k] = b
+	}
+	b.seen = now
+	return b.lim
+}
+
+func rateLimited(lim *rate.Limiter, what string) error {
+	wait := time.Duration(float64(time.Second) / float64(lim.Limit()))
+	return &dbcloud.Error{Kind: dbcloud.KindRateLimited, Message: "Too many " + what + "; retry after the time in Retry-After.", RetryAfter: wait}
+}
+
+// allow takes a token for a request of the credential.
+func (l *limiters) allow(accessKey string) error {
+	if l.cfg.RateLimit <= 0 {
+		return nil
+	}
+	l.mu.Lock()
+	lim := l.get(l.keys, accessKey, l.cfg.RateLimit, l.cfg.RateBurst)
+	l.mu.Unlock()
+	if !lim.Allow() {
+		return rateLimited(lim, "requests for this API key")
+	}
+	return nil
+}
+
+// authAllowed refuses an address whose failed attempts used up its bucket.
+func (l *limiters) authAllowed(ip string) error {
+	if l.cfg.AuthFailLimit <= 0 {
+		return nil
+	}
+	l.mu.Lock()
+	lim := l.get(l.failures, ip, l.cfg.AuthFailLimit, l.cfg.AuthFailBurst)
+	l.mu.Unlock()
+	if lim.Tokens() < 1 {
+		return rateLimited(lim, "failed authentication attempts from this address")
+	}
+	return nil
+}
+
+// authFailed takes a token from the address's failure bucket.
+func (l *limiters) authFailed(ip string) {
+	if l.cfg.AuthFailLimit <= 0 {
+		return
+	}
+	l.mu.Lock()
+	lim := l.get(l.failures, ip, l.cfg.AuthFailLimit, l.cfg.AuthFailBurst)
+	l.mu.Unlock()
+	lim.Allow()
+}

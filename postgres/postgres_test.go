@@ -1,0 +1,126 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"dbcloud"
+	"dbcloud/internal/pgtest"
+	"dbcloud/postgres"
+	"dbcloud/storetest"
+)
+
+// One server serves the whole package, each test a database of its own:
+// starting a server takes over a second, creating a database milliseconds.
+var (
+	serverOnce sync.Once
+	server     *pgtest.Server
+	serverDir  string
+	serverErr  error
+	databases  atomic.Int64
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if server != nil {
+		if err := server.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "pgtest:", err)
+		}
+		_ = os.RemoveAll(serverDir)
+	}
+	os.Exit(code)
+}
+
+// mustServer starts the package's server on first use. It fails tb if
+// PostgreSQL cannot start: the store tests must never pass by not running.
+func mustServer(tb testing.TB) *pgtest.Server {
+	tb.Helper()
+	serverOnce.Do(func() {
+		// Not pgtest.MustStart: its cleanup would stop the server when the
+		// first test ends. TestMain stops it instead.
+		if serverDir, serverErr = os.MkdirTemp("", "dbcloud-pgtest-"); serverErr != nil {
+			return
+		}
+		server, serverErr = pgtest.Start(context.Background(), serverDir)
+		if serverErr != nil {
+			_ = os.RemoveAll(serverDir)
+		}
+	})
+	if serverErr != nil {
+		tb.Fatalf("pgtest: %v", serverErr)
+	}
+	return server
+}
+
+// mustCreateDatabase returns the DSN of a new, empty database.
+func mustCreateDatabase(tb testing.TB) string {
+	tb.Helper()
+	dsn, err := mustServer(tb).CreateDatabase(tb.Context(), fmt.Sprintf("store_%d", databases.Add(1)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return dsn
+}
+
+func newDB(tb testing.TB) storetest.Opener {
+	dsn := mustCreateDatabase(tb)
+	return func(tb testing.TB) dbcloud.Store {
+		tb.Helper()
+		return MustOpen(tb, dsn)
+	}
+}
+
+// MustOpen opens the store at dsn and closes it when tb ends.
+func MustOpen(tb testing.TB, dsn string) *postgres.Store {
+	tb.Helper()
+	s, err := postgres.Open(tb.Context(), dsn)
+	if err != nil {
+		tb.Fatalf("Open: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			tb.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+func TestStore(t *testing.T) {
+	storetest.RunStoreTests(t, newDB)
+}
+
+func TestOpen(t *testing.T) {
+	t.Run("Concurrent", func(t *testing.T) {
+		// Control plane replicas starting together migrate one database
+		// in turn instead of failing on each other's DDL.
+		dsn := mustCreateDatabase(t)
+		var wg sync.WaitGroup
+		for range 5 {
+			wg.Go(func() {
+				s, err := postgres.Open(t.Context(), dsn)
+				if err != nil {
+					t.Errorf("Open: %v", err)
+					return
+				}
+				_ = s.Close()
+			})
+		}
+		wg.Wait()
+	})
+	t.Run("ErrDSN", func(t *testing.T) {
+		// A refused connection fails Open, not the first request.
+		dsn := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/missing?sslmode=disable", mustServer(t).Port)
+		if s, err := postgres.Open(t.Context(), dsn); err == nil {
+			_ = s.Close()
+			t.Error("Open of a missing database succeeded")
+		}
+	})
+}
+
+func BenchmarkListServices(b *testing.B) { storetest.BenchmarkListServices(b, newDB) }
+
+func BenchmarkFindService(b *testing.B) { storetest.BenchmarkFindService(b, newDB) }

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what dbcloud needs on Debian 12, only when it is missing:
+# PostgreSQL 15 (the local runtime's server binaries) and PgBouncer (the
+# connection pooler). Addons whose extension the host lacks (Debian 12 ships
+# neither pgvector nor TimescaleDB) answer ADDON_UNAVAILABLE. Go must be on PATH or in
+# /usr/local/go. Safe to run again: it changes nothing that is in place.
+set -euo pipefail
+
+need=()
+have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+for pkg in postgresql-15 postgresql-contrib pgbouncer; do
+	have_pkg "$pkg" || need+=("$pkg")
+done
+
+if [ "${#need[@]}" -gt 0 ]; then
+	if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+	echo "dbcloud: installing ${need[*]}" >&2
+	$SUDO apt-get update -qq
+	# The postgresql-common hook would create and start a default cluster;
+	# dbcloud runs its own clusters, so keep the packaged one from starting.
+	$SUDO mkdir -p /etc/postgresql-common/createcluster.d
+	echo "create_main_cluster = false" | $SUDO tee /etc/postgresql-common/createcluster.d/dbcloud.conf >/dev/null
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if ! command -v go >/dev/null 2>&1; then
+	if [ -x /usr/local/go/bin/go ]; then
+		echo "dbcloud: add /usr/local/go/bin to PATH" >&2
+	else
+		echo "dbcloud: Go 1.26 or newer is required (https://go.dev/doc/install)" >&2
+		exit 1
+	fi
+fi

@@ -1,0 +1,82 @@
+package sqlite_test
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"dbcloud"
+	"dbcloud/sqlite"
+	"dbcloud/storetest"
+)
+
+// newDB gives each test its own database file in a temporary directory.
+func newDB(tb testing.TB) storetest.Opener {
+	path := filepath.Join(tb.TempDir(), "dbcloud.db")
+	return func(tb testing.TB) dbcloud.Store {
+		tb.Helper()
+		return MustOpen(tb, path)
+	}
+}
+
+// MustOpen opens the store at path and closes it when tb ends.
+func MustOpen(tb testing.TB, path string) *sqlite.Store {
+	tb.Helper()
+	s, err := sqlite.Open(tb.Context(), path)
+	if err != nil {
+		tb.Fatalf("Open: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			tb.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+func TestStore(t *testing.T) {
+	storetest.RunStoreTests(t, newDB)
+}
+
+func TestOpen(t *testing.T) {
+	t.Run("WAL", func(t *testing.T) {
+		s := MustOpen(t, filepath.Join(t.TempDir(), "db"))
+		var mode string
+		if err := s.DB().QueryRowContext(t.Context(), "PRAGMA journal_mode").Scan(&mode); err != nil {
+			t.Fatal(err)
+		}
+		if mode != "wal" {
+			t.Errorf("journal_mode = %q, want wal", mode)
+		}
+	})
+	t.Run("ErrPath", func(t *testing.T) {
+		for _, path := range []string{"", ":memory:", "file:x.db", "x.db?mode=ro"} {
+			if s, err := sqlite.Open(t.Context(), path); err == nil {
+				_ = s.Close()
+				t.Errorf("Open(%q) succeeded, want an error", path)
+			}
+		}
+	})
+	t.Run("ErrNewerSchema", func(t *testing.T) {
+		// A database migrated by a newer binary is refused, not misread.
+		path := filepath.Join(t.TempDir(), "db")
+		s := MustOpen(t, path)
+		if _, err := s.DB().ExecContext(t.Context(),
+			`INSERT INTO schema_migrations (version, applied) VALUES (9999, 'future')`); err != nil {
+			t.Fatal(err)
+		}
+		_ = s.Close()
+		s2, err := sqlite.Open(t.Context(), path)
+		if err == nil {
+			_ = s2.Close()
+			t.Fatal("Open of a newer schema succeeded")
+		}
+		if !strings.Contains(err.Error(), "9999") {
+			t.Errorf("Open error %q does not name the schema version", err)
+		}
+	})
+}
+
+func BenchmarkListServices(b *testing.B) { storetest.BenchmarkListServices(b, newDB) }
+
+func BenchmarkFindService(b *testing.B) { storetest.BenchmarkFindService(b, newDB) }

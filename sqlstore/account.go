@@ -1,0 +1,162 @@
+package sqlstore
+
+import (
+	"database/sql"
+	"fmt"
+
+	"dbcloud"
+)
+
+// InsertUser adds a user; ErrDuplicate if the ID exists.
+func (t *tx) InsertUser(u *dbcloud.User) error {
+	doc, err := encode(u)
+	if err != nil {
+		return err
+	}
+	err = t.insert(`INSERT INTO users (id, created, doc) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`,
+		u.ID, formatTime(u.Created), doc)
+	if err != nil {
+		return fmt.Errorf("insert user %s: %w", u.ID, err)
+	}
+	return nil
+}
+
+// FindUser returns a user by ID.
+func (t *tx) FindUser(id string) (*dbcloud.User, error) {
+	u, err := findDoc[dbcloud.User](t, `SELECT doc FROM users WHERE id = ?`+t.forUpdate, id)
+	if err != nil {
+		return nil, fmt.Errorf("find user %s: %w", id, err)
+	}
+	return u, nil
+}
+
+// ListUsers returns all users, oldest first.
+func (t *tx) ListUsers() ([]*dbcloud.User, error) {
+	out, err := listDocs[dbcloud.User](t, `SELECT doc FROM users ORDER BY created, id`)
+	if err != nil {
+		return nil, fmt.Errorf("list users: %w", err)
+	}
+	return out, nil
+}
+
+// InsertProject adds a project; ErrDuplicate if the ID exists.
+func (t *tx) InsertProject(p *dbcloud.Project) error {
+	doc, err := encode(p)
+	if err != nil {
+		return err
+	}
+	err = t.insert(`INSERT INTO projects (id, created, doc) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`,
+		p.ID, formatTime(p.Created), doc)
+	if err != nil {
+		return fmt.Errorf("insert project %s: %w", p.ID, err)
+	}
+	return nil
+}
+
+// FindProject returns a project by ID.
+func (t *tx) FindProject(id string) (*dbcloud.Project, error) {
+	p, err := findDoc[dbcloud.Project](t, `SELECT doc FROM projects WHERE id = ?`+t.forUpdate, id)
+	if err != nil {
+		return nil, fmt.Errorf("find project %s: %w", id, err)
+	}
+	return p, nil
+}
+
+// ListProjects returns all projects, oldest first.
+func (t *tx) ListProjects() ([]*dbcloud.Project, error) {
+	out, err := listDocs[dbcloud.Project](t, `SELECT doc FROM projects ORDER BY created, id`)
+	if err != nil {
+		return nil, fmt.Errorf("list projects: %w", err)
+	}
+	return out, nil
+}
+
+// LockProject holds the dialect's project lock until the transaction ends.
+// The project need not exist: the lock is on the ID, so that it also guards
+// the creation of the project's first rows.
+func (t *tx) LockProject(id string) error {
+	if t.s.dialect.LockProject == nil {
+		return nil
+	}
+	if err := t.s.dialect.LockProject(t.ctx, t.tx, id); err != nil {
+		return fmt.Errorf("lock project %s: %w", id, err)
+	}
+	return nil
+}
+
+// API keys keep SecretHash in a column of its own: the struct hides it from
+// JSON (json:"-") so that no encoder can ever leak it, the doc included.
+
+// InsertAPIKey adds a key; ErrDuplicate if the access key exists.
+func (t *tx) InsertAPIKey(k *dbcloud.APIKey) error {
+	doc, err := encode(k)
+	if err != nil {
+		return err
+	}
+	err = t.insert(`INSERT INTO api_keys (access_key, project_id, created, secret_hash, doc)
+		VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+		k.AccessKey, k.ProjectID, formatTime(k.Created), k.SecretHash, doc)
+	if err != nil {
+		return fmt.Errorf("insert api key %s: %w", k.AccessKey, err)
+	}
+	return nil
+}
+
+// FindAPIKey returns a key by its access key.
+func (t *tx) FindAPIKey(accessKey string) (*dbcloud.APIKey, error) {
+	keys, err := t.listAPIKeys(`SELECT doc, secret_hash FROM api_keys WHERE access_key = ?`+t.forUpdate, accessKey)
+	if err == nil && len(keys) == 0 {
+		err = dbcloud.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("find api key %s: %w", accessKey, err)
+	}
+	return keys[0], nil
+}
+
+// ListAPIKeys returns a project's keys, oldest first.
+func (t *tx) ListAPIKeys(projectID string) ([]*dbcloud.APIKey, error) {
+	keys, err := t.listAPIKeys(`SELECT doc, secret_hash FROM api_keys WHERE project_id = ?
+		ORDER BY created, access_key`, projectID)
+	if err != nil {
+		return nil, fmt.Errorf("list api keys of project %s: %w", projectID, err)
+	}
+	return keys, nil
+}
+
+func (t *tx) listAPIKeys(query string, args ...any) ([]*dbcloud.APIKey, error) {
+	rows, err := t.query(query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []*dbcloud.APIKey{}
+	var doc sql.RawBytes
+	for rows.Next() {
+		var hash []byte
+		if err := rows.Scan(&doc, &hash); err != nil {
+			return nil, err
+		}
+		k, err := decode[dbcloud.APIKey](doc)
+		if err != nil {
+			return nil, err
+		}
+		k.SecretHash = hash
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+// UpdateAPIKey replaces a key, found by access key; ErrNotFound if missing.
+func (t *tx) UpdateAPIKey(k *dbcloud.APIKey) error {
+	doc, err := encode(k)
+	if err != nil {
+		return err
+	}
+	err = t.change(`UPDATE api_keys SET project_id = ?, created = ?, secret_hash = ?, doc = ? WHERE access_key = ?`,
+		k.ProjectID, formatTime(k.Created), k.SecretHash, doc, k.AccessKey)
+	if err != nil {
+		return fmt.Errorf("update api key %s: %w", k.AccessKey, err)
+	}
+	return nil
+}

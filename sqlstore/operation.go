@@ -1,0 +1,174 @@
+package sqlstore
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"dbcloud"
+)
+
+// InsertOperation adds an operation; ErrDuplicate if the ID exists.
+func (t *tx) InsertOperation(op *dbcloud.Operation) error {
+	doc, err := encode(op)
+	if err != nil {
+		return err
+	}
+	err = t.insert(`INSERT INTO operations (id, project_id, resource_id, state, created, doc)
+		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+		op.ID, op.ProjectID, op.ResourceID, string(op.State), formatTime(op.Created), doc)
+	if err != nil {
+		return fmt.Errorf("insert operation %s: %w", op.ID, err)
+	}
+	return nil
+}
+
+// FindOperation returns an operation by ID.
+func (t *tx) FindOperation(id string) (*dbcloud.Operation, error) {
+	op, err := findDoc[dbcloud.Operation](t, `SELECT doc FROM operations WHERE id = ?`+t.forUpdate, id)
+	if err != nil {
+		return nil, fmt.Errorf("find operation %s: %w", id, err)
+	}
+	return op, nil
+}
+
+// ListOperations returns the operations f selects, oldest first: those of
+// f.ResourceID if set, only pending ones if f.Pending, at most f.Limit if
+// it is positive.
+func (t *tx) ListOperations(f dbcloud.OperationFilter) ([]*dbcloud.Operation, error) {
+	var (
+		q    strings.Builder
+		args []any
+		and  = " WHERE "
+	)
+	q.WriteString(`SELECT doc FROM operations`)
+	if f.ResourceID != "" {
+		q.WriteString(and + `resource_id = ?`)
+		args = append(args, f.ResourceID)
+		and = " AND "
+	}
+	if f.Pending {
+		// A literal, not a parameter, so that the planner can use the
+		// partial index on pending operations.
+		q.WriteString(and + `state = 'pending'`)
+	}
+	q.WriteString(` ORDER BY created, id`)
+	if f.Limit > 0 {
+		q.WriteString(` LIMIT ?`)
+		args = append(args, f.Limit)
+	}
+	out, err := listDocs[dbcloud.Operation](t, q.String(), args...)
+	if err != nil {
+		return nil, fmt.Errorf("list operations: %w", err)
+	}
+	return out, nil
+}
+
+// UpdateOperation replaces an operation; ErrNotFound if it is missing.
+func (t *tx) UpdateOperation(op *dbcloud.Operation) error {
+	doc, err := encode(op)
+	if err != nil {
+		return err
+	}
+	err = t.change(`UPDATE operations SET project_id = ?, resource_id = ?, state = ?, created = ?, doc = ? WHERE id = ?`,
+		op.ProjectID, op.ResourceID, string(op.State), formatTime(op.Created), doc, op.ID)
+	if err != nil {
+		return fmt.Errorf("update operation %s: %w", op.ID, err)
+	}
+	return nil
+}
+
+// ListPorts returns the claimed endpoint ports and their owners.
+func (t *tx) ListPorts() (map[int]string, error) {
+	rows, err := t.query(`SELECT port, owner FROM ports`)
+	if err != nil {
+		return nil, fmt.Errorf("list ports: %w", err)
+	}
+	defer rows.Close()
+	out := map[int]string{}
+	for rows.Next() {
+		var (
+			port  int
+			owner string
+		)
+		if err := rows.Scan(&port, &owner); err != nil {
+			return nil, fmt.Errorf("list ports: %w", err)
+		}
+		out[port] = owner
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list ports: %w", err)
+	}
+	return out, nil
+}
+
+// ClaimPort records that owner holds port; ErrDuplicate if anyone holds it.
+// Two transactions claiming one port cannot both succeed: the port is the
+// primary key, and on PostgreSQL the second waits for the first to end.
+func (t *tx) ClaimPort(port int, owner string) error {
+	if err := t.insert(`INSERT INTO ports (port, owner) VALUES (?, ?) ON CONFLICT DO NOTHING`, port, owner); err != nil {
+		return fmt.Errorf("claim port %d for %s: %w", port, owner, err)
+	}
+	return nil
+}
+
+// ReleasePorts frees every port owner holds; none is not an error.
+func (t *tx) ReleasePorts(owner string) error {
+	if _, err := t.exec(`DELETE FROM ports WHERE owner = ?`, owner); err != nil {
+		return fmt.Errorf("release ports of %s: %w", owner, err)
+	}
+	return nil
+}
+
+// InsertIdempotency claims an idempotency key; ErrDuplicate if the caller
+// has used the key before.
+func (t *tx) InsertIdempotency(r *dbcloud.IdempotencyRecord) error {
+	doc, err := encode(r)
+	if err != nil {
+		return err
+	}
+	err = t.insert(`INSERT INTO idempotency (credential, idempotency_key, created, doc) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+		r.Credential, r.Key, formatTime(r.Created), doc)
+	if err != nil {
+		return fmt.Errorf("insert idempotency key %q: %w", r.Key, err)
+	}
+	return nil
+}
+
+// FindIdempotency returns the record of a caller's key.
+func (t *tx) FindIdempotency(credential, key string) (*dbcloud.IdempotencyRecord, error) {
+	r, err := findDoc[dbcloud.IdempotencyRecord](t,
+		`SELECT doc FROM idempotency WHERE credential = ? AND idempotency_key = ?`+t.forUpdate, credential, key)
+	if err != nil {
+		return nil, fmt.Errorf("find idempotency key %q: %w", key, err)
+	}
+	return r, nil
+}
+
+// UpdateIdempotency replaces a record; ErrNotFound if it is missing.
+func (t *tx) UpdateIdempotency(r *dbcloud.IdempotencyRecord) error {
+	doc, err := encode(r)
+	if err != nil {
+		return err
+	}
+	err = t.change(`UPDATE idempotency SET created = ?, doc = ? WHERE credential = ? AND idempotency_key = ?`,
+		formatTime(r.Created), doc, r.Credential, r.Key)
+	if err != nil {
+		return fmt.Errorf("update idempotency key %q: %w", r.Key, err)
+	}
+	return nil
+}
+
+// DeleteIdempotencyBefore deletes the records created before before and
+// returns how many it deleted.
+func (t *tx) DeleteIdempotencyBefore(before time.Time) (int, error) {
+	res, err := t.exec(`DELETE FROM idempotency WHERE created < ?`, formatTime(before))
+	if err != nil {
+		return 0, fmt.Errorf("delete idempotency keys before %s: %w", before.UTC().Format(time.RFC3339), err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("delete idempotency keys before %s: %w", before.UTC().Format(time.RFC3339), err)
+	}
+	return int(n), nil
+}

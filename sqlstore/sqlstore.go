@@ -1,0 +1,202 @@
+// Package sqlstore implements dbcloud.Store once, over database/sql, for
+// every SQL database the product supports. What differs between databases
+// (placeholders, how a unique violation looks, how a project is locked, the
+// DDL) is a small Dialect, supplied by the sqlite and postgres packages, so
+// the two stores cannot drift apart in behaviour: one conformance suite
+// (package storetest) proves them equal.
+//
+// Each entity is stored as a JSON document in a doc column, beside copies of
+// the fields that lookups and ordering need (id, project_id, created, ...).
+// Adding a field to an entity therefore needs no migration; adding a lookup
+// does.
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
+	"sync"
+
+	"dbcloud"
+)
+
+var _ dbcloud.Store = (*Store)(nil)
+
+// Placeholder is how a database numbers query parameters. Queries in this
+// package are written with '?' and rebound once per query text.
+type Placeholder int
+
+// Placeholder styles.
+const (
+	// QuestionMark keeps '?' (SQLite, MySQL).
+	QuestionMark Placeholder = iota
+	// Dollar numbers parameters $1, $2, ... (PostgreSQL).
+	Dollar
+)
+
+// Dialect is everything that differs between the SQL databases a Store runs
+// on. Keep it small: behaviour that can be written once in portable SQL
+// belongs in this package, not here.
+type Dialect struct {
+	// Name names the database in errors ("sqlite", "postgres").
+	Name string
+	// Placeholder is the parameter style of the driver.
+	Placeholder Placeholder
+	// Migrations holds the schema as files NNNN_description.sql at its
+	// root, applied in version order, each in its own transaction.
+	Migrations fs.FS
+	// IsUniqueViolation reports whether err is the driver's error for a
+	// duplicate primary or unique key; such errors become dbcloud.ErrDuplicate.
+	IsUniqueViolation func(err error) bool
+	// LockProject serialises the write transactions that lock the same
+	// project until they end. Nil means the database already serialises all
+	// writers (SQLite), so there is nothing to do.
+	LockProject func(ctx context.Context, tx *sql.Tx, projectID string) error
+	// LockMigrations, if set, runs first in every migration transaction so
+	// that processes opening the same database at once migrate it in turn.
+	LockMigrations func(ctx context.Context, tx *sql.Tx) error
+	// ForUpdate is appended to the queries of finders in write
+	// transactions: " FOR UPDATE" where writers are not serialised anyway,
+	// so that a read-modify-write of one row by two transactions cannot
+	// lose either change; "" for SQLite, which has one writer at a time.
+	ForUpdate string
+	// UpdateTx and ViewTx are the options of the transactions of Update and
+	// View. ViewTx must make the transaction read-only where the database
+	// can (SQLite enforces it on the read pool instead, with query_only).
+	UpdateTx, ViewTx sql.TxOptions
+}
+
+// Store implements dbcloud.Store over database/sql. Create it with Open.
+type Store struct {
+	db      *sql.DB // read-write transactions and migrations
+	readDB  *sql.DB // read-only transactions; may be db
+	dialect Dialect
+
+	// rebound caches the dialect's text of each query, keyed by the
+	// '?'-text, so rebinding costs one map lookup per statement.
+	rebound sync.Map // string -> string
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open returns a Store over db, migrating its schema to the latest version
+// first. View transactions use readDB, which may be db itself; SQLite passes
+// a separate pool of read-only connections so that readers never queue behind
+// the single writer. The Store owns both pools from then on and closes them
+// in Close, also when Open fails.
+func Open(ctx context.Context, db, readDB *sql.DB, d Dialect) (*Store, error) {
+	if readDB == nil {
+		readDB = db
+	}
+	s := &Store{db: db, readDB: readDB, dialect: d}
+	if d.IsUniqueViolation == nil || d.Migrations == nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("open %s store: dialect needs IsUniqueViolation and Migrations", d.Name)
+	}
+	if err := s.migrate(ctx); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("open %s store: %w", d.Name, err)
+	}
+	return s, nil
+}
+
+// View runs fn in a read-only transaction.
+func (s *Store) View(ctx context.Context, fn func(dbcloud.Tx) error) error {
+	return s.run(ctx, s.readDB, &s.dialect.ViewTx, "", fn)
+}
+
+// Update runs fn in a read-write transaction, committed when fn returns nil
+// and rolled back otherwise (also when fn panics).
+func (s *Store) Update(ctx context.Context, fn func(dbcloud.Tx) error) error {
+	return s.run(ctx, s.db, &s.dialect.UpdateTx, s.dialect.ForUpdate, fn)
+}
+
+func (s *Store) run(ctx context.Context, db *sql.DB, opts *sql.TxOptions, forUpdate string, fn func(dbcloud.Tx) error) error {
+	sqlTx, err := db.BeginTx(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("begin %s transaction: %w", s.dialect.Name, err)
+	}
+	// After Commit this is a no-op; on an error or a panic in fn it undoes
+	// everything fn wrote.
+	defer func() { _ = sqlTx.Rollback() }()
+	if err := fn(&tx{ctx: ctx, tx: sqlTx, s: s, forUpdate: forUpdate}); err != nil {
+		return err
+	}
+	if err := sqlTx.Commit(); err != nil {
+		return fmt.Errorf("commit %s transaction: %w", s.dialect.Name, s.formatError(err))
+	}
+	return nil
+}
+
+// Close closes the database pools. It is safe to call more than once.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		var errs []error
+		if s.readDB != s.db {
+			errs = append(errs, s.readDB.Close())
+		}
+		errs = append(errs, s.db.Close())
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+// DB returns the read-write pool, for tests and maintenance tools that need
+// to reach below the Store interface.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// rebind returns query in the dialect's placeholder style.
+func (s *Store) rebind(query string) string {
+	if s.dialect.Placeholder == QuestionMark {
+		return query
+	}
+	if q, ok := s.rebound.Load(query); ok {
+		return q.(string)
+	}
+	q := Rebind(s.dialect.Placeholder, query)
+	s.rebound.Store(query, q)
+	return q
+}
+
+// Rebind rewrites the '?' parameters of query into style p. A '?' inside a
+// single-quoted literal or a double-quoted identifier is left alone.
+func Rebind(p Placeholder, query string) string {
+	if p == QuestionMark || !strings.Contains(query, "?") {
+		return query
+	}
+	var b strings.Builder
+	b.Grow(len(query) + 8)
+	n := 0
+	var quote byte
+	for i := 0; i < len(query); i++ {
+		c := query[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '\'' || c == '"':
+			quote = c
+		case c == '?':
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+// formatError maps driver errors the domain acts on to its sentinels.
+func (s *Store) formatError(err error) error {
+	if err != nil && s.dialect.IsUniqueViolation(err) {
+		return fmt.Errorf("%w (%v)", dbcloud.ErrDuplicate, err)
+	}
+	return err
+}

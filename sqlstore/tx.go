@@ -1,0 +1,186 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"dbcloud"
+)
+
+var _ dbcloud.Tx = (*tx)(nil)
+
+// tx implements dbcloud.Tx. Its methods take no context because the
+// interface has none; they use the context of the View or Update call.
+type tx struct {
+	ctx context.Context
+	tx  *sql.Tx
+	s   *Store
+	// forUpdate ends the queries of finders: the dialect's row lock in
+	// write transactions, "" in read-only ones.
+	forUpdate string
+}
+
+// timeLayout is RFC 3339 in UTC with all nine fractional digits, so that the
+// text order of the indexed time columns is their time order in every
+// database (RFC3339Nano trims zeros, which breaks that).
+const timeLayout = "2006-01-02T15:04:05.000000000Z"
+
+func formatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
+
+func (t *tx) exec(query string, args ...any) (sql.Result, error) {
+	res, err := t.tx.ExecContext(t.ctx, t.s.rebind(query), args...)
+	return res, t.s.formatError(err)
+}
+
+func (t *tx) query(query string, args ...any) (*sql.Rows, error) {
+	return t.tx.QueryContext(t.ctx, t.s.rebind(query), args...)
+}
+
+// insert runs an INSERT ... ON CONFLICT DO NOTHING and reports ErrDuplicate
+// when it inserted nothing. Not raising the unique violation matters on
+// PostgreSQL, where an error aborts the whole transaction: the caller may
+// act on ErrDuplicate (try another port, say) and go on, as on SQLite.
+func (t *tx) insert(query string, args ...any) error {
+	res, err := t.exec(query, args...)
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return dbcloud.ErrDuplicate
+	}
+	return nil
+}
+
+// change runs an UPDATE or DELETE of one row and reports ErrNotFound when
+// it matched none.
+func (t *tx) change(query string, args ...any) error {
+	res, err := t.exec(query, args...)
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return dbcloud.ErrNotFound
+	}
+	return nil
+}
+
+// findDoc decodes the doc column of the single row query returns, or
+// returns ErrNotFound.
+func findDoc[T any](t *tx, query string, args ...any) (*T, error) {
+	rows, err := t.query(query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		return nil, dbcloud.ErrNotFound
+	}
+	var doc sql.RawBytes // valid until Next; decoded at once, so never copied
+	if err := rows.Scan(&doc); err != nil {
+		return nil, err
+	}
+	v, err := decode[T](doc)
+	if err != nil {
+		return nil, err
+	}
+	return v, rows.Close()
+}
+
+// listDocs decodes the doc column of every row query returns. The result is
+// never nil, so that an empty list encodes as [] wherever it ends up.
+func listDocs[T any](t *tx, query string, args ...any) ([]*T, error) {
+	rows, err := t.query(query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []*T{}
+	var doc sql.RawBytes
+	for rows.Next() {
+		if err := rows.Scan(&doc); err != nil {
+			return nil, err
+		}
+		v, err := decode[T](doc)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// encode returns v's doc. It is a string, not []byte, because drivers bind
+// []byte as a BLOB, which a STRICT SQLite TEXT column refuses.
+func encode(v any) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", fmt.Errorf("encode %T: %w", v, err)
+	}
+	return string(b), nil
+}
+
+func decode[T any](doc []byte) (*T, error) {
+	v := new(T)
+	if err := json.Unmarshal(doc, v); err != nil {
+		return nil, fmt.Errorf("decode %T: %w", v, err)
+	}
+	normalize(v)
+	return v, nil
+}
+
+// normalize puts every time of a decoded entity in UTC. JSON keeps only a
+// time's offset, not its Location, so returning UTC is the one way to give
+// back the same value for every input; the domain writes UTC anyway.
+func normalize(v any) {
+	switch v := v.(type) {
+	case *dbcloud.User:
+		utc(&v.Created)
+	case *dbcloud.Project:
+		utc(&v.Created)
+	case *dbcloud.APIKey:
+		utc(&v.Created)
+		utcPtr(v.Revoked)
+	case *dbcloud.Service:
+		utc(&v.Created)
+		if v.Fork != nil {
+			utcPtr(v.Fork.TargetTime)
+		}
+		if v.Metrics != nil {
+			utc(&v.Metrics.Measured)
+		}
+	case *dbcloud.ReadReplicaSet:
+		utc(&v.Created)
+	case *dbcloud.VPC:
+		utc(&v.Created)
+	case *dbcloud.Peering:
+		utc(&v.Created)
+	case *dbcloud.Operation:
+		utc(&v.Created)
+		utc(&v.Updated)
+		utc(&v.LeaseExpires)
+	case *dbcloud.IdempotencyRecord:
+		utc(&v.Created)
+	}
+}
+
+func utc(t *time.Time) { *t = t.UTC() }
+
+func utcPtr(t *time.Time) {
+	if t != nil {
+		utc(t)
+	}
+}

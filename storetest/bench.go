@@ -1,0 +1,77 @@
+package storetest
+
+import (
+	"fmt"
+	"testing"
+
+	"dbcloud"
+)
+
+// benchServices is the size of the project the benchmarks read: the
+// default quota is 100 services, so 1,000 is a generous upper bound.
+const benchServices = 1000
+
+// RunStoreBenchmarks runs every store benchmark as a sub-benchmark.
+func RunStoreBenchmarks(b *testing.B, newDB NewDB) {
+	b.Run("ListServices", func(b *testing.B) { BenchmarkListServices(b, newDB) })
+	b.Run("FindService", func(b *testing.B) { BenchmarkFindService(b, newDB) })
+}
+
+// BenchmarkListServices measures a View that lists a project of 1,000
+// services, the read behind GET /projects/{id}/services.
+func BenchmarkListServices(b *testing.B, newDB NewDB) {
+	s := seedServices(b, newDB)
+	b.ReportAllocs()
+	for b.Loop() {
+		err := s.View(b.Context(), func(tx dbcloud.Tx) error {
+			svcs, err := tx.ListServices("p1")
+			if err == nil && len(svcs) != benchServices {
+				err = fmt.Errorf("listed %d services, want %d", len(svcs), benchServices)
+			}
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkFindService measures a View that finds one service among 1,000,
+// the read behind every request about one service.
+func BenchmarkFindService(b *testing.B, newDB NewDB) {
+	s := seedServices(b, newDB)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		id := serviceID(i % benchServices)
+		i++
+		err := s.View(b.Context(), func(tx dbcloud.Tx) error {
+			_, err := tx.FindService("p1", id)
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func serviceID(i int) string { return fmt.Sprintf("svc%07d", i) }
+
+// seedServices opens a fresh store holding project p1 with benchServices
+// fully populated services.
+func seedServices(b *testing.B, newDB NewDB) dbcloud.Store {
+	b.Helper()
+	s := MustOpen(b, newDB)
+	MustUpdate(b, s, func(tx dbcloud.Tx) error {
+		if err := tx.InsertProject(newProject("p1", at(0))); err != nil {
+			return err
+		}
+		for i := range benchServices {
+			if err := tx.InsertService(NewService("p1", serviceID(i), at(i))); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return s
+}
