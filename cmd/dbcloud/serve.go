@@ -194,12 +194,13 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := m.bootstrap(ctx); err != nil {
-		return err
-	}
 	m.listener, err = net.Listen("tcp", c.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
+	}
+	if err := m.bootstrap(ctx); err != nil {
+		m.listener.Close()
+		return err
 	}
 	h := http.NewHandler(m.cloud, http.Config{
 		RateLimit: c.RateLimit, RateBurst: c.RateBurst,
@@ -324,8 +325,8 @@ func (m *Main) bootstrap(ctx context.Context) error {
 		return err
 	}
 	path := filepath.Join(c.DataDir, "bootstrap.json")
-	host, port, _ := net.SplitHostPort(c.Listen)
-	if host == "" || host == "0.0.0.0" || host == "::" {
+	host, port, _ := net.SplitHostPort(m.listener.Addr().String())
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
 		host = "127.0.0.1"
 	}
 	body, _ := json.MarshalIndent(bootstrapFile{
