@@ -72,6 +72,13 @@ type Tx interface {
 	// ReleasePorts frees every port owner holds.
 	ReleasePorts(owner string) error
 
+	// AcquireLease gives owner the resource until expires, if no other owner
+	// holds an unexpired lease on it; it reports whether owner holds it now.
+	// An owner may renew its own lease the same way.
+	AcquireLease(resourceID, owner string, now, expires time.Time) (bool, error)
+	// ReleaseLease ends owner's lease on the resource, if it holds one.
+	ReleaseLease(resourceID, owner string) error
+
 	InsertIdempotency(r *IdempotencyRecord) error
 	FindIdempotency(credential, key string) (*IdempotencyRecord, error)
 	UpdateIdempotency(r *IdempotencyRecord) error

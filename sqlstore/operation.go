@@ -172,3 +172,29 @@ func (t *tx) DeleteIdempotencyBefore(before time.Time) (int, error) {
 	}
 	return int(n), nil
 }
+
+// AcquireLease takes or renews a lease in one statement, so two processes
+// racing for one resource cannot both win: the row's primary key orders them
+// and the loser's conditional update touches nothing.
+func (t *tx) AcquireLease(resourceID, owner string, now, expires time.Time) (bool, error) {
+	res, err := t.exec(`INSERT INTO leases (resource_id, owner, expires) VALUES (?, ?, ?)
+		ON CONFLICT (resource_id) DO UPDATE SET owner = excluded.owner, expires = excluded.expires
+		WHERE leases.owner = excluded.owner OR leases.expires < ?`,
+		resourceID, owner, formatTime(expires), formatTime(now))
+	if err != nil {
+		return false, fmt.Errorf("acquire lease on %s: %w", resourceID, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("acquire lease on %s: %w", resourceID, err)
+	}
+	return n == 1, nil
+}
+
+// ReleaseLease ends owner's lease; another owner's lease is left alone.
+func (t *tx) ReleaseLease(resourceID, owner string) error {
+	if _, err := t.exec(`DELETE FROM leases WHERE resource_id = ? AND owner = ?`, resourceID, owner); err != nil {
+		return fmt.Errorf("release lease on %s: %w", resourceID, err)
+	}
+	return nil
+}

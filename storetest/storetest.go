@@ -42,6 +42,7 @@ func RunStoreTests(t *testing.T, newDB NewDB) {
 		{"Operation", testOperation},
 		{"Port", testPort},
 		{"Idempotency", testIdempotency},
+		{"Lease", testLease},
 		{"Time", testTime},
 		{"Update", testUpdate},
 		{"View", testView},

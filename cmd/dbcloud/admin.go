@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"dbcloud"
+	"dbcloud/internal/pgbin"
 	"dbcloud/runtime/local"
 )
 
@@ -36,7 +37,7 @@ func (a *adminCommand) open(ctx context.Context) (*dbcloud.Cloud, func() error, 
 	if err != nil {
 		return nil, nil, err
 	}
-	rt := &local.Runtime{BinDir: local.DefaultBinDir(), Host: "127.0.0.1"}
+	rt := &local.Runtime{BinDir: pgbin.Dir(), Host: "127.0.0.1"}
 	c := dbcloud.NewCloud(s, rt, dbcloud.DefaultConfig(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	return c, s.Close, nil
 }

@@ -17,7 +17,8 @@ import (
 
 	"dbcloud"
 	"dbcloud/http"
-	
+
+	"dbcloud/internal/pgbin"
 	"dbcloud/runtime/local"
 	"dbcloud/tlsca"
 )
@@ -50,7 +51,7 @@ func DefaultConfig() Config {
 	h := http.DefaultConfig()
 	return Config{
 		DataDir: "./dbcloud-data", Listen: "127.0.0.1:8443", PublicHost: d.PublicHost,
-		PGBinDir: local.DefaultBinDir(), Regions: strings.Join(d.Regions, ","), Sizes: sizesString(d.Sizes),
+		PGBinDir: pgbin.Dir(), Regions: strings.Join(d.Regions, ","), Sizes: sizesString(d.Sizes),
 		PortMin: d.PortMin, PortMax: d.PortMax, RateLimit: h.RateLimit, RateBurst: h.RateBurst,
 		AdminName: "admin", AdminEmail: "admin@example.com", LogFormat: "json", Quotas: d.Quotas,
 	}

@@ -26,7 +26,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"dbcloud/runtime/local"
+	"dbcloud/internal/pgbin"
 )
 
 // EnvBinDir names the environment variable that overrides BinDir, for hosts
@@ -56,7 +56,7 @@ const (
 // else the highest installed /usr/lib/postgresql/N/bin, else the directory of
 // initdb on $PATH. If nothing is found it returns the 15 path so that the
 // error from Start names a concrete place to look.
-func BinDir() string { return local.DefaultBinDir() }
+func BinDir() string { return pgbin.Dir() }
 
 // Server is a running PostgreSQL started by Start. DSN connects as the
 // superuser "postgres" (trust auth, loopback only) to database "postgres".

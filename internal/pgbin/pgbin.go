@@ -1,4 +1,5 @@
-package local
+// Package pgbin finds the PostgreSQL server binaries.
+package pgbin
 
 import (
 	"os"
@@ -10,10 +11,10 @@ import (
 
 const defaultBinDir = "/usr/lib/postgresql/15/bin"
 
-// DefaultBinDir finds the PostgreSQL server binaries: $DBCLOUD_PG_BIN_DIR
+// Dir finds the PostgreSQL server binaries: $DBCLOUD_PG_BIN_DIR
 // (the --pg-bin-dir flag's variable), Debian's postgresql-15, the newest
 // other version under /usr/lib/postgresql, or initdb's directory on $PATH.
-func DefaultBinDir() string {
+func Dir() string {
 	if dir := os.Getenv("DBCLOUD_PG_BIN_DIR"); dir != "" {
 		return dir
 	}
@@ -47,4 +48,3 @@ func pgVersion(binDir string) float64 {
 	}
 	return v
 }
-

@@ -1,0 +1,62 @@
+package dbcloud
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Provisioner makes desired state real; the engine calls it, never a
+// request handler. Every method is idempotent: the engine may call it again
+// after a crash, a timeout or a lost lease, and it then converges on the
+// same result.
+type Provisioner interface {
+	// EnsureService makes the service's instances match its spec (running or
+	// stopped, size, password, addons) and reports what it observed.
+	EnsureService(ctx context.Context, svc *Service) (*Observation, error)
+	// DeleteService removes every process and file of the service.
+	DeleteService(ctx context.Context, svc *Service) error
+	// CheckService reports health and usage without changing anything.
+	CheckService(ctx context.Context, svc *Service) (*Observation, error)
+}
+
+// Observation is what the runtime saw of a service.
+type Observation struct {
+	// Running is true when the primary accepts connections.
+	Running   bool
+	Instances []Instance
+	Metrics   *Metrics
+	// Reason says what is wrong when the service is not as asked.
+	Reason string
+}
+
+// Capacity is what the runtime can still hold.
+type Capacity interface {
+	// Admit refuses a size the host cannot hold beside the sizes already
+	// reserved, with an error of kind KindUnavailable that says why.
+	Admit(size Size, reserved []Size) error
+}
+
+// TerminalError marks a failure that retrying cannot fix; the engine fails
+// the operation at once instead of backing off.
+type TerminalError struct{ Err error }
+
+func (e *TerminalError) Error() string { return e.Err.Error() }
+func (e *TerminalError) Unwrap() error { return e.Err }
+
+// Terminal wraps err as terminal.
+func Terminal(err error) error { return &TerminalError{Err: err} }
+
+// IsTerminal reports whether err is terminal.
+func IsTerminal(err error) bool {
+	var t *TerminalError
+	return errors.As(err, &t)
+}
+
+// Lease is a claim on a resource: while it holds, no other control-plane
+// process works on that resource.
+type Lease struct {
+	ResourceID string    `json:"resource_id"`
+	Owner      string    `json:"owner"`
+	Expires    time.Time `json:"expires"`
+}
