@@ -83,6 +83,9 @@ type Cloud struct {
 	Logger  *slog.Logger
 	// Now is injected so tests can control time.
 	Now func() time.Time
+	// Notify, when set, is called after a write that may have recorded an
+	// operation, so the engine starts at once instead of at its next poll.
+	Notify func()
 }
 
 // NewCloud returns a Cloud with the given dependencies.
@@ -136,6 +139,11 @@ func (c *Cloud) authorize(ctx context.Context, projectID string) error {
 // update runs fn in a write transaction that holds the project's lock and
 // records the request's idempotency claim with the change it made.
 func (c *Cloud) update(ctx context.Context, projectID string, fn func(tx Tx) error) error {
+	defer func() {
+		if c.Notify != nil {
+			c.Notify()
+		}
+	}()
 	return c.Store.Update(ctx, func(tx Tx) error {
 		if err := tx.LockProject(projectID); err != nil {
 			return err

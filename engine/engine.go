@@ -1,0 +1,256 @@
+// Package engine drives every resource from its observed state to its
+// desired state. It is level-triggered: a pending operation says "look at
+// this resource", and the engine then makes the whole resource match its
+// current spec, whatever happened before (a crash, a lost lease, a retry).
+// Durable rows are the truth; nothing in memory needs to survive a restart.
+package engine
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"dbcloud"
+)
+
+// Engine reconciles resources with pending operations, and watches running
+// services so that a crashed postmaster is noticed and restarted.
+type Engine struct {
+	Store       dbcloud.Store
+	Provisioner dbcloud.Provisioner
+	Logger      *slog.Logger
+	// Owner names this control-plane process in leases. A process that
+	// restarts with the same Owner takes its old leases back at once.
+	Owner string
+	// Workers bounds how many resources are reconciled at once.
+	Workers int
+	// LeaseTTL is how long a lease holds without renewal; it is renewed
+	// every third of it while work goes on.
+	LeaseTTL time.Duration
+	// PollInterval is how often pending work is looked for without a poke.
+	PollInterval time.Duration
+	// HealthInterval is how often running services are checked.
+	HealthInterval time.Duration
+	// MetricsInterval is how often usage is written to the store.
+	MetricsInterval time.Duration
+	// MaxAttempts is how many retryable failures a change may have before
+	// it is failed and the service shown UNSTABLE.
+	MaxAttempts int
+	// Now is injected so tests can control time.
+	Now func() time.Time
+
+	wake   chan struct{}
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	active   map[string]bool      // resources a worker of this process has
+	notBefore map[string]time.Time // backoff per resource
+	measured map[string]time.Time // last metrics write per service
+}
+
+// New returns an engine with the default intervals.
+func New(store dbcloud.Store, p dbcloud.Provisioner, owner string, logger *slog.Logger) *Engine {
+	return &Engine{
+		Store: store, Provisioner: p, Owner: owner, Logger: logger,
+		Workers: 4, LeaseTTL: 15 * time.Second, PollInterval: time.Second,
+		HealthInterval: time.Second, MetricsInterval: 5 * time.Second, MaxAttempts: 8,
+		Now: time.Now,
+	}
+}
+
+// Open starts the engine's loops.
+func (e *Engine) Open() error {
+	if e.Provisioner == nil || e.Store == nil || e.Owner == "" {
+		return errors.New("engine: store, provisioner and owner are required")
+	}
+	e.wake = make(chan struct{}, 1)
+	e.active, e.notBefore, e.measured = map[string]bool{}, map[string]time.Time{}, map[string]time.Time{}
+	ctx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	e.wg.Add(2)
+	go e.dispatchLoop(ctx)
+	go e.healthLoop(ctx)
+	return nil
+}
+
+// Close stops the loops and waits for work in flight to stop. Leases of
+// unfinished work expire, or are taken back by the next start.
+func (e *Engine) Close() error {
+	if e.cancel != nil {
+		e.cancel()
+		e.wg.Wait()
+	}
+	return nil
+}
+
+// Notify tells the engine that new work may be pending. It never blocks.
+func (e *Engine) Notify() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (e *Engine) now() time.Time { return e.Now().UTC() }
+
+func (e *Engine) dispatchLoop(ctx context.Context) {
+	defer e.wg.Done()
+	t := time.NewTicker(e.PollInterval)
+	defer t.Stop()
+	sem := make(chan struct{}, max(1, e.Workers))
+	for {
+		e.dispatch(ctx, sem)
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.wake:
+		case <-t.C:
+		}
+	}
+}
+
+// dispatch starts a worker for each resource with pending operations that
+// no worker of this process has and that is not backing off.
+func (e *Engine) dispatch(ctx context.Context, sem chan struct{}) {
+	var ops []*dbcloud.Operation
+	err := e.Store.View(ctx, func(tx dbcloud.Tx) (err error) {
+		ops, err = tx.ListOperations(dbcloud.OperationFilter{Pending: true})
+		return err
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			e.Logger.Warn("list pending operations", "error", err)
+		}
+		return
+	}
+	seen := map[string]bool{}
+	for _, op := range ops {
+		if seen[op.ResourceID] || kindOf(op.Type) == "" {
+			continue
+		}
+		seen[op.ResourceID] = true
+		e.mu.Lock()
+		busy := e.active[op.ResourceID] || e.now().Before(e.notBefore[op.ResourceID])
+		if !busy {
+			e.active[op.ResourceID] = true
+		}
+		e.mu.Unlock()
+		if busy {
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		e.wg.Add(1)
+		go func(op *dbcloud.Operation) {
+			defer e.wg.Done()
+			defer func() { <-sem }()
+			e.work(ctx, op.ResourceID, kindOf(op.Type), op.ProjectID)
+			e.mu.Lock()
+			delete(e.active, op.ResourceID)
+			e.mu.Unlock()
+			e.Notify() // the resource may have more pending work
+		}(op)
+	}
+}
+
+// kindOf says which reconciler handles an operation type; "" means none in
+// this engine yet, so the operation waits for the component that has one.
+func kindOf(t dbcloud.OperationType) string {
+	switch t {
+	case dbcloud.OpCreateService, dbcloud.OpDeleteService, dbcloud.OpStartService, dbcloud.OpStopService,
+		dbcloud.OpResizeService:
+		return "service"
+	}
+	return ""
+}
+
+// work reconciles one resource while holding its lease.
+func (e *Engine) work(ctx context.Context, resourceID, kind, projectID string) {
+	ctx, release, ok := e.lease(ctx, resourceID)
+	if !ok {
+		return
+	}
+	defer release()
+	var err error
+	switch kind {
+	case "service":
+		err = e.reconcileService(ctx, projectID, resourceID)
+	}
+	if err != nil && ctx.Err() == nil {
+		e.Logger.Warn("reconcile", "resource", resourceID, "error", err)
+	}
+}
+
+// lease takes the resource's lease and keeps renewing it; the returned
+// context ends if the lease is lost, so no two processes act at once.
+func (e *Engine) lease(parent context.Context, resourceID string) (context.Context, func(), bool) {
+	acquire := func(ctx context.Context) (bool, error) {
+		var ok bool
+		err := e.Store.Update(ctx, func(tx dbcloud.Tx) (err error) {
+			now := e.now()
+			ok, err = tx.AcquireLease(resourceID, e.Owner, now, now.Add(e.LeaseTTL))
+			return err
+		})
+		return ok, err
+	}
+	if ok, err := acquire(parent); err != nil || !ok {
+		if err != nil && parent.Err() == nil {
+			e.Logger.Warn("acquire lease", "resource", resourceID, "error", err)
+		}
+		return nil, nil, false
+	}
+	ctx, cancel := context.WithCancel(parent)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(e.LeaseTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if ok, err := acquire(ctx); !ok && ctx.Err() == nil {
+					e.Logger.Error("lease lost; stopping work on the resource", "resource", resourceID, "error", err)
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	release := func() {
+		cancel()
+		<-done
+		// Release with a fresh context: the work's context may be over.
+		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer rcancel()
+		if err := e.Store.Update(rctx, func(tx dbcloud.Tx) error { return tx.ReleaseLease(resourceID, e.Owner) }); err != nil {
+			e.Logger.Warn("release lease", "resource", resourceID, "error", err)
+		}
+	}
+	return ctx, release, true
+}
+
+// backoff delays the next attempt on a resource: capped exponential with
+// jitter, so a failing runtime is not hammered.
+func (e *Engine) backoff(resourceID string, attempts int) time.Duration {
+	d := min(time.Duration(1<<min(attempts, 6))*250*time.Millisecond, 30*time.Second)
+	d = d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+	e.mu.Lock()
+	e.notBefore[resourceID] = e.now().Add(d)
+	e.mu.Unlock()
+	return d
+}
+
+func (e *Engine) clearBackoff(resourceID string) {
+	e.mu.Lock()
+	delete(e.notBefore, resourceID)
+	e.mu.Unlock()
+}

@@ -1,0 +1,318 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"dbcloud"
+	"dbcloud/engine"
+	"dbcloud/sqlite"
+)
+
+// provisioner is a stand-in runtime for engine unit tests: it remembers
+// what it was asked and can fail or block on demand.
+type provisioner struct {
+	mu      sync.Mutex
+	running map[string]bool
+	sizes   map[string]dbcloud.Size
+	ensures map[string]int
+	deleted map[string]bool
+	fail    map[string][]error // errors to return from the next EnsureService calls
+	block   chan struct{}      // when set, EnsureService waits for it
+}
+
+func newProvisioner() *provisioner {
+	return &provisioner{running: map[string]bool{}, sizes: map[string]dbcloud.Size{}, ensures: map[string]int{},
+		deleted: map[string]bool{}, fail: map[string][]error{}}
+}
+
+func (p *provisioner) EnsureService(ctx context.Context, s *dbcloud.Service) (*dbcloud.Observation, error) {
+	p.mu.Lock()
+	block := p.block
+	p.mu.Unlock()
+	if block != nil {
+		select {
+		case <-block:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ensures[s.ID]++
+	if errs := p.fail[s.ID]; len(errs) > 0 {
+		p.fail[s.ID] = errs[1:]
+		return nil, errs[0]
+	}
+	p.running[s.ID] = s.Spec.Running
+	p.sizes[s.ID] = s.Spec.Size
+	return &dbcloud.Observation{Running: s.Spec.Running, Instances: []dbcloud.Instance{{ID: s.ID + "-0", Role: "primary"}}}, nil
+}
+
+func (p *provisioner) count(id string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ensures[id]
+}
+
+func (p *provisioner) wasDeleted(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.deleted[id]
+}
+
+func (p *provisioner) DeleteService(ctx context.Context, s *dbcloud.Service) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.deleted[s.ID] = true
+	delete(p.running, s.ID)
+	return nil
+}
+
+func (p *provisioner) CheckService(ctx context.Context, s *dbcloud.Service) (*dbcloud.Observation, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return &dbcloud.Observation{Running: p.running[s.ID], Metrics: &dbcloud.Metrics{MemoryMB: 18, StorageMB: 40}}, nil
+}
+
+// stubRuntime answers the request-time questions of the domain.
+type stubRuntime struct{}
+
+func (stubRuntime) Extensions() map[string]bool { return nil }
+func (stubRuntime) PortFree(int) bool           { return true }
+func (stubRuntime) SetPassword(context.Context, *dbcloud.Service, string) error {
+	return nil
+}
+func (stubRuntime) Logs(context.Context, *dbcloud.Service, dbcloud.LogQuery) (*dbcloud.LogPage, error) {
+	return &dbcloud.LogPage{}, nil
+}
+
+type fixture struct {
+	store dbcloud.Store
+	cloud *dbcloud.Cloud
+	prov  *provisioner
+	ctx   context.Context // carries the principal
+	pid   string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	c := dbcloud.NewCloud(s, stubRuntime{}, dbcloud.DefaultConfig(), logger)
+	b, err := c.Bootstrap(t.Context(), "admin", "admin@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.Authenticate(t.Context(), b.Key.AccessKey, b.Key.SecretKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{store: s, cloud: c, prov: newProvisioner(), ctx: dbcloud.NewContextWithPrincipal(t.Context(), p), pid: b.Project.ID}
+}
+
+func (f *fixture) engine(t *testing.T, owner string) *engine.Engine {
+	t.Helper()
+	e := engine.New(f.store, f.prov, owner, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	e.PollInterval, e.HealthInterval, e.MetricsInterval = 20*time.Millisecond, 20*time.Millisecond, 20*time.Millisecond
+	e.LeaseTTL = 1500 * time.Millisecond
+	e.MaxAttempts = 3
+	if err := e.Open(); err != nil {
+		t.Fatal(err)
+	}
+	f.cloud.Notify = e.Notify
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// waitFor polls the service until cond holds, or fails after a deadline.
+func (f *fixture) waitFor(t *testing.T, id string, what string, cond func(s *dbcloud.ServiceView, err error) bool) *dbcloud.ServiceView {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v, err := f.cloud.GetService(f.ctx, f.pid, id)
+		if cond(v, err) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			st := "gone"
+			if v != nil {
+				st = string(v.Service.Status) + " " + v.Service.StatusReason
+			}
+			t.Fatalf("service %s: %s not reached; now %s (err %v)", id, what, st, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (f *fixture) waitStatus(t *testing.T, id string, want dbcloud.ServiceStatus) *dbcloud.ServiceView {
+	t.Helper()
+	return f.waitFor(t, id, string(want), func(v *dbcloud.ServiceView, err error) bool {
+		return err == nil && v.Service.Status == want
+	})
+}
+
+func (f *fixture) pending(t *testing.T, id string) []*dbcloud.Operation {
+	t.Helper()
+	var ops []*dbcloud.Operation
+	f.store.View(t.Context(), func(tx dbcloud.Tx) (err error) {
+		ops, err = tx.ListOperations(dbcloud.OperationFilter{ResourceID: id, Pending: true})
+		return err
+	})
+	return ops
+}
+
+func TestEngine_Lifecycle(t *testing.T) {
+	f := newFixture(t)
+	f.engine(t, "a")
+	v, err := f.cloud.CreateService(f.ctx, f.pid, dbcloud.ServiceCreate{Name: "db"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := v.Service.ID
+	got := f.waitStatus(t, id, dbcloud.StatusReady)
+	if got.Service.ObservedGeneration != got.Service.Generation || len(f.pending(t, id)) != 0 {
+		t.Errorf("READY with observed %d of %d and %d pending", got.Service.ObservedGeneration, got.Service.Generation, len(f.pending(t, id)))
+	}
+	if _, err := f.cloud.StopService(f.ctx, f.pid, id); err != nil {
+		t.Fatal(err)
+	}
+	f.waitStatus(t, id, dbcloud.StatusPaused)
+	if _, err := f.cloud.ResizeService(f.ctx, f.pid, id, "2000", "8"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.cloud.StartService(f.ctx, f.pid, id); err != nil {
+		t.Fatal(err)
+	}
+	f.waitStatus(t, id, dbcloud.StatusReady)
+	f.prov.mu.Lock()
+	if size := f.prov.sizes[id]; size.CPUMillis != 2000 || !f.prov.running[id] {
+		t.Errorf("runtime has size %v running %v; want the resize applied at start", size, f.prov.running[id])
+	}
+	f.prov.mu.Unlock()
+	if err := f.cloud.DeleteService(f.ctx, f.pid, id); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor(t, id, "gone", func(_ *dbcloud.ServiceView, err error) bool { return dbcloud.IsNotFound(err) })
+	var ports map[int]string
+	f.store.View(t.Context(), func(tx dbcloud.Tx) (err error) { ports, err = tx.ListPorts(); return err })
+	for p, owner := range ports {
+		if owner == id {
+			t.Errorf("port %d still held by deleted service", p)
+		}
+	}
+	if !f.prov.wasDeleted(id) {
+		t.Error("runtime was not asked to delete")
+	}
+}
+
+func TestEngine_RetryThenSucceed(t *testing.T) {
+	f := newFixture(t)
+	v, _ := f.cloud.CreateService(f.ctx, f.pid, dbcloud.ServiceCreate{Name: "db"})
+	id := v.Service.ID
+	f.prov.fail[id] = []error{errors.New("disk busy"), errors.New("disk busy")}
+	f.engine(t, "a")
+	f.waitStatus(t, id, dbcloud.StatusReady)
+	if n := f.prov.count(id); n != 3 {
+		t.Errorf("%d attempts, want 3", n)
+	}
+}
+
+func TestEngine_TerminalFailure(t *testing.T) {
+	f := newFixture(t)
+	v, _ := f.cloud.CreateService(f.ctx, f.pid, dbcloud.ServiceCreate{Name: "db"})
+	id := v.Service.ID
+	f.prov.fail[id] = []error{dbcloud.Terminal(dbcloud.Errorf(dbcloud.KindUnavailable, "The host has no room for this size."))}
+	f.engine(t, "a")
+	got := f.waitStatus(t, id, dbcloud.StatusUnstable)
+	if got.Service.StatusReason != "The host has no room for this size." {
+		t.Errorf("reason %q", got.Service.StatusReason)
+	}
+	if f.prov.count(id) != 1 || len(f.pending(t, id)) != 0 {
+		t.Errorf("terminal error tried %d times, %d still pending", f.prov.count(id), len(f.pending(t, id)))
+	}
+}
+
+func TestEngine_GivesUpAfterMaxAttempts(t *testing.T) {
+	f := newFixture(t)
+	v, _ := f.cloud.CreateService(f.ctx, f.pid, dbcloud.ServiceCreate{Name: "db"})
+	id := v.Service.ID
+	f.prov.fail[id] = []error{errors.New("x"), errors.New("x"), errors.New("x"), errors.New("x")}
+	f.engine(t, "a")
+	got := f.waitStatus(t, id, dbcloud.StatusUnstable)
+	if got.Service.StatusReason == "" || f.prov.count(id) != 3 {
+		t.Errorf("gave up after %d attempts with reason %q; want 3 and a reason", f.prov.count(id), got.Service.StatusReason)
+	}
+}
+
+func TestEngine_RepairsDeadPrimary(t *testing.T) {
+	f := newFixture(t)
+	f.engine(t, "a")
+	v, _ := f.cloud.CreateService(f.ctx, f.pid, dbcloud.ServiceCreate{Name: "db"})
+	id := v.Service.ID
+	f.waitStatus(t, id, dbcloud.StatusReady)
+	f.waitFor(t, id, "metrics", func(v *dbcloud.ServiceView, err error) bool { return err == nil && v.Service.Metrics != nil })
+	before := f.prov.count(id)
+	f.prov.mu.Lock()
+	f.prov.block = make(chan struct{}) // hold the repair so UNSTABLE is visible
+	f.prov.running[id] = false
+	f.prov.mu.Unlock()
+	f.waitStatus(t, id, dbcloud.StatusUnstable)
+	f.prov.mu.Lock()
+	close(f.prov.block)
+	f.prov.mu.Unlock()
+	f.waitStatus(t, id, dbcloud.StatusReady)
+	if f.prov.count(id) != before+1 {
+		t.Errorf("repair ran %d times, want 1", f.prov.count(id)-before)
+	}
+}
+
+func TestEngine_LeaseHeldElsewhere(t *testing.T) {
+	f := newFixture(t)
+	v, _ := f.cloud.CreateService(f.ctx, f.pid, dbcloud.ServiceCreate{Name: "db"})
+	id := v.Service.ID
+	err := f.store.Update(t.Context(), func(tx dbcloud.Tx) error {
+		_, err := tx.AcquireLease(id, "other-process", time.Now(), time.Now().Add(time.Hour))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.engine(t, "a")
+	time.Sleep(200 * time.Millisecond) // several polls: none may touch the service
+	if n := f.prov.count(id); n != 0 {
+		t.Fatalf("worked on a resource leased by another process (%d calls)", n)
+	}
+	f.store.Update(t.Context(), func(tx dbcloud.Tx) error { return tx.ReleaseLease(id, "other-process") })
+	f.waitStatus(t, id, dbcloud.StatusReady)
+}
+
+// TestEngine_RestartResumes: a process that stops mid-operation leaves it
+// pending; the next process with the same owner finishes it.
+func TestEngine_RestartResumes(t *testing.T) {
+	f := newFixture(t)
+	f.prov.block = make(chan struct{})
+	e1 := f.engine(t, "node-1")
+	v, _ := f.cloud.CreateService(f.ctx, f.pid, dbcloud.ServiceCreate{Name: "db"})
+	id := v.Service.ID
+	f.waitStatus(t, id, dbcloud.StatusConfiguring)
+	e1.Close()
+	if len(f.pending(t, id)) != 1 {
+		t.Fatal("the create is not pending after the engine stopped")
+	}
+	f.prov.mu.Lock()
+	f.prov.block = nil
+	f.prov.mu.Unlock()
+	f.engine(t, "node-1")
+	f.waitStatus(t, id, dbcloud.StatusReady)
+}

@@ -1,0 +1,228 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"dbcloud"
+)
+
+// reconcileService makes one service match its spec. Each step records its
+// progress, so a crash at any point is recovered by reconciling again.
+func (e *Engine) reconcileService(ctx context.Context, projectID, id string) error {
+	svc, err := e.loadService(ctx, projectID, id)
+	if err != nil {
+		return err
+	}
+	if svc == nil {
+		// Gone: whatever was pending for it has nothing left to do.
+		return e.finishOperations(ctx, id, 0, dbcloud.OpSucceeded, "")
+	}
+	if svc.Status == dbcloud.StatusDeleting {
+		return e.deleteService(ctx, svc)
+	}
+	gen := svc.Generation
+	if svc.Status == dbcloud.StatusQueued {
+		// Step 1: provisioning has started.
+		if err := e.updateService(ctx, svc, func(s *dbcloud.Service) bool {
+			if s.Status != dbcloud.StatusQueued {
+				return false
+			}
+			s.Status = dbcloud.StatusConfiguring
+			return true
+		}); err != nil {
+			return err
+		}
+	}
+	start := time.Now()
+	obs, err := e.Provisioner.EnsureService(ctx, svc)
+	if err != nil {
+		return e.failed(ctx, svc, err)
+	}
+	e.clearBackoff(id)
+	// Step 2: what was asked is real; show it, unless more was asked since.
+	err = e.updateService(ctx, svc, func(s *dbcloud.Service) bool {
+		s.ObservedGeneration = max(s.ObservedGeneration, gen)
+		s.Instances = obs.Instances
+		if obs.Metrics != nil {
+			s.Metrics = obs.Metrics
+		}
+		if s.Generation == gen && s.Status != dbcloud.StatusDeleting {
+			s.Status, s.StatusReason = settled(s, obs)
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	e.Logger.Info("service reconciled", "service", id, "generation", gen, "running", obs.Running,
+		"duration_ms", time.Since(start).Milliseconds())
+	return e.finishOperations(ctx, id, gen, dbcloud.OpSucceeded, "")
+}
+
+// settled is the status of a service whose spec is fully real.
+func settled(s *dbcloud.Service, obs *dbcloud.Observation) (dbcloud.ServiceStatus, string) {
+	switch {
+	case !s.Spec.Running:
+		return dbcloud.StatusPaused, ""
+	case obs.Running:
+		return dbcloud.StatusReady, ""
+	}
+	return dbcloud.StatusUnstable, obs.Reason
+}
+
+// failed records a failed attempt: a retryable error backs off and tries
+// again; a terminal one, or too many attempts, fails the operations and
+// shows the service UNSTABLE with the reason.
+func (e *Engine) failed(ctx context.Context, svc *dbcloud.Service, cause error) error {
+	if ctx.Err() != nil {
+		return ctx.Err() // lost the lease or shutting down: not the service's fault
+	}
+	attempts, err := e.countAttempt(ctx, svc.ID, cause)
+	if err != nil {
+		return err
+	}
+	if !dbcloud.IsTerminal(cause) && attempts < e.MaxAttempts {
+		d := e.backoff(svc.ID, attempts)
+		e.Logger.Warn("reconcile failed; retrying", "service", svc.ID, "attempt", attempts, "retry_in", d.String(), "error", cause)
+		return nil
+	}
+	e.clearBackoff(svc.ID)
+	reason := reasonOf(cause)
+	e.Logger.Error("reconcile failed; giving up", "service", svc.ID, "attempts", attempts, "error", cause)
+	if err := e.updateService(ctx, svc, func(s *dbcloud.Service) bool {
+		if s.Status == dbcloud.StatusDeleting {
+			return false
+		}
+		s.Status, s.StatusReason = dbcloud.StatusUnstable, reason
+		return true
+	}); err != nil {
+		return err
+	}
+	return e.finishOperations(ctx, svc.ID, svc.Generation, dbcloud.OpFailed, reason)
+}
+
+// reasonOf is what a client may see of a failure: a domain error's message,
+// or a generic text (details stay in the log).
+func reasonOf(err error) string {
+	var de *dbcloud.Error
+	if errors.As(err, &de) && de.Kind != dbcloud.KindInternal {
+		return de.Message
+	}
+	return "Provisioning failed; the operator's logs have the details."
+}
+
+// countAttempt records an attempt on the oldest pending operation.
+func (e *Engine) countAttempt(ctx context.Context, id string, cause error) (int, error) {
+	attempts := 0
+	err := e.Store.Update(ctx, func(tx dbcloud.Tx) error {
+		ops, err := tx.ListOperations(dbcloud.OperationFilter{ResourceID: id, Pending: true, Limit: 1})
+		if err != nil || len(ops) == 0 {
+			return err
+		}
+		op := ops[0]
+		op.Attempts++
+		op.Error = reasonOf(cause)
+		op.Updated = e.now()
+		attempts = op.Attempts
+		return tx.UpdateOperation(op)
+	})
+	return attempts, err
+}
+
+// deleteService removes the service's processes and files, then its rows.
+func (e *Engine) deleteService(ctx context.Context, svc *dbcloud.Service) error {
+	if err := e.Provisioner.DeleteService(ctx, svc); err != nil {
+		if ctx.Err() == nil {
+			attempts, cerr := e.countAttempt(ctx, svc.ID, err)
+			if cerr != nil {
+				return cerr
+			}
+			e.backoff(svc.ID, attempts)
+		}
+		return fmt.Errorf("delete service %s: %w", svc.ID, err)
+	}
+	e.clearBackoff(svc.ID)
+	err := e.Store.Update(ctx, func(tx dbcloud.Tx) error {
+		if err := tx.DeleteService(svc.ProjectID, svc.ID); err != nil && !dbcloud.IsNotFound(err) {
+			return err
+		}
+		if err := tx.ReleasePorts(svc.ID); err != nil {
+			return err
+		}
+		return finishOperationsTx(tx, svc.ID, 0, dbcloud.OpSucceeded, "", e.now())
+	})
+	if err == nil {
+		e.mu.Lock()
+		delete(e.measured, svc.ID)
+		e.mu.Unlock()
+		e.Logger.Info("service deleted", "service", svc.ID)
+	}
+	return err
+}
+
+func (e *Engine) loadService(ctx context.Context, projectID, id string) (*dbcloud.Service, error) {
+	var svc *dbcloud.Service
+	err := e.Store.View(ctx, func(tx dbcloud.Tx) error {
+		s, err := tx.FindService(projectID, id)
+		if dbcloud.IsNotFound(err) {
+			return nil
+		}
+		svc = s
+		return err
+	})
+	return svc, err
+}
+
+// updateService re-reads the service inside a write transaction and applies
+// fn to the fresh copy, so the engine never overwrites a concurrent request's
+// change with a stale one. fn returns false to leave it unchanged.
+func (e *Engine) updateService(ctx context.Context, svc *dbcloud.Service, fn func(s *dbcloud.Service) bool) error {
+	return e.Store.Update(ctx, func(tx dbcloud.Tx) error {
+		s, err := tx.FindService(svc.ProjectID, svc.ID)
+		if dbcloud.IsNotFound(err) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		before := s.Status
+		if !fn(s) {
+			return nil
+		}
+		if s.Status != before {
+			e.Logger.Info("service status", "service", s.ID, "from", before, "to", s.Status, "reason", s.StatusReason)
+		}
+		*svc = *s
+		return tx.UpdateService(s)
+	})
+}
+
+// finishOperations ends the pending operations of a resource up to
+// generation gen (0: all of them).
+func (e *Engine) finishOperations(ctx context.Context, id string, gen int64, state dbcloud.OperationState, msg string) error {
+	return e.Store.Update(ctx, func(tx dbcloud.Tx) error {
+		return finishOperationsTx(tx, id, gen, state, msg, e.now())
+	})
+}
+
+func finishOperationsTx(tx dbcloud.Tx, id string, gen int64, state dbcloud.OperationState, msg string, now time.Time) error {
+	ops, err := tx.ListOperations(dbcloud.OperationFilter{ResourceID: id, Pending: true})
+	if err != nil {
+		return err
+	}
+	for _, op := range ops {
+		if gen != 0 && op.Generation > gen {
+			continue
+		}
+		op.State, op.Updated = state, now
+		if msg != "" {
+			op.Error = msg
+		}
+		if err := tx.UpdateOperation(op); err != nil {
+			return err
+		}
+	}
+	return nil
+}
