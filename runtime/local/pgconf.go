@@ -1,0 +1,215 @@
+package local
+
+import (
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Names of the files an instance keeps in Dir/conf. They live outside the
+// data directory because pg_basebackup, copies and pg_rewind overwrite
+// everything inside it, including a postgresql.conf with another port.
+const (
+	confFile  = "postgresql.conf"
+	hbaFile   = "pg_hba.conf"
+	identFile = "pg_ident.conf"
+	certFile  = "server.crt"
+	keyFile   = "server.key"
+)
+
+// identMap is the pg_ident.conf map that lets the OS user dbcloud runs as
+// log in as the superuser over the unix socket, so no superuser password
+// exists anywhere.
+const identMap = "dbcloud"
+
+// fixedSettings are the settings dbcloud owns: the log reader, the endpoint
+// and crash handling depend on them, so InstanceSpec.Settings may not
+// change them. Names are lower case, as PostgreSQL compares them.
+var fixedSettings = map[string]bool{
+	"listen_addresses": true, "port": true, "unix_socket_directories": true,
+	"cluster_name": true, "ssl": true, "ssl_cert_file": true, "ssl_key_file": true,
+	"password_encryption": true, "logging_collector": true, "log_destination": true,
+	"log_directory": true, "log_filename": true, "log_rotation_age": true,
+	"log_rotation_size": true, "log_truncate_on_rotation": true, "log_timezone": true,
+	"restart_after_crash": true, "data_directory": true, "config_file": true,
+	"hba_file": true, "ident_file": true, "external_pid_file": true,
+	"include": true, "include_if_exists": true, "include_dir": true,
+}
+
+// defaultSettings are dbcloud's choices that a service size may override.
+// initdb writes the locale and time zone into the data directory's
+// postgresql.conf, which instances never read (config_file points to
+// Dir/conf), so they are restated here. The replication settings are
+// restart-only, so they are on from the start for later standbys and forks.
+var defaultSettings = map[string]string{
+	"wal_level":                  "replica",
+	"max_wal_senders":            "10",
+	"max_replication_slots":      "10",
+	"timezone":                   "UTC",
+	"datestyle":                  "iso, mdy",
+	"lc_messages":                "C",
+	"lc_monetary":                "C",
+	"lc_numeric":                 "C",
+	"lc_time":                    "C",
+	"default_text_search_config": "pg_catalog.english",
+}
+
+// settingName is what PostgreSQL accepts as a parameter name in a
+// configuration file (GUC identifiers, including custom "ext.name" ones).
+var settingName = regexp.MustCompile(`^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$`)
+
+// validateSettings rejects settings that would break the generated file or
+// override a setting dbcloud owns.
+func validateSettings(settings map[string]string) error {
+	seen := map[string]string{}
+	for k := range settings {
+		name := strings.ToLower(k)
+		if !settingName.MatchString(name) {
+			return fmt.Errorf("setting %q is not a valid parameter name", k)
+		}
+		if fixedSettings[name] {
+			return fmt.Errorf("setting %q is managed by dbcloud and cannot be set", k)
+		}
+		if other, dup := seen[name]; dup {
+			return fmt.Errorf("settings %q and %q name the same parameter", other, k)
+		}
+		seen[name] = k
+	}
+	return nil
+}
+
+// RenderConfig returns the contents of an instance's postgresql.conf,
+// pg_hba.conf and pg_ident.conf. It is a pure function of the spec (and of
+// the OS user this process runs as, which the ident map names), so equal
+// specs give byte-equal files and a changed file means a changed spec.
+// Settings that fail validateSettings are left out; Prepare and Reload
+// report them as errors before rendering.
+func RenderConfig(s InstanceSpec) (postgresqlConf, hbaConf, identConf string) {
+	return renderConfig(s, currentOSUser())
+}
+
+func renderConfig(s InstanceSpec, osUser string) (postgresqlConf, hbaConf, identConf string) {
+	conf := filepath.Join(s.Dir, "conf")
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Written by dbcloud for instance %s; rewritten on every change, do not edit.\n", s.ID)
+	b.WriteString("\n# Connections\n")
+	writeSetting(&b, "listen_addresses", quoteValue(s.ListenAddr))
+	writeSetting(&b, "port", strconv.Itoa(s.Port))
+	writeSetting(&b, "unix_socket_directories", quoteValue(filepath.Join(s.Dir, "run")))
+	writeSetting(&b, "cluster_name", quoteValue(s.ID))
+	writeSetting(&b, "ssl", "on")
+	writeSetting(&b, "ssl_cert_file", quoteValue(filepath.Join(conf, certFile)))
+	writeSetting(&b, "ssl_key_file", quoteValue(filepath.Join(conf, keyFile)))
+	writeSetting(&b, "password_encryption", quoteValue("scram-sha-256"))
+	b.WriteString("\n# Logs: JSON lines outside the data directory, read by dbcloud\n")
+	writeSetting(&b, "logging_collector", "on")
+	writeSetting(&b, "log_destination", quoteValue("jsonlog"))
+	writeSetting(&b, "log_directory", quoteValue(filepath.Join(s.Dir, "log")))
+	writeSetting(&b, "log_filename", quoteValue("postgresql-%Y-%m-%d_%H%M%S.log"))
+	writeSetting(&b, "log_rotation_age", "60")
+	writeSetting(&b, "log_rotation_size", quoteValue("100MB"))
+	writeSetting(&b, "log_truncate_on_rotation", "off")
+	writeSetting(&b, "log_timezone", quoteValue("UTC"))
+	b.WriteString("\n# The control plane decides what happens after a crash\n")
+	writeSetting(&b, "restart_after_crash", "off")
+
+	settings := map[string]string{}
+	for k, v := range s.Settings {
+		name := strings.ToLower(k)
+		if settingName.MatchString(name) && !fixedSettings[name] {
+			settings[name] = v
+		}
+	}
+	b.WriteString("\n# Defaults\n")
+	for _, name := range sortedKeys(defaultSettings) {
+		if _, overridden := settings[name]; !overridden {
+			writeSetting(&b, name, quoteValue(defaultSettings[name]))
+		}
+	}
+	if len(settings) > 0 {
+		b.WriteString("\n# Service size\n")
+		for _, name := range sortedKeys(settings) {
+			writeSetting(&b, name, quoteValue(settings[name]))
+		}
+	}
+	return b.String(), renderHBA(), renderIdent(osUser)
+}
+
+// renderHBA allows the superuser only over the unix socket, by peer
+// identity, and everyone else only over TLS with SCRAM; plain TCP is
+// rejected by an explicit line so the client is told why.
+func renderHBA() string {
+	return `# Written by dbcloud; rewritten on every change, do not edit.
+# TYPE  DATABASE     USER      ADDRESS       METHOD
+local   all          postgres                peer map=` + identMap + `
+local   all          all                     reject
+hostssl all          all       0.0.0.0/0     scram-sha-256
+hostssl all          all       ::/0          scram-sha-256
+hostssl replication  all       127.0.0.1/32  scram-sha-256
+host    all          all       0.0.0.0/0     reject
+host    all          all       ::/0          reject
+`
+}
+
+// renderIdent maps the OS user dbcloud runs as (root on a server) and the
+// OS user PostgreSQL runs as (for an operator's psql) to the superuser.
+func renderIdent(osUser string) string {
+	var b strings.Builder
+	b.WriteString("# Written by dbcloud; rewritten on every change, do not edit.\n")
+	b.WriteString("# MAPNAME  SYSTEM-USERNAME  PG-USERNAME\n")
+	fmt.Fprintf(&b, "%s    %s  postgres\n", identMap, identToken(osUser))
+	if osUser != pgOSUser {
+		fmt.Fprintf(&b, "%s    %s  postgres\n", identMap, pgOSUser)
+	}
+	return b.String()
+}
+
+// identToken quotes a user name that pg_ident.conf would otherwise split or
+// read as a regular expression (names starting with a slash).
+func identToken(name string) string {
+	if name != "" && !strings.ContainsAny(name, " \t\"#,/") {
+		return name
+	}
+	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
+}
+
+func writeSetting(b *strings.Builder, name, value string) {
+	fmt.Fprintf(b, "%s = %s\n", name, value)
+}
+
+// quoteValue makes a postgresql.conf string literal. Quoting every value is
+// always valid (PostgreSQL parses numbers and booleans from strings), and
+// the file lexer treats backslash as an escape, so it is doubled; a newline
+// cannot appear raw inside a literal and is written as \n.
+func quoteValue(v string) string {
+	v = strings.ReplaceAll(v, `\`, `\\`)
+	v = strings.ReplaceAll(v, `'`, `''`)
+	v = strings.ReplaceAll(v, "\n", `\n`)
+	return "'" + v + "'"
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+var osUserName = sync.OnceValue(func() string {
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return strconv.Itoa(os.Geteuid())
+})
+
+// currentOSUser names the OS user this process runs as, which peer
+// authentication sees on the unix socket.
+func currentOSUser() string { return osUserName() }

@@ -1,0 +1,161 @@
+package local
+
+import (
+	"strings"
+	"testing"
+)
+
+func goldenSpec() InstanceSpec {
+	return InstanceSpec{
+		ID:         "svc-0",
+		Dir:        "/srv/dbcloud/svc-0",
+		ListenAddr: "127.0.0.1",
+		Port:       5433,
+		Settings: map[string]string{
+			"work_mem":        "4MB",
+			"Shared_Buffers":  "128MB",
+			"search_path":     `"$user", public`,
+			"dbcloud.note":    `it's a\test`,
+			"max_wal_senders": "5", // a default a size may override
+		},
+	}
+}
+
+const goldenConf = `# Written by dbcloud for instance svc-0; rewritten on every change, do not edit.
+
+# Connections
+listen_addresses = '127.0.0.1'
+port = 5433
+unix_socket_directories = '/srv/dbcloud/svc-0/run'
+cluster_name = 'svc-0'
+ssl = on
+ssl_cert_file = '/srv/dbcloud/svc-0/conf/server.crt'
+ssl_key_file = '/srv/dbcloud/svc-0/conf/server.key'
+password_encryption = 'scram-sha-256'
+
+# Logs: JSON lines outside the data directory, read by dbcloud
+logging_collector = on
+log_destination = 'jsonlog'
+log_directory = '/srv/dbcloud/svc-0/log'
+log_filename = 'postgresql-%Y-%m-%d_%H%M%S.log'
+log_rotation_age = 60
+log_rotation_size = '100MB'
+log_truncate_on_rotation = off
+log_timezone = 'UTC'
+
+# The control plane decides what happens after a crash
+restart_after_crash = off
+
+# Defaults
+datestyle = 'iso, mdy'
+default_text_search_config = 'pg_catalog.english'
+lc_messages = 'C'
+lc_monetary = 'C'
+lc_numeric = 'C'
+lc_time = 'C'
+max_replication_slots = '10'
+timezone = 'UTC'
+wal_level = 'replica'
+
+# Service size
+dbcloud.note = 'it''s a\\test'
+max_wal_senders = '5'
+search_path = '"$user", public'
+shared_buffers = '128MB'
+work_mem = '4MB'
+`
+
+const goldenHBA = `# Written by dbcloud; rewritten on every change, do not edit.
+# TYPE  DATABASE     USER      ADDRESS       METHOD
+local   all          postgres                peer map=dbcloud
+local   all          all                     reject
+hostssl all          all       0.0.0.0/0     scram-sha-256
+hostssl all          all       ::/0          scram-sha-256
+hostssl replication  all       127.0.0.1/32  scram-sha-256
+host    all          all       0.0.0.0/0     reject
+host    all          all       ::/0          reject
+`
+
+const goldenIdent = `# Written by dbcloud; rewritten on every change, do not edit.
+# MAPNAME  SYSTEM-USERNAME  PG-USERNAME
+dbcloud    root  postgres
+dbcloud    postgres  postgres
+`
+
+func TestRenderConfig(t *testing.T) {
+	t.Run("Golden", func(t *testing.T) {
+		conf, hba, ident := renderConfig(goldenSpec(), "root")
+		for _, c := range []struct{ name, got, want string }{
+			{"postgresql.conf", conf, goldenConf},
+			{"pg_hba.conf", hba, goldenHBA},
+			{"pg_ident.conf", ident, goldenIdent},
+		} {
+			if c.got != c.want {
+				t.Errorf("%s:\n got:\n%s\nwant:\n%s", c.name, c.got, c.want)
+			}
+		}
+	})
+	t.Run("Deterministic", func(t *testing.T) {
+		a, _, _ := renderConfig(goldenSpec(), "root")
+		for range 20 {
+			if b, _, _ := renderConfig(goldenSpec(), "root"); b != a {
+				t.Fatal("two renders of one spec differ")
+			}
+		}
+	})
+	t.Run("FixedSettingsNotOverridden", func(t *testing.T) {
+		s := goldenSpec()
+		s.Settings = map[string]string{"port": "1", "SSL": "off", "bad name": "x"}
+		conf, _, _ := renderConfig(s, "root")
+		if strings.Count(conf, "\nport = ") != 1 || !strings.Contains(conf, "\nport = 5433\n") ||
+			strings.Contains(conf, "ssl = 'off'") || strings.Contains(conf, "bad name") {
+			t.Errorf("fixed settings overridden or invalid name rendered:\n%s", conf)
+		}
+	})
+	t.Run("IdentForPostgresUser", func(t *testing.T) {
+		_, _, ident := renderConfig(goldenSpec(), "postgres")
+		if strings.Count(ident, "dbcloud ") != 1 || !strings.Contains(ident, "dbcloud    postgres  postgres\n") {
+			t.Errorf("ident for OS user postgres:\n%s", ident)
+		}
+		_, _, ident = renderConfig(goldenSpec(), "/evil")
+		if !strings.Contains(ident, `"/evil"`) {
+			t.Errorf("a user name starting with / must be quoted (else it is a regexp):\n%s", ident)
+		}
+	})
+}
+
+func TestQuoteValue(t *testing.T) {
+	for in, want := range map[string]string{
+		"128MB":       `'128MB'`,
+		"":            `''`,
+		"it's":        `'it''s'`,
+		`C:\dir`:      `'C:\\dir'`,
+		"two\nlines":  `'two\nlines'`,
+		`"$user", pg`: `'"$user", pg'`,
+	} {
+		if got := quoteValue(in); got != want {
+			t.Errorf("quoteValue(%q): got %s, want %s", in, got, want)
+		}
+	}
+}
+
+func TestValidateSettings(t *testing.T) {
+	for _, c := range []struct {
+		settings map[string]string
+		ok       bool
+	}{
+		{map[string]string{"shared_buffers": "1GB", "work_mem": "4MB"}, true},
+		{map[string]string{"timescaledb.max_background_workers": "8"}, true},
+		{map[string]string{"max_wal_senders": "20"}, true},
+		{map[string]string{"port": "5432"}, false},
+		{map[string]string{"Log_Directory": "/tmp"}, false},
+		{map[string]string{"include": "/etc/passwd"}, false},
+		{map[string]string{"work_mem = 1\nport": "1"}, false},
+		{map[string]string{"work_mem": "1MB", "WORK_MEM": "2MB"}, false},
+		{map[string]string{"": "x"}, false},
+	} {
+		if err := validateSettings(c.settings); (err == nil) != c.ok {
+			t.Errorf("validateSettings(%v): got %v, want ok=%v", c.settings, err, c.ok)
+		}
+	}
+}

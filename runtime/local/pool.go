@@ -1,0 +1,359 @@
+package local
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Pool entries are directories in PoolDir. A cluster is prepared in
+// ".tmp-<random>" and renamed to "ready-<random>" only when complete, so a
+// crash mid-way leaves a ".tmp-" entry that Open removes, never a broken
+// "ready-" one. Each entry holds pgdata (the cluster, taken by renaming it
+// to an instance's Dir/pgdata) plus the socket, config and log of its one
+// preparation run.
+const (
+	poolTmpPrefix   = ".tmp-"
+	poolReadyPrefix = "ready-"
+)
+
+const (
+	// poolRecheck is how often the refill loop looks at the pool without
+	// being woken, to notice entries removed behind its back.
+	poolRecheck = 30 * time.Second
+	// poolBackoffMin and poolBackoffMax bound the wait after a failed
+	// preparation (disk full, broken binaries); failures are logged at
+	// most once per wait, so a persistent one logs about once a minute.
+	poolBackoffMin = time.Second
+	poolBackoffMax = time.Minute
+	// prepareStopTimeout bounds the fast shutdown of a preparation run.
+	prepareStopTimeout = 30 * time.Second
+	// poolRefillDelay postpones a refill after a take: initdb keeps a core
+	// busy for half a second, and the instance that took the cluster is
+	// starting and logging in its application right then.
+	poolRefillDelay = 500 * time.Millisecond
+)
+
+// Open removes half-made pool entries left by a crash and starts the
+// background loop that keeps PoolSize prepared clusters in PoolDir. The loop
+// runs until Close, not until ctx ends.
+func (m *Manager) Open(ctx context.Context) error {
+	if err := os.MkdirAll(m.PoolDir, 0o755); err != nil {
+		return fmt.Errorf("open pool %s: %w", m.PoolDir, err)
+	}
+	if err := m.checkTraversable(m.PoolDir); err != nil {
+		return fmt.Errorf("open pool %s: %w", m.PoolDir, err)
+	}
+	if err := m.cleanPool(); err != nil {
+		return fmt.Errorf("open pool %s: %w", m.PoolDir, err)
+	}
+	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	m.mu.Lock()
+	if m.cancel != nil {
+		m.mu.Unlock()
+		cancel()
+		return errors.New("open pool: already open")
+	}
+	m.cancel = cancel
+	m.mu.Unlock()
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.refillLoop(loopCtx)
+	}()
+	return nil
+}
+
+// Close stops the refill loop, abandoning (and removing) a cluster being
+// prepared. Running instances are left alone: they outlive the control
+// plane.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	cancel := m.cancel
+	m.cancel = nil
+	m.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	m.wg.Wait()
+	return nil
+}
+
+// cleanPool removes entries that are not usable: preparations cut short
+// by a crash, and ready entries whose cluster was taken but which were not
+// yet removed when the crash came.
+func (m *Manager) cleanPool() error {
+	entries, err := os.ReadDir(m.PoolDir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		stale := strings.HasPrefix(name, poolTmpPrefix)
+		if strings.HasPrefix(name, poolReadyPrefix) {
+			_, err := os.Stat(filepath.Join(m.PoolDir, name, "pgdata", "PG_VERSION"))
+			stale = err != nil
+		}
+		if stale {
+			m.Logger.Info("removing unusable pool entry", "entry", name)
+			if err := removeWorkDir(filepath.Join(m.PoolDir, name)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// readyEntries lists the complete pool entries, oldest name first.
+func (m *Manager) readyEntries() []string {
+	entries, _ := os.ReadDir(m.PoolDir)
+	var ready []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), poolReadyPrefix) && e.IsDir() {
+			ready = append(ready, e.Name())
+		}
+	}
+	sort.Strings(ready)
+	return ready
+}
+
+func (m *Manager) kickRefill() {
+	select {
+	case m.refill <- struct{}{}:
+	default:
+	}
+}
+
+// refillLoop prepares clusters one at a time until the pool is full, then
+// sleeps until a take wakes it (or poolRecheck passes).
+func (m *Manager) refillLoop(ctx context.Context) {
+	backoff := poolBackoffMin
+	for {
+		if len(m.readyEntries()) < m.PoolSize {
+			err := m.addToPool(ctx)
+			if err == nil {
+				backoff = poolBackoffMin
+				continue
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			m.Logger.Error("prepare pool cluster", "error", err, "retry_in", backoff.String())
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, poolBackoffMax)
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.refill:
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(poolRefillDelay):
+			}
+		case <-time.After(poolRecheck):
+		}
+	}
+}
+
+// addToPool prepares one cluster in a .tmp- entry and publishes it.
+func (m *Manager) addToPool(ctx context.Context) (err error) {
+	begin := time.Now()
+	name := randomName()
+	work := filepath.Join(m.PoolDir, poolTmpPrefix+name)
+	defer func() {
+		if err != nil {
+			_ = removeWorkDir(work)
+		}
+	}()
+	if err := m.prepareCluster(ctx, work); err != nil {
+		return err
+	}
+	if err := os.Rename(work, filepath.Join(m.PoolDir, poolReadyPrefix+name)); err != nil {
+		return err
+	}
+	if err := syncDir(m.PoolDir); err != nil {
+		return err
+	}
+	m.Logger.Info("pool cluster prepared", "entry", poolReadyPrefix+name, "ms", time.Since(begin).Milliseconds())
+	return nil
+}
+
+func randomName() string {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// takeFromPool renames a prepared cluster to pgdata. It reports false when
+// the pool is empty, or on another filesystem (rename cannot cross), so the
+// caller prepares one inline.
+func (m *Manager) takeFromPool(pgdata string) (bool, error) {
+	for _, name := range m.readyEntries() {
+		entry := filepath.Join(m.PoolDir, name)
+		err := os.Rename(filepath.Join(entry, "pgdata"), pgdata)
+		switch {
+		case err == nil:
+			if err := syncDir(filepath.Dir(pgdata)); err != nil {
+				return true, err
+			}
+			if err := os.RemoveAll(entry); err != nil {
+				m.Logger.Warn("remove taken pool entry", "entry", name, "error", err)
+			}
+			m.kickRefill()
+			return true, nil
+		case errors.Is(err, fs.ErrNotExist):
+			continue // taken concurrently
+		case errors.Is(err, syscall.EXDEV):
+			m.exdevWarn.Do(func() {
+				m.Logger.Warn("pool dir is on another filesystem than the instances; preparing clusters inline",
+					"pool_dir", m.PoolDir, "instance_dir", filepath.Dir(pgdata))
+			})
+			return false, nil
+		default:
+			return false, fmt.Errorf("take pool entry %s: %w", name, err)
+		}
+	}
+	m.kickRefill()
+	return false, nil
+}
+
+// prepareCluster makes work/pgdata a stopped, synced cluster with the
+// tsdbadmin role (no password yet) and the tsdb database: initdb without
+// fsync (each cluster gets its own system identifier), one start on a
+// unix socket only, the SQL, a fast shutdown, and one syncfs instead of
+// initdb's per-file fsyncs.
+func (m *Manager) prepareCluster(ctx context.Context, work string) error {
+	if err := os.Mkdir(work, 0o755); err != nil {
+		return err
+	}
+	pgdata := filepath.Join(work, "pgdata")
+	// A throwaway spec gives the preparation run the same peer mapping as
+	// the instance will have.
+	s := InstanceSpec{ID: "pool", Dir: work, Port: 5432}
+	for _, dir := range []string{pgdata, s.runDir(), s.confDir()} {
+		if err := m.makeServerDir(dir); err != nil {
+			return err
+		}
+	}
+	_, hba, ident := RenderConfig(s)
+	for name, data := range map[string]string{hbaFile: hba, identFile: ident} {
+		if err := m.writeFileAtomic(s.confPath(name), []byte(data), 0o600); err != nil {
+			return err
+		}
+	}
+
+	initdb := exec.CommandContext(ctx, filepath.Join(m.BinDir, "initdb"),
+		"-D", pgdata, "-N", "-U", "postgres", "-A", "peer", "--auth-host=scram-sha-256",
+		"-E", "UTF8", "--locale=C")
+	initdb.Dir = work
+	initdb.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C"}
+	// Own process group, killed as a whole on cancel: initdb runs its
+	// bootstrap backend through popen, and killing initdb alone would leave
+	// that backend writing into a directory being removed.
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: m.cred, Setpgid: true}
+	initdb.Cancel = func() error { return syscall.Kill(-initdb.Process.Pid, syscall.SIGKILL) }
+	if out, err := initdb.CombinedOutput(); err != nil {
+		if initdb.Process != nil {
+			_ = syscall.Kill(-initdb.Process.Pid, syscall.SIGKILL)
+		}
+		return fmt.Errorf("initdb %s: %w: %s", pgdata, err, strings.TrimSpace(string(out)))
+	}
+
+	logPath := filepath.Join(work, "prepare.log")
+	c, logStart, err := m.spawnPostmaster(work, logPath, []string{"-D", pgdata,
+		"-c", "listen_addresses=",
+		"-c", "port=5432",
+		"-c", "unix_socket_directories=" + s.runDir(),
+		"-c", "hba_file=" + s.confPath(hbaFile),
+		"-c", "ident_file=" + s.confPath(identFile),
+		"-c", "logging_collector=off",
+		"-c", "fsync=off", // synced once below
+		"-c", "shared_buffers=16MB",
+		"-c", "max_connections=10",
+		"-c", "cluster_name=dbcloud-pool",
+	}, nil)
+	if err != nil {
+		return err
+	}
+	// Stopped whatever happens below, even when ctx is cancelled.
+	stopErr := func() error {
+		_ = syscall.Kill(c.pid, syscall.SIGINT)
+		if waitExit(context.Background(), c.pid, c, prepareStopTimeout) {
+			return c.err
+		}
+		_ = syscall.Kill(c.pid, syscall.SIGKILL)
+		<-c.exited
+		return fmt.Errorf("preparation postmaster %d did not stop within %v", c.pid, prepareStopTimeout)
+	}
+	if err := m.waitReady(ctx, s, c.pid, c); err != nil {
+		_ = stopErr()
+		return fmt.Errorf("%w%s", err, logTail(logPath, logStart))
+	}
+	if err := m.Exec(ctx, s, "postgres", "CREATE ROLE tsdbadmin LOGIN CREATEDB CREATEROLE"); err != nil {
+		_ = stopErr()
+		return err
+	}
+	if err := m.Exec(ctx, s, "postgres", "CREATE DATABASE tsdb OWNER tsdbadmin"); err != nil {
+		_ = stopErr()
+		return err
+	}
+	if err := stopErr(); err != nil {
+		return fmt.Errorf("stop preparation postmaster: %w%s", err, logTail(logPath, logStart))
+	}
+	return syncfs(work)
+}
+
+// removeWorkDir removes a preparation directory, first killing any server
+// still running in it: a crash of dbcloud while a preparation postmaster (or
+// initdb's bootstrap backend) ran leaves that process alive, in its own
+// session, writing into the directory.
+func removeWorkDir(dir string) error {
+	pgdata := filepath.Join(dir, "pgdata")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(pollInterval) {
+		pids := serverProcesses(pgdata)
+		if len(pids) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("remove %s: processes %v survive SIGKILL", dir, pids)
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	return os.RemoveAll(dir)
+}
+
+// syncfs flushes the whole filesystem holding dir: one call instead of an
+// fsync per file of a fresh cluster (about a thousand).
+func syncfs(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return fmt.Errorf("syncfs %s: %w", dir, err)
+	}
+	return nil
+}
