@@ -201,6 +201,9 @@ func (c *Cloud) insertService(ctx context.Context, svc *Service, op OperationTyp
 		if len(existing) >= c.Config.Quotas.Services {
 			return quotaError("The project already has %d services; the limit is %d.", len(existing), c.Config.Quotas.Services)
 		}
+		if err := c.admit(tx, svc.Spec.Size); err != nil {
+			return err
+		}
 		svc.Created = c.now()
 		svc.Generation = 1
 		svc.Status = StatusQueued
@@ -213,6 +216,30 @@ func (c *Cloud) insertService(ctx context.Context, svc *Service, op OperationTyp
 		claim(ctx, "service", svc.ID)
 		return c.insertOperation(tx, svc.ProjectID, svc.ID, op, svc.Generation)
 	})
+}
+
+// admit asks the runtime, when it can tell, whether the host can hold one
+// more service of this size beside every service it already has.
+func (c *Cloud) admit(tx Tx, size Size) error {
+	capacity, ok := c.Runtime.(Capacity)
+	if !ok {
+		return nil
+	}
+	projects, err := tx.ListProjects()
+	if err != nil {
+		return err
+	}
+	var reserved []Size
+	for _, p := range projects {
+		svcs, err := tx.ListServices(p.ID)
+		if err != nil {
+			return err
+		}
+		for _, s := range svcs {
+			reserved = append(reserved, s.Spec.Size)
+		}
+	}
+	return capacity.Admit(size, reserved)
 }
 
 func (c *Cloud) parseAddons(names []string) ([]Addon, error) {

@@ -165,7 +165,7 @@ func (e *Engine) dispatch(ctx context.Context, sem chan struct{}) {
 func kindOf(t dbcloud.OperationType) string {
 	switch t {
 	case dbcloud.OpCreateService, dbcloud.OpDeleteService, dbcloud.OpStartService, dbcloud.OpStopService,
-		dbcloud.OpResizeService:
+		dbcloud.OpResizeService, dbcloud.OpSetHA, dbcloud.OpSetPooler, dbcloud.OpAttachVPC, dbcloud.OpDetachVPC:
 		return "service"
 	}
 	return ""

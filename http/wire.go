@@ -89,6 +89,7 @@ type serviceJSON struct {
 	ServiceID        string            `json:"service_id"`
 	ServiceType      string            `json:"service_type"`
 	Status           string            `json:"status"`
+	StatusReason     string            `json:"status_reason,omitempty"`
 	ConnectionPooler *poolerJSON       `json:"connection_pooler,omitempty"`
 	Endpoint         *endpointJSON     `json:"endpoint,omitempty"`
 	ForkedFrom       *forkedFromJSON   `json:"forked_from,omitempty"`
@@ -290,7 +291,7 @@ func toService(v *dbcloud.ServiceView) *serviceJSON {
 	s := v.Service
 	out := &serviceJSON{
 		Created: s.Created, Name: s.Name, ProjectID: s.ProjectID, RegionCode: s.Region,
-		ServiceID: s.ID, ServiceType: string(s.Type), Status: string(s.Status),
+		ServiceID: s.ID, ServiceType: string(s.Type), Status: string(s.Status), StatusReason: s.StatusReason,
 		Endpoint:        toEndpoint(s.Endpoint),
 		InitialPassword: v.InitialPassword,
 		Metadata:        &metadataJSON{Environment: string(s.Spec.Environment)},

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"runtime"
 	"strings"
 
@@ -63,6 +64,13 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") || strings.ContainsAny(path, "?#") {
 		return nil, fmt.Errorf("open sqlite store: path %q must be a plain file name", path)
 	}
+	// The store holds key hashes and password verifiers: only its owner may
+	// read it. SQLite gives the -wal and -shm files the same mode.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite store: %w", err)
+	}
+	f.Close()
 	write, err := sql.Open("sqlite", path+fmt.Sprintf(
 		"?_busy_timeout=%d&_journal_mode=WAL&_synchronous=NORMAL&_foreign_keys=1&_txlock=immediate", busyTimeoutMS))
 	if err != nil {

@@ -1,6 +1,7 @@
 package sqlite_test
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -80,3 +81,21 @@ func TestOpen(t *testing.T) {
 func BenchmarkListServices(b *testing.B) { storetest.BenchmarkListServices(b, newDB) }
 
 func BenchmarkFindService(b *testing.B) { storetest.BenchmarkFindService(b, newDB) }
+
+func TestOpen_PrivateFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db")
+	s, err := sqlite.Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, p := range []string{path, path + "-wal"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s has mode %v, want 0600: it holds key hashes and verifiers", p, fi.Mode().Perm())
+		}
+	}
+}

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"dbcloud"
-	"dbcloud/internal/pgbin"
-	"dbcloud/runtime/local"
 )
 
 // adminCommand holds what every admin subcommand takes.
@@ -37,8 +35,8 @@ func (a *adminCommand) open(ctx context.Context) (*dbcloud.Cloud, func() error, 
 	if err != nil {
 		return nil, nil, err
 	}
-	rt := &local.Runtime{BinDir: pgbin.Dir(), Host: "127.0.0.1"}
-	c := dbcloud.NewCloud(s, rt, dbcloud.DefaultConfig(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	// Admin work is projects and keys only: no runtime is involved.
+	c := dbcloud.NewCloud(s, nil, dbcloud.DefaultConfig(), slog.New(slog.DiscardHandler))
 	return c, s.Close, nil
 }
 

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"dbcloud"
+	"dbcloud/engine"
 	"dbcloud/http"
 
 	"dbcloud/internal/pgbin"
@@ -42,6 +45,10 @@ type Config struct {
 	AdminEmail string
 	LogFormat  string
 	Quotas     dbcloud.Quotas
+	PoolSize   int
+	Overcommit float64
+	NodeID     string
+	RuntimeDir string
 }
 
 // DefaultConfig returns the embedded defaults: SQLite and PostgreSQL
@@ -54,6 +61,7 @@ func DefaultConfig() Config {
 		PGBinDir: pgbin.Dir(), Regions: strings.Join(d.Regions, ","), Sizes: sizesString(d.Sizes),
 		PortMin: d.PortMin, PortMax: d.PortMax, RateLimit: h.RateLimit, RateBurst: h.RateBurst,
 		AdminName: "admin", AdminEmail: "admin@example.com", LogFormat: "json", Quotas: d.Quotas,
+		PoolSize: 2, Overcommit: 4,
 	}
 }
 
@@ -75,6 +83,9 @@ type Main struct {
 	cloud    *dbcloud.Cloud
 	server   *stdhttp.Server
 	listener net.Listener
+	runtime  *local.Runtime
+	engine   *engine.Engine
+	ca       *tlsca.CA
 	cancel   context.CancelFunc
 	done     chan struct{}
 	// CAFile is the CA clients must trust; empty with --tls-cert.
@@ -106,9 +117,18 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&c.AdminName, "admin-name", c.AdminName, "name of the admin user created with the store")
 	fs.StringVar(&c.AdminEmail, "admin-email", c.AdminEmail, "e-mail of the admin user created with the store")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: json or text")
+	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "prepared PostgreSQL clusters kept ready for creates")
+	fs.Float64Var(&c.Overcommit, "overcommit", c.Overcommit, "how many times the host's memory all service sizes may add up to")
+	fs.StringVar(&c.RuntimeDir, "runtime-dir", c.RuntimeDir, "where service instances live (default DATA_DIR/runtime, or /var/lib/dbcloud/HASH when PostgreSQL's OS user cannot reach DATA_DIR)")
+	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this process's name in leases (default HOSTNAME:DATA_DIR; keep it stable across restarts)")
 	quotaFlags(fs, &c.Quotas)
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if c.NodeID == "" {
+		host, _ := os.Hostname()
+		abs, _ := filepath.Abs(c.DataDir)
+		c.NodeID = host + ":" + abs
 	}
 	return c.validate()
 }
@@ -137,6 +157,9 @@ func (c *Config) validate() error {
 	}
 	if c.PortMin < 1024 || c.PortMax > 65535 || c.PortMin > c.PortMax {
 		errs = append(errs, fmt.Errorf("--port-min %d and --port-max %d: want 1024 <= min <= max <= 65535", c.PortMin, c.PortMax))
+	}
+	if c.PoolSize < 0 || c.Overcommit <= 0 {
+		errs = append(errs, fmt.Errorf("--pool-size must be 0 or more and --overcommit above 0"))
 	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		errs = append(errs, fmt.Errorf("--log-format %q: want json or text", c.LogFormat))
@@ -178,23 +201,37 @@ func (m *Main) Run(ctx context.Context) error {
 	if m.Logger == nil {
 		m.Logger = newLogger(m.stderr, c.LogFormat)
 	}
-	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+	// Others may traverse the data directory but not list it: PostgreSQL,
+	// running as its own OS user, reaches its instances through it.
+	if err := os.MkdirAll(c.DataDir, 0o711); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
 	var err error
 	if m.store, err = openStore(ctx, c.DataDir, c.Store); err != nil {
 		return err
 	}
-	rt, err := local.New(c.PGBinDir, c.PublicHost)
-	if err != nil {
-		return err
-	}
-	m.cloud = dbcloud.NewCloud(m.store, rt, c.domain(), m.Logger)
-
 	tlsConfig, err := m.tlsConfig()
 	if err != nil {
 		return err
 	}
+	runtimeDir, err := m.runtimeDir()
+	if err != nil {
+		return err
+	}
+	m.runtime, err = local.New(local.Config{
+		BinDir: c.PGBinDir, DataDir: runtimeDir, Host: c.PublicHost, CA: m.ca,
+		PoolSize: c.PoolSize, Overcommit: c.Overcommit, Logger: m.Logger,
+	})
+	if err != nil {
+		return err
+	}
+	if err := m.runtime.Open(ctx); err != nil {
+		return err
+	}
+	m.cloud = dbcloud.NewCloud(m.store, m.runtime, c.domain(), m.Logger)
+	m.engine = engine.New(m.store, m.runtime, c.NodeID, m.Logger)
+	m.cloud.Notify = m.engine.Notify
+
 	m.listener, err = net.Listen("tcp", c.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -213,6 +250,12 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	bg, cancel := context.WithCancel(context.Background())
 	m.cancel, m.done = cancel, make(chan struct{})
+	// Accepted operations of a previous run are picked up here: the engine
+	// reads pending work from the store, nothing from memory.
+	if err := m.engine.Open(); err != nil {
+		cancel()
+		return err
+	}
 	go func() {
 		m.server.ServeTLS(m.listener, "", "")
 	}()
@@ -260,6 +303,12 @@ func (m *Main) Close() error {
 		m.cancel()
 		<-m.done
 	}
+	if m.engine != nil {
+		errs = append(errs, m.engine.Close())
+	}
+	if m.runtime != nil {
+		errs = append(errs, m.runtime.Close())
+	}
 	if m.store != nil {
 		errs = append(errs, m.store.Close())
 	}
@@ -277,17 +326,20 @@ func newLogger(w io.Writer, format string) *slog.Logger {
 // server certificate for the listen and public hosts.
 func (m *Main) tlsConfig() (*tls.Config, error) {
 	c := &m.Config
+	// The CA exists even with --tls-cert: it issues every service's
+	// PostgreSQL certificate.
+	dir := filepath.Join(c.DataDir, "tls")
+	ca, err := tlsca.LoadOrCreateCA(dir)
+	if err != nil {
+		return nil, err
+	}
+	m.ca = ca
 	if c.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
 		if err != nil {
 			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
 		}
 		return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
-	}
-	dir := filepath.Join(c.DataDir, "tls")
-	ca, err := tlsca.LoadOrCreateCA(dir)
-	if err != nil {
-		return nil, err
 	}
 	hosts := []string{"127.0.0.1", "::1", "localhost"}
 	for _, h := range []string{c.PublicHost, hostOf(c.Listen)} {
@@ -301,6 +353,32 @@ func (m *Main) tlsConfig() (*tls.Config, error) {
 	}
 	m.CAFile = filepath.Join(dir, tlsca.CAFile)
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// runtimeDir is where services' instances live: --runtime-dir, else
+// DATA_DIR/runtime when PostgreSQL's OS user can reach it, else a directory
+// under /var/lib/dbcloud named for the data directory (a data directory in
+// a private home such as /root is not reachable by that user).
+func (m *Main) runtimeDir() (string, error) {
+	c := &m.Config
+	if c.RuntimeDir != "" {
+		return c.RuntimeDir, local.ServerCanReach(filepath.Dir(c.RuntimeDir))
+	}
+	abs, err := filepath.Abs(c.DataDir)
+	if err != nil {
+		return "", err
+	}
+	if local.ServerCanReach(abs) == nil {
+		return filepath.Join(abs, "runtime"), nil
+	}
+	sum := sha256.Sum256([]byte(abs))
+	dir := filepath.Join("/var/lib/dbcloud", hex.EncodeToString(sum[:6]))
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return "", fmt.Errorf("runtime directory: %w", err)
+	}
+	m.Logger.Info("PostgreSQL's OS user cannot reach the data directory; instances live elsewhere",
+		"data_dir", abs, "runtime_dir", dir)
+	return dir, local.ServerCanReach(dir)
 }
 
 func hostOf(addr string) string {

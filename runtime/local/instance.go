@@ -314,7 +314,21 @@ func (m *Manager) chown(path string) error {
 // cannot reach dir because an ancestor denies it search permission. It does
 // not loosen permissions on directories it does not own.
 func (m *Manager) checkTraversable(dir string) error {
-	if m.cred == nil {
+	return traversable(m.cred, dir)
+}
+
+// ServerCanReach reports, as an error naming the obstacle, whether the OS
+// user PostgreSQL runs as can reach dir.
+func ServerCanReach(dir string) error {
+	cred, err := serverCredential()
+	if err != nil {
+		return err
+	}
+	return traversable(cred, dir)
+}
+
+func traversable(cred *syscall.Credential, dir string) error {
+	if cred == nil {
 		return nil
 	}
 	for p := dir; ; p = filepath.Dir(p) {
@@ -328,13 +342,13 @@ func (m *Manager) checkTraversable(dir string) error {
 		}
 		var bit os.FileMode = 0o001
 		switch {
-		case st.Uid == m.cred.Uid:
+		case st.Uid == cred.Uid:
 			bit = 0o100
-		case st.Gid == m.cred.Gid:
+		case st.Gid == cred.Gid:
 			bit = 0o010
 		}
 		if fi.Mode().Perm()&bit == 0 {
-			return fmt.Errorf("OS user %q (uid %d) cannot traverse %s (mode %v)", pgOSUser, m.cred.Uid, p, fi.Mode().Perm())
+			return fmt.Errorf("OS user %q (uid %d) cannot traverse %s (mode %v)", pgOSUser, cred.Uid, p, fi.Mode().Perm())
 		}
 		if parent := filepath.Dir(p); parent == p {
 			return nil

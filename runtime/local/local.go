@@ -4,7 +4,13 @@ package local
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
+	"encoding/pem"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -12,51 +18,389 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"dbcloud"
+	"dbcloud/tlsca"
 )
 
-// Runtime is the local runtime.
-type Runtime struct {
-	// BinDir holds the PostgreSQL server binaries (initdb, postgres, ...).
+// Config says where and how the runtime runs services.
+type Config struct {
+	// BinDir holds the PostgreSQL server binaries.
 	BinDir string
-	// Host is the address endpoints listen on.
+	// DataDir holds services/<id> and the pool of prepared clusters.
+	DataDir string
+	// Host is the endpoint host: instances listen on it and their
+	// certificates name it.
 	Host string
-
-	once       sync.Once
-	extensions map[string]bool
+	// CA issues each service's server certificate.
+	CA *tlsca.CA
+	// PoolSize is how many prepared clusters wait for creates.
+	PoolSize int
+	// Overcommit is how many times the host's memory the sizes of all
+	// services may add up to: idle PostgreSQL uses far less than its size.
+	Overcommit float64
+	Logger     *slog.Logger
 }
 
-var _ dbcloud.Runtime = (*Runtime)(nil)
+// Runtime is the local runtime: the domain's Runtime and the engine's
+// Provisioner, on PostgreSQL processes of this host.
+type Runtime struct {
+	cfg Config
+	mgr *Manager
 
-// New returns a local runtime using the PostgreSQL binaries in binDir.
-func New(binDir, host string) (*Runtime, error) {
-	if _, err := os.Stat(filepath.Join(binDir, "postgres")); err != nil {
-		return nil, fmt.Errorf("PostgreSQL binaries not found in %s (set --pg-bin-dir): %w", binDir, err)
+	extOnce    sync.Once
+	extensions map[string]bool
+
+	mu  sync.Mutex
+	cpu map[string]cpuSample // last CPU reading per service, for rates
+}
+
+type cpuSample struct {
+	nanos uint64
+	at    time.Time
+}
+
+var (
+	_ dbcloud.Runtime     = (*Runtime)(nil)
+	_ dbcloud.Provisioner = (*Runtime)(nil)
+	_ dbcloud.Capacity    = (*Runtime)(nil)
+)
+
+// New returns a local runtime; Open starts filling its pool.
+func New(cfg Config) (*Runtime, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Runtime{BinDir: binDir, Host: host}, nil
+	if cfg.Overcommit <= 0 {
+		cfg.Overcommit = 4
+	}
+	if cfg.CA == nil {
+		return nil, fmt.Errorf("local runtime: a CA is required")
+	}
+	dir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	cfg.DataDir = dir
+	for _, d := range []string{cfg.DataDir, filepath.Join(dir, "services"), filepath.Join(dir, "pool")} {
+		// Traversable, not listable: PostgreSQL's OS user passes through.
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return nil, fmt.Errorf("local runtime: %w", err)
+		}
+	}
+	mgr, err := NewManager(cfg.BinDir, filepath.Join(dir, "pool"), cfg.PoolSize, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	return &Runtime{cfg: cfg, mgr: mgr, cpu: map[string]cpuSample{}}, nil
+}
+
+// Open starts the pool refill; running instances need nothing: they are
+// adopted when the engine next ensures or checks them.
+func (rt *Runtime) Open(ctx context.Context) error { return rt.mgr.Open(ctx) }
+
+// Close stops the background work. Instances keep running.
+func (rt *Runtime) Close() error { return rt.mgr.Close() }
+
+func (rt *Runtime) serviceDir(id string) string {
+	return filepath.Join(rt.cfg.DataDir, "services", id)
+}
+
+// primary returns the spec of a service's primary instance.
+func (rt *Runtime) primary(svc *dbcloud.Service) (InstanceSpec, error) {
+	if svc.Endpoint == nil {
+		return InstanceSpec{}, dbcloud.Terminal(fmt.Errorf("service %s has no endpoint", svc.ID))
+	}
+	// The service directory is traversable so PostgreSQL reaches its
+	// instance directories (its tls/ stays private). The mode is set every
+	// time, which also heals a directory left with another one.
+	if err := os.MkdirAll(rt.serviceDir(svc.ID), 0o711); err != nil {
+		return InstanceSpec{}, err
+	}
+	if err := os.Chmod(rt.serviceDir(svc.ID), 0o711); err != nil {
+		return InstanceSpec{}, err
+	}
+	certPEM, keyPEM, err := rt.serverCert(svc)
+	if err != nil {
+		return InstanceSpec{}, err
+	}
+	res := ResourcesFor(svc.Spec.Size)
+	return InstanceSpec{
+		ID: svc.ID + "-0", Dir: filepath.Join(rt.serviceDir(svc.ID), "0"), ListenAddr: rt.listenAddr(),
+		Port: svc.Endpoint.Port, Settings: res.Settings, CertPEM: certPEM, KeyPEM: keyPEM,
+		CPUMillis: res.CPUMillis, MemoryBytes: res.MemoryBytes,
+	}, nil
+}
+
+// listenAddr is what instances listen on: the endpoint host when it is an
+// address, every address when it is a name.
+func (rt *Runtime) listenAddr() string {
+	if net.ParseIP(rt.cfg.Host) != nil {
+		return rt.cfg.Host
+	}
+	return "*"
+}
+
+// serverCert returns the service's TLS certificate, issuing it once from the
+// CA: every service has its own key, never a template's.
+func (rt *Runtime) serverCert(svc *dbcloud.Service) (certPEM, keyPEM []byte, err error) {
+	dir := filepath.Join(rt.serviceDir(svc.ID), "tls")
+	certPath, keyPath := filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
+	if c, err := os.ReadFile(certPath); err == nil {
+		if k, err := os.ReadFile(keyPath); err == nil && certValid(c, 30*24*time.Hour) {
+			return c, k, nil
+		}
+	}
+	hosts := []string{rt.cfg.Host, "127.0.0.1", "::1", "localhost"}
+	certPEM, keyPEM, err = rt.cfg.CA.IssueServerCert(svc.ID, hosts, 365*24*time.Hour)
+	if err != nil {
+		return nil, nil, fmt.Errorf("issue certificate for %s: %w", svc.ID, err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, err
+	}
+	if err := tlsca.WriteFileAtomic(keyPath, keyPEM, 0o600); err != nil {
+		return nil, nil, err
+	}
+	if err := tlsca.WriteFileAtomic(certPath, certPEM, 0o644); err != nil {
+		return nil, nil, err
+	}
+	return certPEM, keyPEM, nil
+}
+
+// certValid reports whether the PEM certificate parses and is valid for
+// longer than margin.
+func certValid(certPEM []byte, margin time.Duration) bool {
+	block, _ := pem.Decode(certPEM)
+	if block == nil {
+		return false
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	return err == nil && time.Until(c.NotAfter) > margin
+}
+
+// EnsureService makes the service's primary match its spec.
+func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*dbcloud.Observation, error) {
+	if svc.Fork != nil {
+		if _, err := os.Stat(filepath.Join(rt.serviceDir(svc.ID), "0", "pgdata")); os.IsNotExist(err) {
+			return nil, dbcloud.Terminal(dbcloud.Errorf(dbcloud.KindUnavailable,
+				"Forks are not available on this server yet; the service holds no data. Delete it."))
+		}
+	}
+	spec, err := rt.primary(svc)
+	if err != nil {
+		return nil, err
+	}
+	obs := &dbcloud.Observation{Instances: []dbcloud.Instance{{ID: spec.ID, Role: "primary"}}}
+	if !svc.Spec.Running {
+		if err := rt.mgr.Stop(ctx, spec, 30*time.Second); err != nil {
+			return nil, fmt.Errorf("stop %s: %w", spec.ID, err)
+		}
+		return obs, nil
+	}
+	if err := rt.mgr.Prepare(ctx, spec); err != nil {
+		return nil, fmt.Errorf("prepare %s: %w", spec.ID, err)
+	}
+	if _, running := rt.mgr.Running(spec); running {
+		restart, err := rt.mgr.Reload(ctx, spec)
+		if err != nil {
+			return nil, fmt.Errorf("reload %s: %w", spec.ID, err)
+		}
+		if restart {
+			rt.cfg.Logger.Info("restarting for new settings", "instance", spec.ID)
+			if err := rt.mgr.Stop(ctx, spec, 30*time.Second); err != nil {
+				return nil, fmt.Errorf("stop %s for restart: %w", spec.ID, err)
+			}
+		}
+	}
+	if err := rt.mgr.SetLimits(spec); err != nil {
+		return nil, fmt.Errorf("limits of %s: %w", spec.ID, err)
+	}
+	if _, err := rt.mgr.Start(ctx, spec); err != nil {
+		return nil, fmt.Errorf("start %s: %w", spec.ID, err)
+	}
+	if err := rt.setVerifier(ctx, spec, svc.PasswordVerifier); err != nil {
+		return nil, err
+	}
+	for _, a := range svc.Spec.Addons {
+		ext := a.Extension()
+		if err := rt.mgr.Exec(ctx, spec, "tsdb", "CREATE EXTENSION IF NOT EXISTS "+quoteIdent(ext)); err != nil {
+			return nil, fmt.Errorf("create extension %s in %s: %w", ext, spec.ID, err)
+		}
+	}
+	if err := rt.checkEndpoint(ctx, svc.Endpoint); err != nil {
+		return nil, err
+	}
+	obs.Running = true
+	obs.Metrics = rt.metrics(svc.ID, spec)
+	return obs, nil
+}
+
+// CheckService reports whether the primary runs, and its usage.
+func (rt *Runtime) CheckService(ctx context.Context, svc *dbcloud.Service) (*dbcloud.Observation, error) {
+	spec, err := rt.primary(svc)
+	if err != nil {
+		return nil, err
+	}
+	obs := &dbcloud.Observation{Instances: []dbcloud.Instance{{ID: spec.ID, Role: "primary"}}}
+	if _, ok := rt.mgr.Running(spec); !ok {
+		obs.Reason = "The primary's postmaster is not running; restarting it."
+		return obs, nil
+	}
+	obs.Running = true
+	obs.Metrics = rt.metrics(svc.ID, spec)
+	return obs, nil
+}
+
+// DeleteService stops the service's instances and removes its files.
+func (rt *Runtime) DeleteService(ctx context.Context, svc *dbcloud.Service) error {
+	dir := rt.serviceDir(svc.ID)
+	entries, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil || !e.IsDir() {
+			continue // not an instance directory
+		}
+		spec := InstanceSpec{ID: svc.ID + "-" + e.Name(), Dir: filepath.Join(dir, e.Name())}
+		if err := rt.mgr.Destroy(ctx, spec); err != nil {
+			return fmt.Errorf("destroy %s: %w", spec.ID, err)
+		}
+	}
+	rt.mu.Lock()
+	delete(rt.cpu, svc.ID)
+	rt.mu.Unlock()
+	return os.RemoveAll(dir)
+}
+
+// SetPassword makes the verifier tsdbadmin's password on the running primary.
+func (rt *Runtime) SetPassword(ctx context.Context, svc *dbcloud.Service, verifier string) error {
+	spec, err := rt.primary(svc)
+	if err != nil {
+		return err
+	}
+	return rt.setVerifier(ctx, spec, verifier)
+}
+
+// setVerifier sends the SCRAM verifier, never a plaintext password, so the
+// password reaches neither PostgreSQL's logs nor any process list.
+func (rt *Runtime) setVerifier(ctx context.Context, spec InstanceSpec, verifier string) error {
+	if !strings.HasPrefix(verifier, "SCRAM-SHA-256$") {
+		return dbcloud.Terminal(fmt.Errorf("instance %s: stored password is not a SCRAM verifier", spec.ID))
+	}
+	if err := rt.mgr.Exec(ctx, spec, "postgres", "ALTER ROLE tsdbadmin PASSWORD "+quoteLiteral(verifier)); err != nil {
+		return fmt.Errorf("set password on %s: %w", spec.ID, err)
+	}
+	return nil
+}
+
+// checkEndpoint proves the endpoint serves TLS with the service's
+// certificate: it sends PostgreSQL's SSLRequest and completes a handshake
+// verified against the CA.
+func (rt *Runtime) checkEndpoint(ctx context.Context, ep *dbcloud.Endpoint) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	addr := net.JoinHostPort(ep.Host, strconv.Itoa(ep.Port))
+	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("endpoint %s: %w", addr, err)
+	}
+	defer conn.Close()
+	if d, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(d)
+	}
+	req := make([]byte, 8)
+	binary.BigEndian.PutUint32(req[0:4], 8)
+	binary.BigEndian.PutUint32(req[4:8], 80877103) // SSLRequest code
+	if _, err := conn.Write(req); err != nil {
+		return fmt.Errorf("endpoint %s: %w", addr, err)
+	}
+	answer := make([]byte, 1)
+	if _, err := io.ReadFull(conn, answer); err != nil || answer[0] != 'S' {
+		return fmt.Errorf("endpoint %s does not offer TLS (answer %q, %v)", addr, answer, err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(rt.cfg.CA.Cert)
+	tc := tls.Client(conn, &tls.Config{RootCAs: pool, ServerName: ep.Host, MinVersion: tls.VersionTLS12})
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return fmt.Errorf("endpoint %s TLS handshake: %w", addr, err)
+	}
+	return nil
+}
+
+// metrics reads usage: CPU as a rate since the last reading, memory as the
+// working set, storage as the data directory's size.
+func (rt *Runtime) metrics(serviceID string, spec InstanceSpec) *dbcloud.Metrics {
+	u, err := rt.mgr.Usage(spec)
+	if err != nil {
+		return nil
+	}
+	now := time.Now()
+	m := &dbcloud.Metrics{MemoryMB: u.MemoryBytes >> 20, StorageMB: u.StorageBytes >> 20, Measured: now.UTC()}
+	rt.mu.Lock()
+	if last, ok := rt.cpu[serviceID]; ok && now.After(last.at) && u.CPUNanos >= last.nanos {
+		m.MilliCPU = int64(float64(u.CPUNanos-last.nanos) / float64(now.Sub(last.at).Nanoseconds()) * 1000)
+	}
+	rt.cpu[serviceID] = cpuSample{nanos: u.CPUNanos, at: now}
+	rt.mu.Unlock()
+	return m
+}
+
+// Admit refuses a size the host cannot hold: more CPU or memory than the
+// host has, all sizes together over the overcommitted memory, or a nearly
+// full disk.
+func (rt *Runtime) Admit(size dbcloud.Size, reserved []dbcloud.Size) error {
+	cpu, mem, disk, err := HostCapacity(rt.cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("host capacity: %w", err)
+	}
+	want := ResourcesFor(size)
+	if want.CPUMillis > cpu || want.MemoryBytes > mem {
+		return dbcloud.Errorf(dbcloud.KindUnavailable,
+			"This host has %d millicores and %d GiB of memory; size %s does not fit. Choose a smaller size.", cpu, mem>>30, size)
+	}
+	total := want.MemoryBytes
+	for _, s := range reserved {
+		total += ResourcesFor(s).MemoryBytes
+	}
+	if limit := int64(float64(mem) * rt.cfg.Overcommit); total > limit {
+		return dbcloud.Errorf(dbcloud.KindUnavailable,
+			"This host's memory is fully allocated (%d GiB of %d GiB allowed); delete or shrink a service, or choose a smaller size.", total>>30, limit>>30)
+	}
+	if disk < 1<<30 {
+		return dbcloud.Errorf(dbcloud.KindUnavailable, "This host has less than 1 GiB of disk left (%d MiB).", disk>>20)
+	}
+	return nil
 }
 
 // Extensions lists the extensions whose control files the installed
 // PostgreSQL has, which is what CREATE EXTENSION needs.
 func (rt *Runtime) Extensions() map[string]bool {
-	rt.once.Do(func() {
-		rt.extensions = map[string]bool{}
-		out, err := exec.Command(filepath.Join(rt.BinDir, "pg_config"), "--sharedir").Output()
-		if err != nil {
-			return
-		}
-		files, _ := filepath.Glob(filepath.Join(strings.TrimSpace(string(out)), "extension", "*.control"))
-		for _, f := range files {
-			rt.extensions[strings.TrimSuffix(filepath.Base(f), ".control")] = true
-		}
-	})
+	rt.extOnce.Do(func() { rt.extensions = Extensions(rt.cfg.BinDir) })
 	return rt.extensions
+}
+
+// Extensions lists the extensions available to the PostgreSQL in binDir.
+func Extensions(binDir string) map[string]bool {
+	out := map[string]bool{}
+	share, err := exec.Command(filepath.Join(binDir, "pg_config"), "--sharedir").Output()
+	if err != nil {
+		return out
+	}
+	files, _ := filepath.Glob(filepath.Join(strings.TrimSpace(string(share)), "extension", "*.control"))
+	for _, f := range files {
+		out[strings.TrimSuffix(filepath.Base(f), ".control")] = true
+	}
+	return out
 }
 
 // PortFree reports whether the port can be bound on the endpoint host.
 func (rt *Runtime) PortFree(port int) bool {
-	ln, err := net.Listen("tcp", net.JoinHostPort(rt.Host, strconv.Itoa(port)))
+	ln, err := net.Listen("tcp", net.JoinHostPort(rt.cfg.Host, strconv.Itoa(port)))
 	if err != nil {
 		return false
 	}
@@ -64,17 +408,15 @@ func (rt *Runtime) PortFree(port int) bool {
 	return true
 }
 
-// SetPassword is not yet served: services are not provisioned by this
-// runtime yet, so none is READY and the domain never calls it.
-func (rt *Runtime) SetPassword(ctx context.Context, svc *dbcloud.Service, verifier string) error {
-	return dbcloud.Errorf(dbcloud.KindUnavailable, "Service %s is not running on this host.", svc.ID)
-}
-
-// Logs returns the service's log lines. Services are not provisioned by
-// this runtime yet, so there are none, and no cursor was ever issued.
+// Logs returns the service's log lines. Reading them arrives with the logs
+// endpoint (issue 4); until then there are none and no cursor exists.
 func (rt *Runtime) Logs(ctx context.Context, svc *dbcloud.Service, q dbcloud.LogQuery) (*dbcloud.LogPage, error) {
 	if q.Cursor != "" {
 		return nil, dbcloud.Errorf(dbcloud.KindInvalid, "cursor %q is not a cursor this server issued.", q.Cursor)
 	}
 	return &dbcloud.LogPage{}, nil
 }
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
