@@ -1,0 +1,386 @@
+// Package e2e tests dbcloud as users run it: the real binary, real
+// PostgreSQL, clients over TLS. Servers are separate processes so that tests
+// can kill them with SIGKILL at any moment.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "dbcloud-e2e-bin-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "dbcloud")
+	if out, err := exec.Command("go", "build", "-o", binary, "../cmd/dbcloud").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build dbcloud: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// portBlocks hands each server its own range of endpoint ports, so tests in
+// parallel never compete for one.
+var portBlocks struct {
+	sync.Mutex
+	next int
+}
+
+func portRange() (int, int) {
+	portBlocks.Lock()
+	defer portBlocks.Unlock()
+	lo := 31000 + portBlocks.next*50
+	portBlocks.next++
+	return lo, lo + 49
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// server is one dbcloud process over a data directory that outlives it.
+type server struct {
+	t      testing.TB
+	dir    string
+	listen string
+	args   []string
+	cmd    *exec.Cmd
+	exited chan struct{}
+	log    *os.File
+	client *http.Client
+	boot   struct {
+		ProjectID string `json:"project_id"`
+		AccessKey string `json:"access_key"`
+		SecretKey string `json:"secret_key"`
+		CAFile    string `json:"ca_file"`
+	}
+	baseURL string
+}
+
+// newServer makes a data directory that PostgreSQL's OS user can reach and
+// starts dbcloud on it. Cleanup deletes what the test left and stops every
+// process by its PID.
+func newServer(t testing.TB, args ...string) *server {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "dbcloud-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	lo, hi := portRange()
+	s := &server{t: t, dir: dir, listen: "127.0.0.1:" + strconv.Itoa(freePort(t)),
+		args: append([]string{"--port-min", strconv.Itoa(lo), "--port-max", strconv.Itoa(hi)}, args...)}
+	t.Cleanup(func() {
+		if s.cmd != nil && s.client != nil {
+			s.deleteAll()
+		}
+		s.stop()
+		stopPostmasters(t, dir)
+		if t.Failed() {
+			if b, err := os.ReadFile(filepath.Join(dir, "server.log")); err == nil {
+				t.Logf("server log (last 4 kB):\n%s", tail(b, 4096))
+			}
+		}
+		os.RemoveAll(dir)
+	})
+	s.start()
+	return s
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+func (s *server) start() {
+	s.t.Helper()
+	log, err := os.OpenFile(filepath.Join(s.dir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.log = log
+	args := append([]string{"serve", "--data-dir", s.dir, "--listen", s.listen, "--rate-limit", "0"}, s.args...)
+	s.cmd = exec.Command(binary, args...)
+	s.cmd.Stdout, s.cmd.Stderr = log, log
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	s.exited = make(chan struct{})
+	go func(c *exec.Cmd, done chan struct{}) { c.Wait(); close(done) }(s.cmd, s.exited)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		raw, err := os.ReadFile(filepath.Join(s.dir, "bootstrap.json"))
+		if err == nil && json.Unmarshal(raw, &s.boot) == nil && s.ready() {
+			break
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("dbcloud did not start: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ready reports whether the server answers /readyz over TLS.
+func (s *server) ready() bool {
+	if s.client == nil {
+		pem, err := os.ReadFile(s.boot.CAFile)
+		if err != nil {
+			return false
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(pem)
+		s.client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	}
+	s.baseURL = "https://" + s.listen + "/public/api/v1"
+	res, err := s.client.Get("https://" + s.listen + "/readyz")
+	if err != nil {
+		return false
+	}
+	res.Body.Close()
+	return res.StatusCode == 200
+}
+
+// stop ends the server with SIGTERM, by its PID.
+func (s *server) stop() {
+	if s.cmd == nil {
+		return
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(20 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.exited
+	}
+	s.cmd = nil
+	s.log.Close()
+}
+
+// kill ends the server with SIGKILL, by its PID: a crash.
+func (s *server) kill() {
+	s.cmd.Process.Kill()
+	<-s.exited
+	s.cmd = nil
+	s.log.Close()
+}
+
+func (s *server) restart() {
+	s.t.Helper()
+	s.stop()
+	s.start()
+}
+
+// call sends a request and decodes a JSON answer into out when given.
+func (s *server) call(method, path string, body any, out any) int {
+	s.t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, s.baseURL+path, r)
+	req.SetBasicAuth(s.boot.AccessKey, s.boot.SecretKey)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := s.client.Do(req)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	if out != nil && len(raw) > 0 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			s.t.Fatalf("%s %s: %d %s", method, path, res.StatusCode, raw)
+		}
+	}
+	return res.StatusCode
+}
+
+func (s *server) services() string { return "/projects/" + s.boot.ProjectID + "/services" }
+
+type service struct {
+	ServiceID       string `json:"service_id"`
+	Status          string `json:"status"`
+	StatusReason    string `json:"status_reason"`
+	InitialPassword string `json:"initial_password"`
+	Endpoint        struct {
+		Host string `json:"host"`
+		Port int    `json:"port"`
+	} `json:"endpoint"`
+	Metrics *struct {
+		MemoryMB  int64 `json:"memory_mb"`
+		MilliCPU  int64 `json:"milli_cpu"`
+		StorageMB int64 `json:"storage_mb"`
+	} `json:"metrics"`
+	Resources []struct {
+		ID string `json:"id"`
+	} `json:"resources"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (s *server) create(body map[string]any) service {
+	s.t.Helper()
+	var svc service
+	if code := s.call("POST", s.services(), body, &svc); code != 202 {
+		s.t.Fatalf("create: %d %+v", code, svc)
+	}
+	return svc
+}
+
+func (s *server) get(id string) (service, int) {
+	s.t.Helper()
+	var svc service
+	code := s.call("GET", s.services()+"/"+id, nil, &svc)
+	return svc, code
+}
+
+// waitStatus polls the service until it has status want.
+func (s *server) waitStatus(id, want string, within time.Duration) service {
+	s.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		svc, code := s.get(id)
+		if code == 200 && svc.Status == want {
+			return svc
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("service %s: want %s within %v, have %d %s (%s)", id, want, within, code, svc.Status, svc.StatusReason)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (s *server) waitGone(id string, within time.Duration) {
+	s.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		if _, code := s.get(id); code == 404 {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("service %s still there after %v", id, within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// connect logs in as a user would: tsdbadmin over TLS verified against the CA.
+func (s *server) connect(ctx context.Context, svc service, password string) (*pgx.Conn, error) {
+	dsn := fmt.Sprintf("postgresql://tsdbadmin:%s@%s:%d/tsdb?sslmode=verify-full&sslrootcert=%s&connect_timeout=5",
+		password, svc.Endpoint.Host, svc.Endpoint.Port, s.boot.CAFile)
+	return pgx.Connect(ctx, dsn)
+}
+
+func (s *server) mustConnect(svc service, password string) *pgx.Conn {
+	s.t.Helper()
+	c, err := s.connect(context.Background(), svc, password)
+	if err != nil {
+		s.t.Fatalf("connect to %s: %v", svc.ServiceID, err)
+	}
+	s.t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+// postmasters lists the live postmasters serving a service's data directory,
+// from the process table, so a duplicate start would show.
+func (s *server) postmasters(id string) []int {
+	pgdata := filepath.Join(s.dir, "runtime", "services", id, "0", "pgdata")
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if len(args) > 2 && strings.HasSuffix(args[0], "/postgres") && args[1] == "-D" && args[2] == pgdata {
+			stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+			if i := bytes.LastIndexByte(stat, ')'); i > 0 && len(stat) > i+2 && stat[i+2] == 'Z' {
+				continue
+			}
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// deleteAll deletes every service through the API, as a user would, so
+// their processes, files and cgroups go.
+func (s *server) deleteAll() {
+	var list []service
+	if s.call("GET", s.services(), nil, &list) != 200 {
+		return
+	}
+	for _, svc := range list {
+		s.call("POST", s.services()+"/"+svc.ServiceID+"/setEnvironment", map[string]string{"environment": "DEV"}, nil)
+		s.call("DELETE", s.services()+"/"+svc.ServiceID, nil, nil)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, svc := range list {
+		for time.Now().Before(deadline) {
+			if _, code := s.get(svc.ServiceID); code == 404 {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// stopPostmasters stops, by PID, every postmaster a test left running under
+// dir (postmasters outlive dbcloud by design).
+func stopPostmasters(t testing.TB, dir string) {
+	pidFiles, _ := filepath.Glob(filepath.Join(dir, "runtime", "services", "*", "*", "pgdata", "postmaster.pid"))
+	for _, f := range pidFiles {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.SplitN(string(raw), "\n", 2)[0])
+		if err != nil || pid <= 1 {
+			continue
+		}
+		syscall.Kill(pid, syscall.SIGQUIT)
+		for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
+			time.Sleep(20 * time.Millisecond)
+		}
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
