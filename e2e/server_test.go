@@ -110,7 +110,13 @@ func newServer(t testing.TB, args ...string) *server {
 		stopPostmasters(t, dir)
 		if t.Failed() {
 			if b, err := os.ReadFile(filepath.Join(dir, "server.log")); err == nil {
-				t.Logf("server log (last 4 kB):\n%s", tail(b, 4096))
+				var problems []string
+				for _, l := range strings.Split(string(b), "\n") {
+					if strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) {
+						problems = append(problems, l)
+					}
+				}
+				t.Logf("server warnings and errors:\n%s", tail([]byte(strings.Join(problems, "\n")), 6000))
 			}
 		}
 		os.RemoveAll(dir)
@@ -141,14 +147,22 @@ func (s *server) start() {
 	}
 	s.exited = make(chan struct{})
 	go func(c *exec.Cmd, done chan struct{}) { c.Wait(); close(done) }(s.cmd, s.exited)
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		raw, err := os.ReadFile(filepath.Join(s.dir, "bootstrap.json"))
 		if err == nil && json.Unmarshal(raw, &s.boot) == nil && s.ready() {
 			break
 		}
+		select {
+		case <-s.exited:
+			b, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
+			s.cmd = nil
+			s.t.Fatalf("dbcloud exited at start:\n%s", tail(b, 3000))
+		default:
+		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("dbcloud did not start: %v", err)
+			b, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
+			s.t.Fatalf("dbcloud did not start within 60 s (%v):\n%s", err, tail(b, 3000))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -207,6 +221,15 @@ func (s *server) restart() {
 // call sends a request and decodes a JSON answer into out when given.
 func (s *server) call(method, path string, body any, out any) int {
 	s.t.Helper()
+	code, err := s.do(method, path, body, out)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return code
+}
+
+// do is call without failing the test, for cleanup.
+func (s *server) do(method, path string, body any, out any) (int, error) {
 	var r io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -217,16 +240,16 @@ func (s *server) call(method, path string, body any, out any) int {
 	req.Header.Set("Content-Type", "application/json")
 	res, err := s.client.Do(req)
 	if err != nil {
-		s.t.Fatalf("%s %s: %v", method, path, err)
+		return 0, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(res.Body)
 	if out != nil && len(raw) > 0 {
 		if err := json.Unmarshal(raw, out); err != nil {
-			s.t.Fatalf("%s %s: %d %s", method, path, res.StatusCode, raw)
+			return res.StatusCode, fmt.Errorf("%s %s: %d %s", method, path, res.StatusCode, raw)
 		}
 	}
-	return res.StatusCode
+	return res.StatusCode, nil
 }
 
 func (s *server) services() string { return "/projects/" + s.boot.ProjectID + "/services" }
@@ -320,6 +343,7 @@ func (s *server) mustConnect(svc service, password string) *pgx.Conn {
 func (s *server) postmasters(id string) []int {
 	pgdata := filepath.Join(s.dir, "runtime", "services", id, "0", "pgdata")
 	var pids []int
+	candidates := map[int]int{} // pid -> parent pid
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
@@ -333,9 +357,19 @@ func (s *server) postmasters(id string) []int {
 		args := strings.Split(string(cmdline), "\x00")
 		if len(args) > 2 && strings.HasSuffix(args[0], "/postgres") && args[1] == "-D" && args[2] == pgdata {
 			stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-			if i := bytes.LastIndexByte(stat, ')'); i > 0 && len(stat) > i+2 && stat[i+2] == 'Z' {
+			i := bytes.LastIndexByte(stat, ')')
+			if i < 0 || len(stat) < i+2 || stat[i+2] == 'Z' {
 				continue
 			}
+			fields := strings.Fields(string(stat[i+2:]))
+			ppid, _ := strconv.Atoi(fields[1])
+			candidates[pid] = ppid
+		}
+	}
+	// A child the postmaster has just forked carries its command line for a
+	// moment; only a process whose parent is not one of them is a postmaster.
+	for pid, ppid := range candidates {
+		if _, child := candidates[ppid]; !child {
 			pids = append(pids, pid)
 		}
 	}
@@ -346,17 +380,17 @@ func (s *server) postmasters(id string) []int {
 // their processes, files and cgroups go.
 func (s *server) deleteAll() {
 	var list []service
-	if s.call("GET", s.services(), nil, &list) != 200 {
+	if code, err := s.do("GET", s.services(), nil, &list); err != nil || code != 200 {
 		return
 	}
 	for _, svc := range list {
-		s.call("POST", s.services()+"/"+svc.ServiceID+"/setEnvironment", map[string]string{"environment": "DEV"}, nil)
-		s.call("DELETE", s.services()+"/"+svc.ServiceID, nil, nil)
+		s.do("POST", s.services()+"/"+svc.ServiceID+"/setEnvironment", map[string]string{"environment": "DEV"}, nil)
+		s.do("DELETE", s.services()+"/"+svc.ServiceID, nil, nil)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for _, svc := range list {
 		for time.Now().Before(deadline) {
-			if _, code := s.get(svc.ServiceID); code == 404 {
+			if code, err := s.do("GET", s.services()+"/"+svc.ServiceID, nil, nil); err != nil || code == 404 {
 				break
 			}
 			time.Sleep(20 * time.Millisecond)

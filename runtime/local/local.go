@@ -205,7 +205,11 @@ func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*db
 	if _, running := rt.mgr.Running(spec); running {
 		restart, err := rt.mgr.Reload(ctx, spec)
 		if err != nil {
-			return nil, fmt.Errorf("reload %s: %w", spec.ID, err)
+			// A postmaster that cannot take a reload, such as one a crash of
+			// the control plane left in a shutdown that waits for sessions,
+			// is stopped (Stop escalates) and started afresh.
+			rt.cfg.Logger.Warn("reload failed; restarting the instance", "instance", spec.ID, "error", err)
+			restart = true
 		}
 		if restart {
 			rt.cfg.Logger.Info("restarting for new settings", "instance", spec.ID)
