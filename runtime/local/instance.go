@@ -519,7 +519,13 @@ func (m *Manager) start(ctx context.Context, s InstanceSpec) (int, error) {
 	}
 	if err := m.waitReady(ctx, s, c.pid, c); err != nil {
 		m.abort(s, c, cg)
+		// The logging collector writes the reason (a bind failure, say)
+		// on its own schedule: give it a moment to reach the file.
 		detail := serverErrors(s.logDir(), begin)
+		for wait := time.Now().Add(time.Second); detail == "" && time.Now().Before(wait); {
+			time.Sleep(20 * time.Millisecond)
+			detail = serverErrors(s.logDir(), begin)
+		}
 		if detail == "" {
 			detail = logTail(logPath, logStart)
 		}
