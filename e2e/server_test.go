@@ -142,6 +142,9 @@ func (s *server) start() {
 	args := append([]string{"serve", "--data-dir", s.dir, "--listen", s.listen, "--rate-limit", "0"}, s.args...)
 	s.cmd = exec.Command(binary, args...)
 	s.cmd.Stdout, s.cmd.Stderr = log, log
+	// If the test process dies, its servers go too. (Postmasters outlive
+	// dbcloud by design; Cleanup stops them by PID.)
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatal(err)
 	}
