@@ -172,15 +172,8 @@ func (c *Cloud) DeleteReplicaSet(ctx context.Context, projectID, serviceID, id s
 		if r.Status == ReplicaSetDeleting {
 			return "", nil
 		}
-		pending, err := tx.ListOperations(OperationFilter{ResourceID: r.ID, Pending: true})
-		if err != nil {
+		if err := c.supersedePending(tx, r.ID); err != nil {
 			return "", err
-		}
-		for _, op := range pending {
-			op.State, op.Updated, op.Error = OpSuperseded, c.now(), "superseded by delete"
-			if err := tx.UpdateOperation(op); err != nil {
-				return "", err
-			}
 		}
 		r.Status = ReplicaSetDeleting
 		return OpDeleteReplicaSet, nil

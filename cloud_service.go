@@ -453,15 +453,8 @@ func (c *Cloud) DeleteService(ctx context.Context, projectID, id string) error {
 			return "", CodedErrorf(KindConflict, CodeDeleteProtected,
 				"Service %s is PROD and delete-protected; set its environment to DEV first.", s.ID)
 		}
-		pending, err := tx.ListOperations(OperationFilter{ResourceID: s.ID, Pending: true})
-		if err != nil {
+		if err := c.supersedePending(tx, s.ID); err != nil {
 			return "", err
-		}
-		for _, op := range pending {
-			op.State, op.Updated, op.Error = OpSuperseded, c.now(), "superseded by delete"
-			if err := tx.UpdateOperation(op); err != nil {
-				return "", err
-			}
 		}
 		s.Status = StatusDeleting
 		return OpDeleteService, nil
@@ -741,6 +734,22 @@ func (c *Cloud) DetachVPC(ctx context.Context, projectID, id, vpcID string) (str
 		return OpDetachVPC, nil
 	})
 	return fmt.Sprintf("Service %s is being detached from VPC %s.", id, vpcID), err
+}
+
+// supersedePending ends the resource's pending operations: a delete makes
+// them moot, and the engine then works on the delete alone.
+func (c *Cloud) supersedePending(tx Tx, resourceID string) error {
+	pending, err := tx.ListOperations(OperationFilter{ResourceID: resourceID, Pending: true})
+	if err != nil {
+		return err
+	}
+	for _, op := range pending {
+		op.State, op.Updated, op.Error = OpSuperseded, c.now(), "superseded by delete"
+		if err := tx.UpdateOperation(op); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (c *Cloud) insertOperation(tx Tx, projectID, resourceID string, t OperationType, gen int64) error {
