@@ -16,8 +16,10 @@ type Provisioner interface {
 	EnsureService(ctx context.Context, svc *Service) (*Observation, error)
 	// DeleteService removes every process and file of the service.
 	DeleteService(ctx context.Context, svc *Service) error
-	// CheckService reports health and usage without changing anything.
-	CheckService(ctx context.Context, svc *Service) (*Observation, error)
+	// CheckService reports health without changing anything, and usage
+	// when measure is set (measuring may walk the data directory, so the
+	// engine asks for it less often than it checks health).
+	CheckService(ctx context.Context, svc *Service, measure bool) (*Observation, error)
 }
 
 // Observation is what the runtime saw of a service.

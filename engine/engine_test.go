@@ -75,7 +75,7 @@ func (p *provisioner) DeleteService(ctx context.Context, s *dbcloud.Service) err
 	return nil
 }
 
-func (p *provisioner) CheckService(ctx context.Context, s *dbcloud.Service) (*dbcloud.Observation, error) {
+func (p *provisioner) CheckService(ctx context.Context, s *dbcloud.Service, measure bool) (*dbcloud.Observation, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return &dbcloud.Observation{Running: p.running[s.ID], Metrics: &dbcloud.Metrics{MemoryMB: 18, StorageMB: 40}}, nil

@@ -74,7 +74,7 @@ func (e *Engine) check(ctx context.Context, svc *dbcloud.Service) {
 	if busy {
 		return
 	}
-	obs, err := e.Provisioner.CheckService(ctx, svc)
+	obs, err := e.Provisioner.CheckService(ctx, svc, due)
 	if err != nil {
 		if ctx.Err() == nil {
 			e.Logger.Warn("check service", "service", svc.ID, "error", err)

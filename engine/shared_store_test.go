@@ -62,8 +62,8 @@ func (p plane) DeleteService(ctx context.Context, s *dbcloud.Service) error {
 	return p.x.provisioner.DeleteService(ctx, s)
 }
 
-func (p plane) CheckService(ctx context.Context, s *dbcloud.Service) (*dbcloud.Observation, error) {
-	return p.x.provisioner.CheckService(ctx, s)
+func (p plane) CheckService(ctx context.Context, s *dbcloud.Service, measure bool) (*dbcloud.Observation, error) {
+	return p.x.provisioner.CheckService(ctx, s, measure)
 }
 
 // TestEngine_TwoControlPlanesOneStore runs two engines, each with its own

@@ -241,8 +241,8 @@ func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*db
 	return obs, nil
 }
 
-// CheckService reports whether the primary runs, and its usage.
-func (rt *Runtime) CheckService(ctx context.Context, svc *dbcloud.Service) (*dbcloud.Observation, error) {
+// CheckService reports whether the primary runs, and its usage if asked.
+func (rt *Runtime) CheckService(ctx context.Context, svc *dbcloud.Service, measure bool) (*dbcloud.Observation, error) {
 	spec, err := rt.primary(svc)
 	if err != nil {
 		return nil, err
@@ -253,7 +253,9 @@ func (rt *Runtime) CheckService(ctx context.Context, svc *dbcloud.Service) (*dbc
 		return obs, nil
 	}
 	obs.Running = true
-	obs.Metrics = rt.metrics(svc.ID, spec)
+	if measure {
+		obs.Metrics = rt.metrics(svc.ID, spec)
+	}
 	return obs, nil
 }
 
