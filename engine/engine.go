@@ -21,7 +21,10 @@ import (
 type Engine struct {
 	Store       dbcloud.Store
 	Provisioner dbcloud.Provisioner
-	Logger      *slog.Logger
+	// Network provides VPC attachments and peerings; without one, those
+	// operations wait.
+	Network dbcloud.Network
+	Logger  *slog.Logger
 	// Owner names this control-plane process in leases. A process that
 	// restarts with the same Owner takes its old leases back at once.
 	Owner string
@@ -46,11 +49,18 @@ type Engine struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu       sync.Mutex
-	active   map[string]bool      // resources a worker of this process has
+	mu        sync.Mutex
+	active    map[string]bool      // resources a worker of this process has
 	notBefore map[string]time.Time // backoff per resource
-	measured map[string]time.Time // last metrics write per service
+	// repairAfter holds back the health loop from services whose
+	// provisioning failed for good; a new operation is not held back.
+	repairAfter map[string]time.Time
+	measured    map[string]time.Time // last metrics write per service
 }
+
+// GiveUpPause is how long the engine leaves a service alone after its
+// provisioning failed for good, before the health loop tries it again.
+const GiveUpPause = time.Minute
 
 // New returns an engine with the default intervals.
 func New(store dbcloud.Store, p dbcloud.Provisioner, owner string, logger *slog.Logger) *Engine {
@@ -69,6 +79,7 @@ func (e *Engine) Open() error {
 	}
 	e.wake = make(chan struct{}, 1)
 	e.active, e.notBefore, e.measured = map[string]bool{}, map[string]time.Time{}, map[string]time.Time{}
+	e.repairAfter = map[string]time.Time{}
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	e.wg.Add(2)
@@ -167,6 +178,8 @@ func kindOf(t dbcloud.OperationType) string {
 	case dbcloud.OpCreateService, dbcloud.OpDeleteService, dbcloud.OpStartService, dbcloud.OpStopService,
 		dbcloud.OpResizeService, dbcloud.OpSetHA, dbcloud.OpSetPooler, dbcloud.OpAttachVPC, dbcloud.OpDetachVPC:
 		return "service"
+	case dbcloud.OpCreatePeering, dbcloud.OpDeletePeering:
+		return "peering"
 	}
 	return ""
 }
@@ -182,6 +195,8 @@ func (e *Engine) work(ctx context.Context, resourceID, kind, projectID string) {
 	switch kind {
 	case "service":
 		err = e.reconcileService(ctx, projectID, resourceID)
+	case "peering":
+		err = e.reconcilePeering(ctx, projectID, resourceID)
 	}
 	if err != nil && ctx.Err() == nil {
 		e.Logger.Warn("reconcile", "resource", resourceID, "error", err)
@@ -252,5 +267,6 @@ func (e *Engine) backoff(resourceID string, attempts int) time.Duration {
 func (e *Engine) clearBackoff(resourceID string) {
 	e.mu.Lock()
 	delete(e.notBefore, resourceID)
+	delete(e.repairAfter, resourceID)
 	e.mu.Unlock()
 }

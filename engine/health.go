@@ -68,7 +68,7 @@ func (e *Engine) settledServices(ctx context.Context) ([]*dbcloud.Service, error
 
 func (e *Engine) check(ctx context.Context, svc *dbcloud.Service) {
 	e.mu.Lock()
-	busy := e.active[svc.ID] || e.now().Before(e.notBefore[svc.ID])
+	busy := e.active[svc.ID] || e.now().Before(e.notBefore[svc.ID]) || e.now().Before(e.repairAfter[svc.ID])
 	due := e.now().Sub(e.measured[svc.ID]) >= e.MetricsInterval
 	e.mu.Unlock()
 	if busy {

@@ -37,6 +37,10 @@ func (e *Engine) reconcileService(ctx context.Context, projectID, id string) err
 		}
 	}
 	start := time.Now()
+	if err := e.ensureAttachment(ctx, svc); err != nil {
+		return e.failed(ctx, svc, err)
+	}
+	vpcEndpoint := svc.VPCEndpoint
 	obs, err := e.Provisioner.EnsureService(ctx, svc)
 	if err != nil {
 		return e.failed(ctx, svc, err)
@@ -46,6 +50,8 @@ func (e *Engine) reconcileService(ctx context.Context, projectID, id string) err
 	err = e.updateService(ctx, svc, func(s *dbcloud.Service) bool {
 		s.ObservedGeneration = max(s.ObservedGeneration, gen)
 		s.Instances = obs.Instances
+		// The VPC endpoint appears once the service accepts connections there.
+		s.VPCEndpoint = vpcEndpoint
 		if obs.Metrics != nil {
 			s.Metrics = obs.Metrics
 		}
@@ -60,6 +66,61 @@ func (e *Engine) reconcileService(ctx context.Context, projectID, id string) err
 	e.Logger.Info("service reconciled", "service", id, "generation", gen, "running", obs.Running,
 		"duration_ms", time.Since(start).Milliseconds())
 	return e.finishOperations(ctx, id, gen, dbcloud.OpSucceeded, "")
+}
+
+// ensureAttachment asks the network for the service's address in the VPC
+// its spec names, or releases the one it no longer names. The runtime then
+// serves the service at svc.VPCEndpoint; the store learns of it only once
+// that works.
+func (e *Engine) ensureAttachment(ctx context.Context, svc *dbcloud.Service) error {
+	cur := svc.VPCEndpoint
+	if cur != nil && cur.VPCID != svc.Spec.VPCID {
+		if e.Network == nil {
+			return errors.New("no network provider for VPC attachments")
+		}
+		vpc, err := e.findVPC(ctx, svc.ProjectID, cur.VPCID)
+		if err != nil {
+			return err
+		}
+		if vpc != nil {
+			if err := e.Network.Detach(ctx, vpc, svc); err != nil {
+				return fmt.Errorf("detach %s from VPC %s: %w", svc.ID, vpc.ID, err)
+			}
+		}
+		svc.VPCEndpoint = nil
+	}
+	if svc.Spec.VPCID == "" || svc.VPCEndpoint != nil {
+		return nil
+	}
+	if e.Network == nil {
+		return errors.New("no network provider for VPC attachments")
+	}
+	vpc, err := e.findVPC(ctx, svc.ProjectID, svc.Spec.VPCID)
+	if err != nil {
+		return err
+	}
+	if vpc == nil {
+		return dbcloud.Terminal(dbcloud.Errorf(dbcloud.KindInvalid, "VPC %s no longer exists.", svc.Spec.VPCID))
+	}
+	ep, err := e.Network.Attach(ctx, vpc, svc)
+	if err != nil {
+		return fmt.Errorf("attach %s to VPC %s: %w", svc.ID, vpc.ID, err)
+	}
+	svc.VPCEndpoint = ep
+	return nil
+}
+
+func (e *Engine) findVPC(ctx context.Context, projectID, id string) (*dbcloud.VPC, error) {
+	var vpc *dbcloud.VPC
+	err := e.Store.View(ctx, func(tx dbcloud.Tx) error {
+		v, err := tx.FindVPC(projectID, id)
+		if dbcloud.IsNotFound(err) {
+			return nil
+		}
+		vpc = v
+		return err
+	})
+	return vpc, err
 }
 
 // settled is the status of a service whose spec is fully real.
@@ -89,7 +150,12 @@ func (e *Engine) failed(ctx context.Context, svc *dbcloud.Service, cause error) 
 		e.Logger.Warn("reconcile failed; retrying", "service", svc.ID, "attempt", attempts, "retry_in", d.String(), "error", cause)
 		return nil
 	}
+	// Given up: the health loop tries again only after a long pause, so a
+	// cause that goes away (a full disk freed, say) still heals.
 	e.clearBackoff(svc.ID)
+	e.mu.Lock()
+	e.repairAfter[svc.ID] = e.now().Add(GiveUpPause)
+	e.mu.Unlock()
 	reason := reasonOf(cause)
 	e.Logger.Error("reconcile failed; giving up", "service", svc.ID, "attempts", attempts, "error", cause)
 	if err := e.updateService(ctx, svc, func(s *dbcloud.Service) bool {
@@ -134,7 +200,12 @@ func (e *Engine) countAttempt(ctx context.Context, id string, cause error) (int,
 
 // deleteService removes the service's processes and files, then its rows.
 func (e *Engine) deleteService(ctx context.Context, svc *dbcloud.Service) error {
-	if err := e.Provisioner.DeleteService(ctx, svc); err != nil {
+	svc.Spec.VPCID = ""
+	err := e.ensureAttachment(ctx, svc)
+	if err == nil {
+		err = e.Provisioner.DeleteService(ctx, svc)
+	}
+	if err != nil {
 		if ctx.Err() == nil {
 			attempts, cerr := e.countAttempt(ctx, svc.ID, err)
 			if cerr != nil {
@@ -145,7 +216,7 @@ func (e *Engine) deleteService(ctx context.Context, svc *dbcloud.Service) error 
 		return fmt.Errorf("delete service %s: %w", svc.ID, err)
 	}
 	e.clearBackoff(svc.ID)
-	err := e.Store.Update(ctx, func(tx dbcloud.Tx) error {
+	err = e.Store.Update(ctx, func(tx dbcloud.Tx) error {
 		if err := tx.DeleteService(svc.ProjectID, svc.ID); err != nil && !dbcloud.IsNotFound(err) {
 			return err
 		}
