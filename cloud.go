@@ -86,6 +86,8 @@ type Cloud struct {
 	// Notify, when set, is called after a write that may have recorded an
 	// operation, so the engine starts at once instead of at its next poll.
 	Notify func()
+	// Network, when set, is told of VPCs as they are created and deleted.
+	Network Network
 }
 
 // NewCloud returns a Cloud with the given dependencies.

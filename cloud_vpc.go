@@ -86,6 +86,13 @@ func (c *Cloud) CreateVPC(ctx context.Context, projectID string, in VPCCreate) (
 			return err
 		}
 		claim(ctx, "vpc", vpc.ID)
+		// Made in the provider before the row commits: if this fails, the
+		// client is told and nothing is recorded.
+		if c.Network != nil {
+			if err := c.Network.CreateVPC(ctx, vpc); err != nil {
+				return fmt.Errorf("create VPC %s in the network: %w", vpc.ID, err)
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -141,6 +148,15 @@ func (c *Cloud) DeleteVPC(ctx context.Context, projectID, id string) error {
 		}
 		if len(using) > 0 {
 			return Errorf(KindConflict, "VPC %s is still in use; detach or delete first: %s.", id, strings.Join(using, ", "))
+		}
+		if c.Network != nil {
+			vpc, err := findVPC(tx, projectID, id)
+			if err != nil {
+				return err
+			}
+			if err := c.Network.DeleteVPC(ctx, vpc); err != nil {
+				return fmt.Errorf("delete VPC %s in the network: %w", id, err)
+			}
 		}
 		return tx.DeleteVPC(projectID, id)
 	})

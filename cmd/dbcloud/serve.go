@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	stdhttp "net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"dbcloud"
 	"dbcloud/engine"
 	"dbcloud/http"
+	"dbcloud/network/loopback"
 
 	"dbcloud/internal/pgbin"
 	"dbcloud/runtime/local"
@@ -49,6 +51,8 @@ type Config struct {
 	Overcommit float64
 	NodeID     string
 	RuntimeDir string
+	// VPCBlock is where VPC endpoint addresses come from, inside 127.0.0.0/8.
+	VPCBlock netip.Prefix
 }
 
 // DefaultConfig returns the embedded defaults: SQLite and PostgreSQL
@@ -61,7 +65,7 @@ func DefaultConfig() Config {
 		PGBinDir: pgbin.Dir(), Regions: strings.Join(d.Regions, ","), Sizes: sizesString(d.Sizes),
 		PortMin: d.PortMin, PortMax: d.PortMax, RateLimit: h.RateLimit, RateBurst: h.RateBurst,
 		AdminName: "admin", AdminEmail: "admin@example.com", LogFormat: "json", Quotas: d.Quotas,
-		PoolSize: 2, Overcommit: 4,
+		PoolSize: 2, Overcommit: 4, VPCBlock: netip.MustParsePrefix("127.77.0.0/16"),
 	}
 }
 
@@ -120,6 +124,14 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "prepared PostgreSQL clusters kept ready for creates")
 	fs.Float64Var(&c.Overcommit, "overcommit", c.Overcommit, "how many times the host's memory all service sizes may add up to")
 	fs.StringVar(&c.RuntimeDir, "runtime-dir", c.RuntimeDir, "where service instances live (default DATA_DIR/runtime, or /var/lib/dbcloud/HASH when PostgreSQL's OS user cannot reach DATA_DIR)")
+	fs.Func("vpc-address-block", `block inside 127.0.0.0/8 for VPC endpoint addresses (default "127.77.0.0/16")`, func(v string) error {
+		p, err := netip.ParsePrefix(v)
+		if err == nil && (!netip.MustParsePrefix("127.0.0.0/8").Contains(p.Addr()) || p.Bits() < 8) {
+			err = errors.New("must lie inside 127.0.0.0/8")
+		}
+		c.VPCBlock = p
+		return err
+	})
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this process's name in leases (default HOSTNAME:DATA_DIR; keep it stable across restarts)")
 	quotaFlags(fs, &c.Quotas)
 	if err := parseFlags(fs, args); err != nil {
@@ -228,8 +240,14 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := m.runtime.Open(ctx); err != nil {
 		return err
 	}
+	network, err := loopback.New(c.VPCBlock, c.PortMin, c.PortMax)
+	if err != nil {
+		return fmt.Errorf("--vpc-address-block: %w", err)
+	}
 	m.cloud = dbcloud.NewCloud(m.store, m.runtime, c.domain(), m.Logger)
+	m.cloud.Network = network
 	m.engine = engine.New(m.store, m.runtime, c.NodeID, m.Logger)
+	m.engine.Network = network
 	m.cloud.Notify = m.engine.Notify
 
 	m.listener, err = net.Listen("tcp", c.Listen)

@@ -126,8 +126,13 @@ func (rt *Runtime) primary(svc *dbcloud.Service) (InstanceSpec, error) {
 		return InstanceSpec{}, err
 	}
 	res := ResourcesFor(svc.Spec.Size)
+	listen := rt.listenAddr()
+	if ep := svc.VPCEndpoint; ep != nil && listen != "*" {
+		// Attached to a VPC: also listen on the service's own address there.
+		listen += "," + ep.Host
+	}
 	return InstanceSpec{
-		ID: svc.ID + "-0", Dir: filepath.Join(rt.serviceDir(svc.ID), "0"), ListenAddr: rt.listenAddr(),
+		ID: svc.ID + "-0", Dir: filepath.Join(rt.serviceDir(svc.ID), "0"), ListenAddr: listen,
 		Port: svc.Endpoint.Port, Settings: res.Settings, CertPEM: certPEM, KeyPEM: keyPEM,
 		CPUMillis: res.CPUMillis, MemoryBytes: res.MemoryBytes,
 	}, nil
@@ -147,12 +152,15 @@ func (rt *Runtime) listenAddr() string {
 func (rt *Runtime) serverCert(svc *dbcloud.Service) (certPEM, keyPEM []byte, err error) {
 	dir := filepath.Join(rt.serviceDir(svc.ID), "tls")
 	certPath, keyPath := filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
+	hosts := []string{rt.cfg.Host, "127.0.0.1", "::1", "localhost"}
+	if ep := svc.VPCEndpoint; ep != nil {
+		hosts = append(hosts, ep.Host)
+	}
 	if c, err := os.ReadFile(certPath); err == nil {
-		if k, err := os.ReadFile(keyPath); err == nil && certValid(c, 30*24*time.Hour) {
+		if k, err := os.ReadFile(keyPath); err == nil && certValid(c, 30*24*time.Hour, hosts) {
 			return c, k, nil
 		}
 	}
-	hosts := []string{rt.cfg.Host, "127.0.0.1", "::1", "localhost"}
 	certPEM, keyPEM, err = rt.cfg.CA.IssueServerCert(svc.ID, hosts, 365*24*time.Hour)
 	if err != nil {
 		return nil, nil, fmt.Errorf("issue certificate for %s: %w", svc.ID, err)
@@ -169,15 +177,23 @@ func (rt *Runtime) serverCert(svc *dbcloud.Service) (certPEM, keyPEM []byte, err
 	return certPEM, keyPEM, nil
 }
 
-// certValid reports whether the PEM certificate parses and is valid for
-// longer than margin.
-func certValid(certPEM []byte, margin time.Duration) bool {
+// certValid reports whether the PEM certificate parses, is valid for longer
+// than margin, and names every host (a VPC address is added on attach).
+func certValid(certPEM []byte, margin time.Duration, hosts []string) bool {
 	block, _ := pem.Decode(certPEM)
 	if block == nil {
 		return false
 	}
 	c, err := x509.ParseCertificate(block.Bytes)
-	return err == nil && time.Until(c.NotAfter) > margin
+	if err != nil || time.Until(c.NotAfter) <= margin {
+		return false
+	}
+	for _, h := range hosts {
+		if c.VerifyHostname(h) != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // EnsureService makes the service's primary match its spec.
@@ -235,6 +251,11 @@ func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*db
 	}
 	if err := rt.checkEndpoint(ctx, svc.Endpoint); err != nil {
 		return nil, err
+	}
+	if ep := svc.VPCEndpoint; ep != nil {
+		if err := rt.checkEndpoint(ctx, &ep.Endpoint); err != nil {
+			return nil, err
+		}
 	}
 	obs.Running = true
 	obs.Metrics = rt.metrics(svc.ID, spec)
