@@ -321,12 +321,8 @@ func (c *Cloud) ForkService(ctx context.Context, projectID, parentID string, in 
 	default:
 		return nil, Errorf(KindConflict, "Service %s is %s; it can be forked when READY or PAUSED.", parent.ID, parent.Status)
 	}
-	if strategy == ForkPITR {
-		from, to := parent.Created, c.now()
-		if in.TargetTime.Before(from) || in.TargetTime.After(to) {
-			return nil, Errorf(KindInvalid, "target_time %s is outside the recovery window %s to %s.",
-				in.TargetTime.UTC().Format(time.RFC3339Nano), from.Format(time.RFC3339Nano), to.Format(time.RFC3339Nano))
-		}
+	if err := c.checkForkSource(ctx, parent, strategy, in.TargetTime); err != nil {
+		return nil, err
 	}
 	size, err := c.Config.Sizes.Resolve(in.CPUMillis, in.MemoryGBs, parent.Spec.Size)
 	if err != nil {
@@ -582,6 +578,15 @@ func (c *Cloud) SetPooler(ctx context.Context, projectID, id string, enabled boo
 		}
 		if err := busy(tx, s); err != nil {
 			return "", err
+		}
+		if enabled && s.PoolerPort == 0 {
+			// Claimed once, in the same table as endpoint ports, and
+			// released with them when the service is deleted.
+			ep, err := c.allocateEndpoint(tx, s.ID)
+			if err != nil {
+				return "", err
+			}
+			s.PoolerPort = ep.Port
 		}
 		s.Spec.Pooler = enabled
 		if s.Status == StatusPaused {

@@ -28,6 +28,9 @@ type Observation struct {
 	Running   bool
 	Instances []Instance
 	Metrics   *Metrics
+	// PoolerEndpoint is where the service's connection pooler accepts
+	// connections; nil when it has none or it does not run.
+	PoolerEndpoint *Endpoint
 	// Reason says what is wrong when the service is not as asked.
 	Reason string
 }

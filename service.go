@@ -173,10 +173,13 @@ type Service struct {
 	// ObservedGeneration is the generation the runtime last made real.
 	ObservedGeneration int64 `json:"observed_generation"`
 	// Endpoint is assigned at creation and never changes.
-	Endpoint       *Endpoint    `json:"endpoint,omitempty"`
-	PoolerEndpoint *Endpoint    `json:"pooler_endpoint,omitempty"`
-	VPCEndpoint    *VPCEndpoint `json:"vpc_endpoint,omitempty"`
-	Metrics        *Metrics     `json:"metrics,omitempty"`
+	Endpoint       *Endpoint `json:"endpoint,omitempty"`
+	PoolerEndpoint *Endpoint `json:"pooler_endpoint,omitempty"`
+	// PoolerPort is the port claimed for the connection pooler when it was
+	// first enabled; it stays the service's until the service is deleted.
+	PoolerPort  int          `json:"pooler_port,omitempty"`
+	VPCEndpoint *VPCEndpoint `json:"vpc_endpoint,omitempty"`
+	Metrics     *Metrics     `json:"metrics,omitempty"`
 	// Instances lists the running instances, primary first, as last observed.
 	Instances []Instance `json:"instances,omitempty"`
 }

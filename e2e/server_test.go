@@ -53,7 +53,9 @@ var portBlocks struct {
 func portRange() (int, int) {
 	portBlocks.Lock()
 	defer portBlocks.Unlock()
-	lo := 31000 + portBlocks.next*50
+	// Test binaries of other packages may run at the same time: each
+	// process starts at its own offset in 31000-46999.
+	lo := 31000 + (os.Getpid()%16)*1000 + (portBlocks.next%20)*50
 	portBlocks.next++
 	return lo, lo + 49
 }
@@ -387,6 +389,8 @@ func (s *server) deleteAll() {
 		return
 	}
 	for _, svc := range list {
+		// DEV, needed for delete, is refused while the pooler is on.
+		s.do("POST", s.services()+"/"+svc.ServiceID+"/disablePooler", nil, nil)
 		s.do("POST", s.services()+"/"+svc.ServiceID+"/setEnvironment", map[string]string{"environment": "DEV"}, nil)
 		s.do("DELETE", s.services()+"/"+svc.ServiceID, nil, nil)
 	}

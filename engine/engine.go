@@ -39,6 +39,9 @@ type Engine struct {
 	HealthInterval time.Duration
 	// MetricsInterval is how often usage is written to the store.
 	MetricsInterval time.Duration
+	// BackupInterval is how often READY services are offered to the
+	// provisioner's MaintainBackups (which decides what is due); 0 never.
+	BackupInterval time.Duration
 	// MaxAttempts is how many retryable failures a change may have before
 	// it is failed and the service shown UNSTABLE.
 	MaxAttempts int
@@ -67,7 +70,7 @@ func New(store dbcloud.Store, p dbcloud.Provisioner, owner string, logger *slog.
 	return &Engine{
 		Store: store, Provisioner: p, Owner: owner, Logger: logger,
 		Workers: 4, LeaseTTL: 15 * time.Second, PollInterval: time.Second,
-		HealthInterval: time.Second, MetricsInterval: 5 * time.Second, MaxAttempts: 8,
+		HealthInterval: time.Second, MetricsInterval: 5 * time.Second, BackupInterval: 5 * time.Second, MaxAttempts: 8,
 		Now: time.Now,
 	}
 }
@@ -85,6 +88,10 @@ func (e *Engine) Open() error {
 	e.wg.Add(2)
 	go e.dispatchLoop(ctx)
 	go e.healthLoop(ctx)
+	if b, ok := e.Provisioner.(dbcloud.BackupMaintainer); ok && e.BackupInterval > 0 {
+		e.wg.Add(1)
+		go e.backupLoop(ctx, b)
+	}
 	return nil
 }
 

@@ -152,6 +152,7 @@ func (e *Engine) repair(ctx context.Context, svc *dbcloud.Service, obs *dbcloud.
 		}
 		s.Status, s.StatusReason = settled(s, fixed)
 		s.Instances = fixed.Instances
+		s.PoolerEndpoint = fixed.PoolerEndpoint
 		return true
 	})
 }

@@ -52,6 +52,8 @@ func (e *Engine) reconcileService(ctx context.Context, projectID, id string) err
 		s.Instances = obs.Instances
 		// The VPC endpoint appears once the service accepts connections there.
 		s.VPCEndpoint = vpcEndpoint
+		// So does the pooler's, and it goes when the pooler does.
+		s.PoolerEndpoint = obs.PoolerEndpoint
 		if obs.Metrics != nil {
 			s.Metrics = obs.Metrics
 		}

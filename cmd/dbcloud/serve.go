@@ -53,6 +53,12 @@ type Config struct {
 	RuntimeDir string
 	// VPCBlock is where VPC endpoint addresses come from, inside 127.0.0.0/8.
 	VPCBlock netip.Prefix
+	// SnapshotInterval and SnapshotRetention schedule base backups.
+	SnapshotInterval  time.Duration
+	SnapshotRetention time.Duration
+	// LogMaxAge and LogMaxBytes bound each instance's PostgreSQL logs.
+	LogMaxAge   time.Duration
+	LogMaxBytes int64
 }
 
 // DefaultConfig returns the embedded defaults: SQLite and PostgreSQL
@@ -66,6 +72,8 @@ func DefaultConfig() Config {
 		PortMin: d.PortMin, PortMax: d.PortMax, RateLimit: h.RateLimit, RateBurst: h.RateBurst,
 		AdminName: "admin", AdminEmail: "admin@example.com", LogFormat: "json", Quotas: d.Quotas,
 		PoolSize: 2, Overcommit: 4, VPCBlock: netip.MustParsePrefix("127.77.0.0/16"),
+		SnapshotInterval: local.DefaultSnapshotInterval, SnapshotRetention: local.DefaultSnapshotRetention,
+		LogMaxAge: 7 * 24 * time.Hour, LogMaxBytes: 1 << 30,
 	}
 }
 
@@ -132,6 +140,10 @@ func (m *Main) ParseFlags(args []string) error {
 		c.VPCBlock = p
 		return err
 	})
+	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", c.SnapshotInterval, "how often each service is snapshotted (a base backup)")
+	fs.DurationVar(&c.SnapshotRetention, "snapshot-retention", c.SnapshotRetention, "how long snapshots are kept: the point-in-time recovery window")
+	fs.DurationVar(&c.LogMaxAge, "log-max-age", c.LogMaxAge, "keep each instance's PostgreSQL logs this long, unless they exceed --log-max-bytes")
+	fs.Int64Var(&c.LogMaxBytes, "log-max-bytes", c.LogMaxBytes, "keep at most this many bytes of each instance's PostgreSQL logs (the newest file always stays)")
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this process's name in leases (default HOSTNAME:DATA_DIR; keep it stable across restarts)")
 	quotaFlags(fs, &c.Quotas)
 	if err := parseFlags(fs, args); err != nil {
@@ -169,6 +181,9 @@ func (c *Config) validate() error {
 	}
 	if c.PortMin < 1024 || c.PortMax > 65535 || c.PortMin > c.PortMax {
 		errs = append(errs, fmt.Errorf("--port-min %d and --port-max %d: want 1024 <= min <= max <= 65535", c.PortMin, c.PortMax))
+	}
+	if c.LogMaxAge <= 0 || c.LogMaxBytes <= 0 || c.SnapshotInterval <= 0 || c.SnapshotRetention <= 0 {
+		errs = append(errs, fmt.Errorf("--log-max-age, --log-max-bytes, --snapshot-interval and --snapshot-retention must be above 0"))
 	}
 	if c.PoolSize < 0 || c.Overcommit <= 0 {
 		errs = append(errs, fmt.Errorf("--pool-size must be 0 or more and --overcommit above 0"))
@@ -233,6 +248,8 @@ func (m *Main) Run(ctx context.Context) error {
 	m.runtime, err = local.New(local.Config{
 		BinDir: c.PGBinDir, DataDir: runtimeDir, Host: c.PublicHost, CA: m.ca,
 		PoolSize: c.PoolSize, Overcommit: c.Overcommit, Logger: m.Logger,
+		SnapshotInterval: c.SnapshotInterval, SnapshotRetention: c.SnapshotRetention,
+		LogRetention: local.LogRetention{MaxAge: c.LogMaxAge, MaxBytes: c.LogMaxBytes},
 	})
 	if err != nil {
 		return err

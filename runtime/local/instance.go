@@ -37,6 +37,9 @@ const (
 	// readyTimeout bounds a start: recovery after a crash can take a while,
 	// but a server not accepting connections after this is broken.
 	readyTimeout = 30 * time.Second
+	// recoveryTimeout bounds a start that recovers a fork, which replays
+	// WAL before it accepts connections: up to a day's WAL for PITR.
+	recoveryTimeout = time.Hour
 	// reloadTimeout bounds how long Reload waits to observe the reload.
 	reloadTimeout = 10 * time.Second
 	// defaultStopTimeout is used by Destroy and when Stop gets no bound.
@@ -71,6 +74,14 @@ type InstanceSpec struct {
 	CPUMillis int
 	// MemoryBytes is the cgroup memory limit; 0 means no limit.
 	MemoryBytes int64
+	// ArchiveDir, when set, is where the instance archives its WAL
+	// (basic_archive): the service's archive, shared by its instances,
+	// since only the primary archives. Prepare creates it.
+	ArchiveDir string
+	// RecoverySettings are passed on the postgres command line, never
+	// written to a file, by the one start that recovers a fork: they
+	// vanish with that postmaster instead of lingering in the config.
+	RecoverySettings map[string]string
 }
 
 func (s InstanceSpec) pgdata() string              { return filepath.Join(s.Dir, "pgdata") }
@@ -96,6 +107,13 @@ func (s InstanceSpec) validate() error {
 		return errors.New("a TLS certificate and key are required (ssl=on)")
 	case s.CPUMillis < 0 || s.MemoryBytes < 0:
 		return errors.New("limits must not be negative")
+	case s.ArchiveDir != "" && (!filepath.IsAbs(s.ArchiveDir) || filepath.Clean(s.ArchiveDir) != s.ArchiveDir):
+		return fmt.Errorf("archive dir %q must be a clean absolute path", s.ArchiveDir)
+	}
+	for k := range s.RecoverySettings {
+		if !settingName.MatchString(k) {
+			return fmt.Errorf("recovery setting %q is not a valid parameter name", k)
+		}
 	}
 	return validateSettings(s.Settings)
 }
@@ -255,6 +273,11 @@ func (m *Manager) prepare(ctx context.Context, s InstanceSpec) error {
 	}
 	for _, dir := range []string{s.runDir(), s.logDir()} {
 		if err := m.makeServerDir(dir); err != nil {
+			return err
+		}
+	}
+	if s.ArchiveDir != "" {
+		if err := m.makeServerDir(s.ArchiveDir); err != nil {
 			return err
 		}
 	}
@@ -493,6 +516,9 @@ func (m *Manager) start(ctx context.Context, s InstanceSpec) (int, error) {
 		"-c", "hba_file=" + s.confPath(hbaFile),
 		"-c", "ident_file=" + s.confPath(identFile),
 	}
+	for _, name := range sortedKeys(s.RecoverySettings) {
+		args = append(args, "-c", name+"="+s.RecoverySettings[name])
+	}
 	var joinCgroup []string
 	if cg != nil {
 		joinCgroup = cg.procsFiles()
@@ -602,7 +628,13 @@ func (m *Manager) childOf(pid int) *child {
 // it accepts connections ("ready", or "standby" for a hot standby); this is
 // what pg_ctl -w checks, but every 5 ms instead of every 100 ms.
 func (m *Manager) waitReady(ctx context.Context, s InstanceSpec, pid int, c *child) error {
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	bound, standbyReady := readyTimeout, true
+	if len(s.RecoverySettings) > 0 {
+		// A fork's recovery reports "standby" as soon as it starts, with
+		// or without hot standby; it is done when promoted ("ready").
+		bound, standbyReady = recoveryTimeout, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	var exited <-chan struct{}
 	if c != nil {
@@ -612,7 +644,7 @@ func (m *Manager) waitReady(ctx context.Context, s InstanceSpec, pid int, c *chi
 	defer tick.Stop()
 	for {
 		pf, err := readPidFile(s.pgdata())
-		if err == nil && pf.pid == pid && (pf.status == "ready" || pf.status == "standby") {
+		if err == nil && pf.pid == pid && (pf.status == "ready" || pf.status == "standby" && standbyReady) {
 			return nil
 		}
 		if c == nil && !processAlive(pid) {

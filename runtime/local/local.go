@@ -41,6 +41,15 @@ type Config struct {
 	// services may add up to: idle PostgreSQL uses far less than its size.
 	Overcommit float64
 	Logger     *slog.Logger
+	// SnapshotInterval is how often each service is snapshotted (a base
+	// backup); 0 means DefaultSnapshotInterval (24 h).
+	SnapshotInterval time.Duration
+	// SnapshotRetention is how long snapshots are kept, the PITR window;
+	// 0 means DefaultSnapshotRetention (7 days).
+	SnapshotRetention time.Duration
+	// LogRetention bounds each instance's PostgreSQL logs; zero fields take
+	// DefaultLogRetention's.
+	LogRetention LogRetention
 }
 
 // Runtime is the local runtime: the domain's Runtime and the engine's
@@ -54,6 +63,9 @@ type Runtime struct {
 
 	mu  sync.Mutex
 	cpu map[string]cpuSample // last CPU reading per service, for rates
+
+	stopLogs context.CancelFunc // ends the log retention loop
+	logsDone chan struct{}
 }
 
 type cpuSample struct {
@@ -96,12 +108,30 @@ func New(cfg Config) (*Runtime, error) {
 	return &Runtime{cfg: cfg, mgr: mgr, cpu: map[string]cpuSample{}}, nil
 }
 
-// Open starts the pool refill; running instances need nothing: they are
-// adopted when the engine next ensures or checks them.
-func (rt *Runtime) Open(ctx context.Context) error { return rt.mgr.Open(ctx) }
+// Open starts the pool refill and the log retention loop; running
+// instances need nothing: they are adopted when the engine next ensures or
+// checks them.
+func (rt *Runtime) Open(ctx context.Context) error {
+	if err := rt.mgr.Open(ctx); err != nil {
+		return err
+	}
+	logCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	rt.stopLogs, rt.logsDone = cancel, make(chan struct{})
+	go func() {
+		defer close(rt.logsDone)
+		rt.RunLogRetention(logCtx, rt.cfg.LogRetention)
+	}()
+	return nil
+}
 
 // Close stops the background work. Instances keep running.
-func (rt *Runtime) Close() error { return rt.mgr.Close() }
+func (rt *Runtime) Close() error {
+	if rt.stopLogs != nil {
+		rt.stopLogs()
+		<-rt.logsDone
+	}
+	return rt.mgr.Close()
+}
 
 func (rt *Runtime) serviceDir(id string) string {
 	return filepath.Join(rt.cfg.DataDir, "services", id)
@@ -134,7 +164,7 @@ func (rt *Runtime) primary(svc *dbcloud.Service) (InstanceSpec, error) {
 	return InstanceSpec{
 		ID: svc.ID + "-0", Dir: filepath.Join(rt.serviceDir(svc.ID), "0"), ListenAddr: listen,
 		Port: svc.Endpoint.Port, Settings: res.Settings, CertPEM: certPEM, KeyPEM: keyPEM,
-		CPUMillis: res.CPUMillis, MemoryBytes: res.MemoryBytes,
+		CPUMillis: res.CPUMillis, MemoryBytes: res.MemoryBytes, ArchiveDir: rt.archiveDir(svc.ID),
 	}, nil
 }
 
@@ -198,18 +228,20 @@ func certValid(certPEM []byte, margin time.Duration, hosts []string) bool {
 
 // EnsureService makes the service's primary match its spec.
 func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*dbcloud.Observation, error) {
-	if svc.Fork != nil {
-		if _, err := os.Stat(filepath.Join(rt.serviceDir(svc.ID), "0", "pgdata")); os.IsNotExist(err) {
-			return nil, dbcloud.Terminal(dbcloud.Errorf(dbcloud.KindUnavailable,
-				"Forks are not available on this server yet; the service holds no data. Delete it."))
-		}
-	}
 	spec, err := rt.primary(svc)
 	if err != nil {
 		return nil, err
 	}
+	// A fork's data comes from its parent before its first start.
+	if err := rt.ensureForkData(ctx, svc, spec); err != nil {
+		return nil, err
+	}
 	obs := &dbcloud.Observation{Instances: []dbcloud.Instance{{ID: spec.ID, Role: "primary"}}}
 	if !svc.Spec.Running {
+		// The pooler first, so its clients are told before the server goes.
+		if err := rt.stopPooler(ctx, svc.ID); err != nil {
+			return nil, err
+		}
 		if err := rt.mgr.Stop(ctx, spec, 30*time.Second); err != nil {
 			return nil, fmt.Errorf("stop %s: %w", spec.ID, err)
 		}
@@ -257,6 +289,9 @@ func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*db
 			return nil, err
 		}
 	}
+	if obs.PoolerEndpoint, err = rt.ensurePooler(ctx, svc, spec, svc.PoolerPort); err != nil {
+		return nil, err
+	}
 	obs.Running = true
 	obs.Metrics = rt.metrics(svc.ID, spec)
 	return obs, nil
@@ -273,6 +308,10 @@ func (rt *Runtime) CheckService(ctx context.Context, svc *dbcloud.Service, measu
 		obs.Reason = "The primary's postmaster is not running; restarting it."
 		return obs, nil
 	}
+	if svc.Spec.Pooler && !rt.poolerRunning(svc.ID) {
+		obs.Reason = "The connection pooler is not running; restarting it."
+		return obs, nil
+	}
 	obs.Running = true
 	if measure {
 		obs.Metrics = rt.metrics(svc.ID, spec)
@@ -282,6 +321,10 @@ func (rt *Runtime) CheckService(ctx context.Context, svc *dbcloud.Service, measu
 
 // DeleteService stops the service's instances and removes its files.
 func (rt *Runtime) DeleteService(ctx context.Context, svc *dbcloud.Service) error {
+	// A delete can supersede a pending disable: the pooler goes first.
+	if err := rt.stopPooler(ctx, svc.ID); err != nil {
+		return err
+	}
 	dir := rt.serviceDir(svc.ID)
 	entries, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {
@@ -301,7 +344,7 @@ func (rt *Runtime) DeleteService(ctx context.Context, svc *dbcloud.Service) erro
 	rt.mu.Lock()
 	delete(rt.cpu, svc.ID)
 	rt.mu.Unlock()
-	return os.RemoveAll(dir)
+	return rt.removeServiceFiles(svc)
 }
 
 // SetPassword makes the verifier tsdbadmin's password on the running primary.
@@ -435,13 +478,10 @@ func (rt *Runtime) PortFree(port int) bool {
 	return true
 }
 
-// Logs returns the service's log lines. Reading them arrives with the logs
-// endpoint (issue 4); until then there are none and no cursor exists.
+// Logs returns a page of the service's log lines, read from the jsonlog
+// files of its instances (logs.go), so it needs no running postmaster.
 func (rt *Runtime) Logs(ctx context.Context, svc *dbcloud.Service, q dbcloud.LogQuery) (*dbcloud.LogPage, error) {
-	if q.Cursor != "" {
-		return nil, dbcloud.Errorf(dbcloud.KindInvalid, "cursor %q is not a cursor this server issued.", q.Cursor)
-	}
-	return &dbcloud.LogPage{}, nil
+	return rt.readLogs(ctx, svc, q)
 }
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

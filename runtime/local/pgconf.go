@@ -40,7 +40,15 @@ var fixedSettings = map[string]bool{
 	"restart_after_crash": true, "data_directory": true, "config_file": true,
 	"hba_file": true, "ident_file": true, "external_pid_file": true,
 	"include": true, "include_if_exists": true, "include_dir": true,
+	"archive_mode": true, "archive_library": true, "archive_command": true,
+	"basic_archive.archive_directory": true, "archive_timeout": true,
+	"restore_command": true,
 }
+
+// archiveTimeout forces a WAL segment switch on a quiet service, so its
+// archive (and the newest point a fork can restore to) lags now by at most
+// this much.
+const archiveTimeout = "60s"
 
 // defaultSettings are dbcloud's choices that a service size may override.
 // initdb writes the locale and time zone into the data directory's
@@ -118,6 +126,17 @@ func renderConfig(s InstanceSpec, osUser string) (postgresqlConf, hbaConf, ident
 	writeSetting(&b, "log_timezone", quoteValue("UTC"))
 	b.WriteString("\n# The control plane decides what happens after a crash\n")
 	writeSetting(&b, "restart_after_crash", "off")
+	if s.ArchiveDir != "" {
+		// basic_archive copies to a temp file, fsyncs and renames, and
+		// accepts a re-archive of an identical file; a cp archive_command
+		// does none of that. archive_timeout bounds how far behind now a
+		// point-in-time restore can be (RPO) on a quiet service.
+		b.WriteString("\n# WAL archive of the service, for snapshots and point-in-time forks\n")
+		writeSetting(&b, "archive_mode", "on")
+		writeSetting(&b, "archive_library", quoteValue("basic_archive"))
+		writeSetting(&b, "basic_archive.archive_directory", quoteValue(s.ArchiveDir))
+		writeSetting(&b, "archive_timeout", quoteValue(archiveTimeout))
+	}
 
 	settings := map[string]string{}
 	for k, v := range s.Settings {
@@ -141,14 +160,17 @@ func renderConfig(s InstanceSpec, osUser string) (postgresqlConf, hbaConf, ident
 	return b.String(), renderHBA(), renderIdent(osUser)
 }
 
-// renderHBA allows the superuser only over the unix socket, by peer
-// identity, and everyone else only over TLS with SCRAM; plain TCP is
-// rejected by an explicit line so the client is told why.
+// renderHBA allows the superuser and the pooler's lookup role only over
+// the unix socket, by peer identity (only PostgreSQL's and dbcloud's OS
+// users reach that socket's directory), the pooler's clients over it with
+// their own SCRAM passwords, and everyone else only over TLS with SCRAM;
+// plain TCP is rejected by an explicit line so the client is told why.
 func renderHBA() string {
 	return `# Written by dbcloud; rewritten on every change, do not edit.
 # TYPE  DATABASE     USER      ADDRESS       METHOD
 local   all          postgres                peer map=` + identMap + `
-local   all          all                     reject
+local   all          ` + poolerRole + `          peer map=` + poolerRole + `
+local   all          all                     scram-sha-256
 hostssl all          all       0.0.0.0/0     scram-sha-256
 hostssl all          all       ::/0          scram-sha-256
 hostssl replication  all       127.0.0.1/32  scram-sha-256
@@ -166,6 +188,11 @@ func renderIdent(osUser string) string {
 	fmt.Fprintf(&b, "%s    %s  postgres\n", identMap, identToken(osUser))
 	if osUser != pgOSUser {
 		fmt.Fprintf(&b, "%s    %s  postgres\n", identMap, pgOSUser)
+	}
+	// PgBouncer runs as the server's OS user; its lookup role enters by peer.
+	fmt.Fprintf(&b, "%s    %s  %s\n", poolerRole, identToken(osUser), poolerRole)
+	if osUser != pgOSUser {
+		fmt.Fprintf(&b, "%s    %s  %s\n", poolerRole, pgOSUser, poolerRole)
 	}
 	return b.String()
 }

@@ -18,6 +18,7 @@ func goldenSpec() InstanceSpec {
 			"dbcloud.note":    `it's a\test`,
 			"max_wal_senders": "5", // a default a size may override
 		},
+		ArchiveDir: "/srv/dbcloud/archive",
 	}
 }
 
@@ -46,6 +47,12 @@ log_timezone = 'UTC'
 # The control plane decides what happens after a crash
 restart_after_crash = off
 
+# WAL archive of the service, for snapshots and point-in-time forks
+archive_mode = on
+archive_library = 'basic_archive'
+basic_archive.archive_directory = '/srv/dbcloud/archive'
+archive_timeout = '60s'
+
 # Defaults
 datestyle = 'iso, mdy'
 default_text_search_config = 'pg_catalog.english'
@@ -68,7 +75,8 @@ work_mem = '4MB'
 const goldenHBA = `# Written by dbcloud; rewritten on every change, do not edit.
 # TYPE  DATABASE     USER      ADDRESS       METHOD
 local   all          postgres                peer map=dbcloud
-local   all          all                     reject
+local   all          dbcloud_pooler          peer map=dbcloud_pooler
+local   all          all                     scram-sha-256
 hostssl all          all       0.0.0.0/0     scram-sha-256
 hostssl all          all       ::/0          scram-sha-256
 hostssl replication  all       127.0.0.1/32  scram-sha-256
@@ -80,6 +88,8 @@ const goldenIdent = `# Written by dbcloud; rewritten on every change, do not edi
 # MAPNAME  SYSTEM-USERNAME  PG-USERNAME
 dbcloud    root  postgres
 dbcloud    postgres  postgres
+dbcloud_pooler    root  dbcloud_pooler
+dbcloud_pooler    postgres  dbcloud_pooler
 `
 
 func TestRenderConfig(t *testing.T) {
@@ -110,6 +120,22 @@ func TestRenderConfig(t *testing.T) {
 		if strings.Count(conf, "\nport = ") != 1 || !strings.Contains(conf, "\nport = 5433\n") ||
 			strings.Contains(conf, "ssl = 'off'") || strings.Contains(conf, "bad name") {
 			t.Errorf("fixed settings overridden or invalid name rendered:\n%s", conf)
+		}
+	})
+	t.Run("NoArchiveDirNoArchiving", func(t *testing.T) {
+		s := goldenSpec()
+		s.ArchiveDir = ""
+		conf, _, _ := renderConfig(s, "root")
+		if strings.Contains(conf, "archive") {
+			t.Errorf("archive settings without an archive dir:\n%s", conf)
+		}
+	})
+	t.Run("RecoverySettingsNeverRendered", func(t *testing.T) {
+		s := goldenSpec()
+		s.RecoverySettings = map[string]string{"restore_command": "cp x %p", "recovery_target": "immediate"}
+		conf, _, _ := renderConfig(s, "root")
+		if strings.Contains(conf, "restore_command") || strings.Contains(conf, "recovery_target") {
+			t.Errorf("recovery settings rendered into the config file:\n%s", conf)
 		}
 	})
 	t.Run("IdentForPostgresUser", func(t *testing.T) {
@@ -150,6 +176,8 @@ func TestValidateSettings(t *testing.T) {
 		{map[string]string{"port": "5432"}, false},
 		{map[string]string{"Log_Directory": "/tmp"}, false},
 		{map[string]string{"include": "/etc/passwd"}, false},
+		{map[string]string{"archive_mode": "off"}, false},
+		{map[string]string{"restore_command": "sh -c evil"}, false},
 		{map[string]string{"work_mem = 1\nport": "1"}, false},
 		{map[string]string{"work_mem": "1MB", "WORK_MEM": "2MB"}, false},
 		{map[string]string{"": "x"}, false},

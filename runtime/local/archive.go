@@ -1,0 +1,279 @@
+package local
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Every service archives its WAL into DATA/services/<id>/archive with
+// basic_archive, keyed by service id, never by system identifier: a fork
+// has its parent's system identifier, so an archive named by it would mix
+// the WAL of both.
+const archiveDirName = "archive"
+
+// lsn is a PostgreSQL WAL location.
+type lsn uint64
+
+// parseLSN reads PostgreSQL's text form, "16/B374D848".
+func parseLSN(s string) (lsn, error) {
+	hi, lo, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		return 0, fmt.Errorf("LSN %q: want HI/LO", s)
+	}
+	h, err := strconv.ParseUint(hi, 16, 32)
+	if err != nil {
+		return 0, fmt.Errorf("LSN %q: %w", s, err)
+	}
+	l, err := strconv.ParseUint(lo, 16, 32)
+	if err != nil {
+		return 0, fmt.Errorf("LSN %q: %w", s, err)
+	}
+	return lsn(h<<32 | l), nil
+}
+
+func (l lsn) String() string { return fmt.Sprintf("%X/%X", uint64(l)>>32, uint64(l)&0xFFFFFFFF) }
+
+// walSegment names one WAL segment file: timeline and segment number.
+type walSegment struct {
+	tli   uint32
+	segNo uint64
+}
+
+// segmentOf is the segment holding the byte at l (XLByteToSeg).
+func segmentOf(tli uint32, l lsn, segSize uint64) walSegment {
+	return walSegment{tli: tli, segNo: uint64(l) / segSize}
+}
+
+// name is the segment's file name (XLogFileName).
+func (s walSegment) name(segSize uint64) string {
+	perID := uint64(0x100000000) / segSize
+	return fmt.Sprintf("%08X%08X%08X", s.tli, s.segNo/perID, s.segNo%perID)
+}
+
+// parseSegmentName reads a WAL segment file name.
+func parseSegmentName(name string, segSize uint64) (walSegment, error) {
+	if !isSegmentName(name) {
+		return walSegment{}, fmt.Errorf("%q is not a WAL segment name", name)
+	}
+	tli, _ := strconv.ParseUint(name[0:8], 16, 32)
+	hi, _ := strconv.ParseUint(name[8:16], 16, 32)
+	lo, _ := strconv.ParseUint(name[16:24], 16, 32)
+	return walSegment{tli: uint32(tli), segNo: hi*(uint64(0x100000000)/segSize) + lo}, nil
+}
+
+// isSegmentName reports whether name is a WAL segment file name: 24
+// upper-case hex digits.
+func isSegmentName(name string) bool {
+	if len(name) != 24 {
+		return false
+	}
+	for _, c := range name {
+		if !(c >= '0' && c <= '9' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+// segmentPosition orders WAL files across timelines by the position they
+// cover (the name without its timeline), as pg_archivecleanup does; for a
+// .partial, .backup or basic_archive temp file it is the position of its
+// segment.
+func segmentPosition(name string) (string, bool) {
+	// basic_archive's temp files, "archtemp.<file>.<pid>.<epoch>", are
+	// left behind by a crash mid-copy.
+	base := strings.TrimPrefix(name, "archtemp.")
+	if i := strings.IndexByte(base, '.'); i >= 0 {
+		base = base[:i]
+	}
+	if !isSegmentName(base) {
+		return "", false
+	}
+	return base[8:], true
+}
+
+// waitArchived waits until the segment file is in the archive: the
+// archiver copies segments in order, so every earlier one is there too.
+func waitArchived(ctx context.Context, archiveDir, segment string, bound time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	for {
+		if _, err := os.Stat(filepath.Join(archiveDir, segment)); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("WAL segment %s not archived into %s within %v: %w", segment, archiveDir, bound, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// pruneArchive removes the WAL (segments, partial segments and backup
+// history files) that lies before keepFrom, the first segment the oldest
+// kept snapshot needs. Timeline history files are kept: they are tiny and
+// recovery needs them to follow timelines.
+func pruneArchive(archiveDir, keepFrom string) (removed int, err error) {
+	keep, ok := segmentPosition(keepFrom)
+	if !ok {
+		return 0, fmt.Errorf("prune archive: %q is not a WAL segment", keepFrom)
+	}
+	entries, err := os.ReadDir(archiveDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	} else if err != nil {
+		return 0, err
+	}
+	for _, e := range entries {
+		pos, ok := segmentPosition(e.Name())
+		if !ok || strings.HasSuffix(e.Name(), ".history") || pos >= keep {
+			continue
+		}
+		if err := os.Remove(filepath.Join(archiveDir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return removed, err
+		}
+		removed++
+	}
+	return removed, nil
+}
+
+// archivedCommit is the last transaction end found in an archive.
+type archivedCommit struct {
+	Time time.Time
+	// LSN is where the commit (or abort) record starts; recovering with
+	// recovery_target_lsn at it, inclusive, stops right after it.
+	LSN lsn
+}
+
+// lastCommits caches lastArchivedCommit per archive and newest segment: an
+// archive that gained no segment has the same answer.
+var lastCommits = struct {
+	sync.Mutex
+	m map[string]*archivedCommit
+}{m: map[string]*archivedCommit{}}
+
+// lastArchivedCommit finds the last commit or abort record in the archive
+// at or after segment from, by reading segments newest first with
+// pg_waldump. A point-in-time recovery can only stop at such a record, and
+// fails ("recovery ended before configured recovery target was reached")
+// when none follows the target; so for a stopped service this is the end
+// of its recovery window. It returns nil when there is none.
+func lastArchivedCommit(ctx context.Context, binDir, archiveDir, from string, segSize uint64) (*archivedCommit, error) {
+	start, ok := segmentPosition(from)
+	if !ok {
+		return nil, fmt.Errorf("%q is not a WAL segment", from)
+	}
+	entries, err := os.ReadDir(archiveDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	var segs []string
+	for _, e := range entries {
+		if isSegmentName(e.Name()) && e.Name()[8:] >= start {
+			segs = append(segs, e.Name())
+		}
+	}
+	if len(segs) == 0 {
+		return nil, nil
+	}
+	sort.Slice(segs, func(i, j int) bool {
+		if segs[i][8:] != segs[j][8:] {
+			return segs[i][8:] < segs[j][8:]
+		}
+		return segs[i][:8] < segs[j][:8]
+	})
+	key := archiveDir + "\x00" + from + "\x00" + segs[len(segs)-1]
+	lastCommits.Lock()
+	cached, hit := lastCommits.m[key]
+	lastCommits.Unlock()
+	if hit {
+		return cached, nil
+	}
+	var found *archivedCommit
+	for i := len(segs) - 1; i >= 0 && found == nil; i-- {
+		if found, err = segmentLastCommit(ctx, binDir, archiveDir, segs[i]); err != nil {
+			return nil, err
+		}
+	}
+	lastCommits.Lock()
+	if len(lastCommits.m) >= 1024 {
+		clear(lastCommits.m) // answers for archives that changed since
+	}
+	lastCommits.m[key] = found
+	lastCommits.Unlock()
+	return found, nil
+}
+
+// segmentLastCommit runs pg_waldump over one archived segment and returns
+// its last transaction commit or abort.
+func segmentLastCommit(ctx context.Context, binDir, archiveDir, segment string) (*archivedCommit, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "pg_waldump"), "--path", archiveDir,
+		"--rmgr", "Transaction", segment, segment)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "LANG=C", "TZ=UTC"}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// A segment ends in an unused tail, which pg_waldump reports as an
+	// invalid record and a failure; the records before it are what counts.
+	runErr := cmd.Run()
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if stdout.Len() == 0 && runErr != nil && !bytes.Contains(stderr.Bytes(), []byte("error in WAL record")) &&
+		!bytes.Contains(stderr.Bytes(), []byte("could not find a valid record")) {
+		return nil, fmt.Errorf("pg_waldump %s: %w: %s", segment, runErr, strings.TrimSpace(stderr.String()))
+	}
+	var last *archivedCommit
+	sc := bufio.NewScanner(&stdout)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		if c, ok := parseWaldumpCommit(sc.Text()); ok {
+			last = &c
+		}
+	}
+	return last, sc.Err()
+}
+
+// parseWaldumpCommit reads a pg_waldump line of a commit or abort record:
+// "rmgr: Transaction len (rec/tot): 34/34, tx: 735, lsn: 0/0155A4E8, prev
+// 0/0155A4B0, desc: COMMIT 2026-01-02 15:04:05.123456 UTC; ...".
+func parseWaldumpCommit(line string) (archivedCommit, bool) {
+	_, desc, ok := strings.Cut(line, "desc: ")
+	if !ok {
+		return archivedCommit{}, false
+	}
+	var rest string
+	if r, ok := strings.CutPrefix(desc, "COMMIT "); ok {
+		rest = r
+	} else if r, ok := strings.CutPrefix(desc, "ABORT "); ok {
+		rest = r
+	} else {
+		return archivedCommit{}, false
+	}
+	ts, _, _ := strings.Cut(rest, ";")
+	t, err := time.Parse("2006-01-02 15:04:05.999999 MST", strings.TrimSpace(ts))
+	if err != nil {
+		return archivedCommit{}, false
+	}
+	_, after, ok := strings.Cut(line, "lsn: ")
+	if !ok {
+		return archivedCommit{}, false
+	}
+	text, _, _ := strings.Cut(after, ",")
+	l, err := parseLSN(text)
+	if err != nil {
+		return archivedCommit{}, false
+	}
+	return archivedCommit{Time: t.UTC(), LSN: l}, true
+}
