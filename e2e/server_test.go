@@ -405,23 +405,49 @@ func (s *server) deleteAll() {
 	}
 }
 
-// stopPostmasters stops, by PID, every postmaster a test left running under
-// dir (postmasters outlive dbcloud by design).
+// stopPostmasters stops, by PID, every postmaster and pooler a test left
+// running under dir (they outlive dbcloud by design), and removes the
+// cgroups of their instances once empty.
 func stopPostmasters(t testing.TB, dir string) {
-	pidFiles, _ := filepath.Glob(filepath.Join(dir, "runtime", "services", "*", "*", "pgdata", "postmaster.pid"))
+	defer removeCgroups(dir)
+	pidFiles, _ := filepath.Glob(filepath.Join(dir, "runtime", "services", "*", "pooler", "*.pid"))
 	for _, f := range pidFiles {
-		raw, err := os.ReadFile(f)
-		if err != nil {
-			continue
+		stopByPIDFile(f)
+	}
+	pidFiles, _ = filepath.Glob(filepath.Join(dir, "runtime", "services", "*", "*", "pgdata", "postmaster.pid"))
+	for _, f := range pidFiles {
+		stopByPIDFile(f)
+	}
+}
+
+// stopByPIDFile stops the process whose PID is the file's first line.
+func stopByPIDFile(f string) {
+	raw, err := os.ReadFile(f)
+	if err != nil {
+		return
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(raw), "\n", 2)[0]))
+	if err != nil || pid <= 1 {
+		return
+	}
+	syscall.Kill(pid, syscall.SIGQUIT)
+	for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+}
+
+// removeCgroups removes the empty cgroups of the services under dir.
+func removeCgroups(dir string) {
+	svcs, _ := os.ReadDir(filepath.Join(dir, "runtime", "services"))
+	for _, s := range svcs {
+		for _, c := range []string{"cpu", "cpuacct", "memory"} {
+			groups, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", c, "dbcloud", s.Name()+"-*"))
+			for _, g := range groups {
+				for i := 0; i < 50 && os.Remove(g) != nil; i++ {
+					time.Sleep(20 * time.Millisecond) // processes still leaving
+				}
+			}
 		}
-		pid, err := strconv.Atoi(strings.SplitN(string(raw), "\n", 2)[0])
-		if err != nil || pid <= 1 {
-			continue
-		}
-		syscall.Kill(pid, syscall.SIGQUIT)
-		for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
-			time.Sleep(20 * time.Millisecond)
-		}
-		syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
