@@ -335,8 +335,18 @@ func TestPooler_ManyClients(t *testing.T) {
 	})
 
 	t.Run("ReenableKeepsPort", func(t *testing.T) {
-		if code := s.call("POST", s.services()+"/"+id+"/enablePooler", nil, nil); code != 200 {
-			t.Fatalf("enablePooler: %d", code)
+		// The disable may still be finishing (409 OPERATION_IN_PROGRESS):
+		// retry as a client would.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			code := s.call("POST", s.services()+"/"+id+"/enablePooler", nil, nil)
+			if code == 200 {
+				break
+			}
+			if code != 409 || time.Now().After(deadline) {
+				t.Fatalf("enablePooler: %d", code)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 		if got := s.waitPooler(id, true, 30*time.Second); got != addr {
 			t.Errorf("pooler endpoint %s after re-enabling, was %s", got, addr)

@@ -92,7 +92,7 @@ func (e *Engine) check(ctx context.Context, svc *dbcloud.Service) {
 				}
 				s.Metrics = obs.Metrics
 				return true
-			}); err != nil && ctx.Err() == nil {
+			}, nil); err != nil && ctx.Err() == nil {
 				e.Logger.Warn("record metrics", "service", svc.ID, "error", err)
 			}
 		}
@@ -133,7 +133,7 @@ func (e *Engine) repair(ctx context.Context, svc *dbcloud.Service, obs *dbcloud.
 			}
 			s.Status, s.StatusReason = dbcloud.StatusUnstable, reason
 			return true
-		}); err != nil {
+		}, nil); err != nil {
 			return
 		}
 		e.Logger.Warn("service unhealthy", "service", svc.ID, "reason", reason)
@@ -154,5 +154,5 @@ func (e *Engine) repair(ctx context.Context, svc *dbcloud.Service, obs *dbcloud.
 		s.Instances = fixed.Instances
 		s.PoolerEndpoint = fixed.PoolerEndpoint
 		return true
-	})
+	}, nil)
 }

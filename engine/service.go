@@ -32,7 +32,7 @@ func (e *Engine) reconcileService(ctx context.Context, projectID, id string) err
 			}
 			s.Status = dbcloud.StatusConfiguring
 			return true
-		}); err != nil {
+		}, nil); err != nil {
 			return err
 		}
 	}
@@ -61,13 +61,15 @@ func (e *Engine) reconcileService(ctx context.Context, projectID, id string) err
 			s.Status, s.StatusReason = settled(s, obs)
 		}
 		return true
+	}, func(tx dbcloud.Tx) error {
+		return finishOperationsTx(tx, id, gen, dbcloud.OpSucceeded, "", e.now())
 	})
 	if err != nil {
 		return err
 	}
 	e.Logger.Info("service reconciled", "service", id, "generation", gen, "running", obs.Running,
 		"duration_ms", time.Since(start).Milliseconds())
-	return e.finishOperations(ctx, id, gen, dbcloud.OpSucceeded, "")
+	return nil
 }
 
 // ensureAttachment asks the network for the service's address in the VPC
@@ -160,16 +162,16 @@ func (e *Engine) failed(ctx context.Context, svc *dbcloud.Service, cause error) 
 	e.mu.Unlock()
 	reason := reasonOf(cause)
 	e.Logger.Error("reconcile failed; giving up", "service", svc.ID, "attempts", attempts, "error", cause)
-	if err := e.updateService(ctx, svc, func(s *dbcloud.Service) bool {
+	gen := svc.Generation
+	return e.updateService(ctx, svc, func(s *dbcloud.Service) bool {
 		if s.Status == dbcloud.StatusDeleting {
 			return false
 		}
 		s.Status, s.StatusReason = dbcloud.StatusUnstable, reason
 		return true
-	}); err != nil {
-		return err
-	}
-	return e.finishOperations(ctx, svc.ID, svc.Generation, dbcloud.OpFailed, reason)
+	}, func(tx dbcloud.Tx) error {
+		return finishOperationsTx(tx, svc.ID, gen, dbcloud.OpFailed, reason, e.now())
+	})
 }
 
 // reasonOf is what a client may see of a failure: a domain error's message,
@@ -251,9 +253,17 @@ func (e *Engine) loadService(ctx context.Context, projectID, id string) (*dbclou
 
 // updateService re-reads the service inside a write transaction and applies
 // fn to the fresh copy, so the engine never overwrites a concurrent request's
-// change with a stale one. fn returns false to leave it unchanged.
-func (e *Engine) updateService(ctx context.Context, svc *dbcloud.Service, fn func(s *dbcloud.Service) bool) error {
+// change with a stale one. fn returns false to leave it unchanged. then, if
+// not nil, runs in the same transaction: a status and the end of the
+// operations that led to it are seen together, so a client that sees READY
+// can act at once.
+func (e *Engine) updateService(ctx context.Context, svc *dbcloud.Service, fn func(s *dbcloud.Service) bool, then func(tx dbcloud.Tx) error) error {
 	return e.Store.Update(ctx, func(tx dbcloud.Tx) error {
+		if then != nil {
+			if err := then(tx); err != nil {
+				return err
+			}
+		}
 		s, err := tx.FindService(svc.ProjectID, svc.ID)
 		if dbcloud.IsNotFound(err) {
 			return nil
