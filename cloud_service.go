@@ -449,6 +449,17 @@ func (c *Cloud) DeleteService(ctx context.Context, projectID, id string) error {
 			return "", CodedErrorf(KindConflict, CodeDeleteProtected,
 				"Service %s is PROD and delete-protected; set its environment to DEV first.", s.ID)
 		}
+		// A fork still being made reads this service's snapshots and WAL.
+		svcs, err := tx.ListServices(projectID)
+		if err != nil {
+			return "", err
+		}
+		for _, f := range svcs {
+			if f.Fork != nil && f.Fork.ServiceID == s.ID && f.ObservedGeneration == 0 && f.Status != StatusDeleting {
+				return "", CodedErrorf(KindConflict, CodeOperationInProgress,
+					"Fork %s is still copying this service's data; delete it when the fork is READY, or delete the fork first.", f.ID)
+			}
+		}
 		if err := c.supersedePending(tx, s.ID); err != nil {
 			return "", err
 		}

@@ -496,11 +496,16 @@ func TestServices_Lifecycle(t *testing.T) {
 				t.Errorf("fork response = %+v", f)
 			}
 			e.want(202, "", req{Method: "POST", Path: fork, Body: map[string]string{"fork_strategy": "NOW", "name": "now", "cpu_millis": "500"}})
+			// The parent cannot go while a fork is still copying its data.
+			res := e.want(409, dbcloud.CodeOperationInProgress, req{Method: "DELETE", Path: svc(s.ServiceID, "")})
+			if !strings.Contains(string(res.Body), f.ServiceID) {
+				t.Errorf("409 does not name the fork: %s", res.Body)
+			}
 			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: fork, Body: map[string]string{}})
 			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: fork, Body: map[string]string{"fork_strategy": "YESTERDAY"}})
 			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: fork, Body: map[string]string{"fork_strategy": "PITR"}})
 			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: fork, Body: map[string]string{"fork_strategy": "PITR", "target_time": "yesterday"}})
-			res := e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: fork, Body: map[string]string{"fork_strategy": "PITR", "target_time": "2001-01-01T00:00:00Z"}})
+			res = e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: fork, Body: map[string]string{"fork_strategy": "PITR", "target_time": "2001-01-01T00:00:00Z"}})
 			if !strings.Contains(string(res.Body), "window") {
 				t.Errorf("PITR error does not name the window: %s", res.Body)
 			}
