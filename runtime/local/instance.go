@@ -598,11 +598,21 @@ func (m *Manager) spawnPostmaster(dir, logPath string, args, joinCgroup []string
 		"PG_OOM_ADJUST_FILE=/proc/self/oom_score_adj",
 		"PG_OOM_ADJUST_VALUE=0",
 	}
-	// Own session: no signal aimed at dbcloud's terminal or process group
-	// reaches the server, and it survives dbcloud's exit.
+	c, err := m.startChild(cmd)
+	if err != nil {
+		return nil, 0, fmt.Errorf("run postgres: %w", err)
+	}
+	return c, logStart, nil
+}
+
+// startChild starts cmd as the server's OS user in a session of its own, so
+// no signal aimed at dbcloud's terminal or process group reaches it and it
+// survives dbcloud's exit, and reaps it when it exits: until reaped, a dead
+// server is a zombie that still holds its PID and looks alive.
+func (m *Manager) startChild(cmd *exec.Cmd) (*child, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: m.cred}
 	if err := cmd.Start(); err != nil {
-		return nil, 0, fmt.Errorf("run postgres: %w", err)
+		return nil, err
 	}
 	c := &child{pid: cmd.Process.Pid, exited: make(chan struct{})}
 	m.mu.Lock()
@@ -615,7 +625,7 @@ func (m *Manager) spawnPostmaster(dir, logPath string, args, joinCgroup []string
 		m.mu.Unlock()
 		close(c.exited)
 	}()
-	return c, logStart, nil
+	return c, nil
 }
 
 func (m *Manager) childOf(pid int) *child {

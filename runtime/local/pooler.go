@@ -468,21 +468,10 @@ func (rt *Runtime) spawnPooler(bin string, p poolerSpec, cg *instanceCgroup) (in
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: m.cred}
-	if err := cmd.Start(); err != nil {
+	c, err := m.startChild(cmd)
+	if err != nil {
 		return 0, fmt.Errorf("run pgbouncer: %w", err)
 	}
-	c := &child{pid: cmd.Process.Pid, exited: make(chan struct{})}
-	m.mu.Lock()
-	m.children[c.pid] = c
-	m.mu.Unlock()
-	go func() {
-		c.err = cmd.Wait()
-		m.mu.Lock()
-		delete(m.children, c.pid)
-		m.mu.Unlock()
-		close(c.exited)
-	}()
 	if cg != nil {
 		if err := cg.add(c.pid); err != nil {
 			m.Logger.Warn("move pooler into its cgroup", "pooler", p.ID, "pid", c.pid, "error", err)
