@@ -389,8 +389,10 @@ func (s *server) deleteAll() {
 		return
 	}
 	for _, svc := range list {
-		// DEV, needed for delete, is refused while the pooler is on.
+		// DEV, needed for delete, is refused while the pooler or HA
+		// replicas are on.
 		s.do("POST", s.services()+"/"+svc.ServiceID+"/disablePooler", nil, nil)
+		s.do("POST", s.services()+"/"+svc.ServiceID+"/setHA", map[string]int{"replica_count": 0}, nil)
 		s.do("POST", s.services()+"/"+svc.ServiceID+"/setEnvironment", map[string]string{"environment": "DEV"}, nil)
 		s.do("DELETE", s.services()+"/"+svc.ServiceID, nil, nil)
 	}
@@ -411,7 +413,8 @@ func (s *server) deleteAll() {
 func stopPostmasters(t testing.TB, dir string) {
 	defer removeCgroups(dir)
 	pidFiles, _ := filepath.Glob(filepath.Join(dir, "runtime", "services", "*", "pooler", "*.pid"))
-	for _, f := range pidFiles {
+	proxies, _ := filepath.Glob(filepath.Join(dir, "runtime", "services", "*", "proxy", "proxy.pid"))
+	for _, f := range append(pidFiles, proxies...) {
 		stopByPIDFile(f)
 	}
 	pidFiles, _ = filepath.Glob(filepath.Join(dir, "runtime", "services", "*", "*", "pgdata", "postmaster.pid"))

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"dbcloud/runtime/local"
 )
 
 const usage = `dbcloud: a self-hosted database cloud.
@@ -57,6 +59,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return m.Close()
 	case "admin":
 		return runAdmin(ctx, args[1:], stdout, stderr)
+	case local.ProxyCommand:
+		// Hidden: a service's endpoint proxy, started by the local runtime.
+		return local.RunProxy(ctx, args[1:])
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

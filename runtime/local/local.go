@@ -161,11 +161,14 @@ func (rt *Runtime) primary(svc *dbcloud.Service) (InstanceSpec, error) {
 		// Attached to a VPC: also listen on the service's own address there.
 		listen += "," + ep.Host
 	}
-	return InstanceSpec{
+	spec := InstanceSpec{
 		ID: svc.ID + "-0", Dir: filepath.Join(rt.serviceDir(svc.ID), "0"), ListenAddr: listen,
 		Port: svc.Endpoint.Port, Settings: res.Settings, CertPEM: certPEM, KeyPEM: keyPEM,
 		CPUMillis: res.CPUMillis, MemoryBytes: res.MemoryBytes, ArchiveDir: rt.archiveDir(svc.ID),
-	}, nil
+	}
+	// With HA replicas the primary may be another instance, on an internal
+	// port behind the endpoint proxy (ha.go).
+	return rt.currentPrimary(svc, spec)
 }
 
 // listenAddr is what instances listen on: the endpoint host when it is an
@@ -228,6 +231,9 @@ func certValid(certPEM []byte, margin time.Duration, hosts []string) bool {
 
 // EnsureService makes the service's primary match its spec.
 func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*dbcloud.Observation, error) {
+	if rt.isHA(svc) {
+		return rt.ensureHA(ctx, svc)
+	}
 	spec, err := rt.primary(svc)
 	if err != nil {
 		return nil, err
@@ -299,6 +305,9 @@ func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*db
 
 // CheckService reports whether the primary runs, and its usage if asked.
 func (rt *Runtime) CheckService(ctx context.Context, svc *dbcloud.Service, measure bool) (*dbcloud.Observation, error) {
+	if rt.isHA(svc) {
+		return rt.checkHA(ctx, svc, measure)
+	}
 	spec, err := rt.primary(svc)
 	if err != nil {
 		return nil, err
@@ -323,6 +332,10 @@ func (rt *Runtime) CheckService(ctx context.Context, svc *dbcloud.Service, measu
 func (rt *Runtime) DeleteService(ctx context.Context, svc *dbcloud.Service) error {
 	// A delete can supersede a pending disable: the pooler goes first.
 	if err := rt.stopPooler(ctx, svc.ID); err != nil {
+		return err
+	}
+	// The endpoint proxy next, so no client reaches a stopping instance.
+	if err := rt.stopProxy(ctx, svc.ID); err != nil {
 		return err
 	}
 	dir := rt.serviceDir(svc.ID)

@@ -169,6 +169,7 @@ func renderHBA() string {
 	return `# Written by dbcloud; rewritten on every change, do not edit.
 # TYPE  DATABASE     USER      ADDRESS       METHOD
 local   all          postgres                peer map=` + identMap + `
+local   replication  postgres                peer map=` + identMap + `
 local   all          ` + poolerRole + `          peer map=` + poolerRole + `
 local   all          all                     scram-sha-256
 hostssl all          all       0.0.0.0/0     scram-sha-256

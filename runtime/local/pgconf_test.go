@@ -75,6 +75,7 @@ work_mem = '4MB'
 const goldenHBA = `# Written by dbcloud; rewritten on every change, do not edit.
 # TYPE  DATABASE     USER      ADDRESS       METHOD
 local   all          postgres                peer map=dbcloud
+local   replication  postgres                peer map=dbcloud
 local   all          dbcloud_pooler          peer map=dbcloud_pooler
 local   all          all                     scram-sha-256
 hostssl all          all       0.0.0.0/0     scram-sha-256

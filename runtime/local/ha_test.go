@@ -1,0 +1,326 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"dbcloud"
+)
+
+// TestMain lets the test binary be the endpoint proxy, as the dbcloud
+// binary is in production (the runtime starts os.Executable()).
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == ProxyCommand {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		defer stop()
+		if err := RunProxy(ctx, os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// ackWriter inserts rows through the endpoint, one transaction each, and
+// records which commits were acknowledged and when writes succeed.
+type ackWriter struct {
+	mu    sync.Mutex
+	acked []int
+	ok    []time.Time
+	port  []int // the instance port that acknowledged each
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+func startWriter(t *testing.T, svc *dbcloud.Service, password string, from int) *ackWriter {
+	w := &ackWriter{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		var conn *pgx.Conn
+		defer func() {
+			if conn != nil {
+				conn.Close(context.Background())
+			}
+		}()
+		for i := from; ; i++ {
+			select {
+			case <-w.stop:
+				return
+			default:
+			}
+			if conn == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				c, err := pgx.Connect(ctx, tcpDSN(InstanceSpec{Port: svc.Endpoint.Port}, password, "require"))
+				cancel()
+				if err != nil {
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				conn = c
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			var port int
+			err := conn.QueryRow(ctx, "INSERT INTO acked VALUES ($1) RETURNING inet_server_port()", i).Scan(&port)
+			cancel()
+			if err != nil {
+				conn.Close(context.Background())
+				conn = nil
+				continue
+			}
+			w.mu.Lock()
+			w.acked = append(w.acked, i)
+			w.ok = append(w.ok, time.Now())
+			w.port = append(w.port, port)
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+func (w *ackWriter) finish() []int {
+	close(w.stop)
+	<-w.done
+	return w.acked
+}
+
+// firstOKAfter is when the first write acknowledged after t by another
+// instance than the one on notPort succeeded.
+func (w *ackWriter) firstOKAfter(t time.Time, notPort int) (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, ok := range w.ok {
+		if ok.After(t) && w.port[i] != notPort {
+			return ok, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// healthLoop does what the engine does: check every second, repair
+// (EnsureService) when not running, until stop is closed.
+func healthLoop(t *testing.T, rt *Runtime, svc *dbcloud.Service, stop chan struct{}) chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			obs, err := rt.checkHA(context.Background(), svc, false)
+			if err != nil {
+				t.Logf("check: %v", err)
+				continue
+			}
+			if obs.Running {
+				continue
+			}
+			t.Logf("repair: %s", obs.Reason)
+			if _, err := rt.ensureHA(context.Background(), svc); err != nil {
+				t.Logf("repair failed: %v", err)
+			}
+		}
+	}()
+	return done
+}
+
+func roles(obs *dbcloud.Observation) string {
+	var out []string
+	for _, in := range obs.Instances {
+		out = append(out, in.ID[strings.LastIndexByte(in.ID, '-')+1:]+":"+in.Role)
+	}
+	return strings.Join(out, ",")
+}
+
+func TestRuntime_HA(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts several PostgreSQL instances")
+	}
+	rt := mustRuntime(t, testBase(t))
+	const password = "ha-secret-pw"
+	svc := newTestService(t, rt, "hasvc", password, nil)
+	t.Cleanup(func() { rt.stopProxy(context.Background(), svc.ID) }) // before DeleteService
+	ctx := context.Background()
+
+	// Created without replicas, then made HA: the primary moves behind the
+	// proxy.
+	mustEnsure(t, rt, svc)
+	mustExec(t, svc, password, "CREATE TABLE t (v text); INSERT INTO t VALUES ('before-ha'); CREATE TABLE acked (id int PRIMARY KEY)")
+	svc.Spec.Replicas, svc.Spec.SyncReplicas = 2, 1
+	begin := time.Now()
+	obs, err := rt.ensureHA(ctx, svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("turned HA with 2 standbys in %v", time.Since(begin))
+	if got := roles(obs); got != "0:primary,1:replica,2:replica" || !obs.Running {
+		t.Fatalf("instances %s running %v", got, obs.Running)
+	}
+	st, _ := rt.loadHA(svc.ID)
+	base, _ := rt.primary(svc)
+	pspec := rt.haSpec(svc, base, st, st.Primary)
+	var ssn string
+	c, err := rt.mgr.Connect(ctx, pspec, "postgres")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.QueryRow(ctx, "SHOW synchronous_standby_names").Scan(&ssn)
+	c.Close(ctx)
+	if ssn != `ANY 1 ("instance_1", "instance_2")` {
+		t.Errorf("synchronous_standby_names = %q", ssn)
+	}
+
+	t.Run("ReadOnStandby", func(t *testing.T) {
+		mustExec(t, svc, password, "INSERT INTO t VALUES ('on-primary')")
+		standby := rt.haSpec(svc, base, st, 2)
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			c, err := pgx.Connect(ctx, tcpDSN(standby, password, "require"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n int
+			var inRecovery bool
+			c.QueryRow(ctx, "SELECT count(*), pg_is_in_recovery() FROM t WHERE v = 'on-primary'").Scan(&n, &inRecovery)
+			c.Close(ctx)
+			if n == 1 && inRecovery {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("row not on standby (count %d, in recovery %v)", n, inRecovery)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+
+	failover := func(t *testing.T, from int, breakPrimary func(spec InstanceSpec)) {
+		st, _ := rt.loadHA(svc.ID)
+		old := rt.haSpec(svc, base, st, st.Primary)
+		w := startWriter(t, svc, password, from)
+		stop := make(chan struct{})
+		loop := healthLoop(t, rt, svc, stop)
+		time.Sleep(1500 * time.Millisecond)
+		killed := time.Now()
+		breakPrimary(old)
+		var firstOK time.Time
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if ok, found := w.firstOKAfter(killed, old.Port); found {
+				firstOK = ok
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no write succeeded within 30 s of the failure")
+			}
+		}
+		t.Logf("failover: failure to first acknowledged write through the endpoint: %v", firstOK.Sub(killed))
+		if d := firstOK.Sub(killed); d > 5*time.Second {
+			t.Errorf("failover took %v, want < 5 s", d)
+		}
+		time.Sleep(500 * time.Millisecond)
+		acked := w.finish()
+		// Wait for the repair to end with every instance back.
+		var obs *dbcloud.Observation
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if obs, _ = rt.checkHA(ctx, svc, false); obs != nil && obs.Running {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("not healthy again: %+v", obs)
+			}
+		}
+		close(stop)
+		<-loop
+		st2, _ := rt.loadHA(svc.ID)
+		if st2.Primary == st.Primary {
+			t.Fatalf("primary still instance %d", st.Primary)
+		}
+		t.Logf("instances after failover: %s; sync %v", roles(obs), st2.Sync)
+		// Every acknowledged commit is on the new primary.
+		c, err := connectTLS(t, svc, password)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(ctx)
+		var missing []int
+		for _, id := range acked {
+			var n int
+			if err := c.QueryRow(ctx, "SELECT count(*) FROM acked WHERE id = $1", id).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n != 1 {
+				missing = append(missing, id)
+			}
+		}
+		if len(missing) > 0 {
+			t.Fatalf("%d of %d acknowledged commits lost: %v", len(missing), len(acked), missing)
+		}
+		t.Logf("%d acknowledged commits, all on the new primary", len(acked))
+		var inRecovery bool
+		c.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery)
+		if inRecovery {
+			t.Fatal("endpoint reaches a standby")
+		}
+		// The former primary follows the new one.
+		formerly := rt.haSpec(svc, base, st2, st.Primary)
+		fc, err := rt.mgr.Connect(ctx, formerly, "postgres")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery)
+		fc.Close(ctx)
+		if !inRecovery {
+			t.Fatalf("former primary %s is not a standby", formerly.ID)
+		}
+	}
+
+	t.Run("FailoverKill9", func(t *testing.T) {
+		failover(t, 0, func(spec InstanceSpec) {
+			pid, ok := rt.mgr.Running(spec)
+			if !ok {
+				t.Fatal("primary not running")
+			}
+			syscall.Kill(pid, syscall.SIGKILL)
+		})
+	})
+	t.Run("FailoverDataRemoved", func(t *testing.T) {
+		failover(t, 1_000_000, func(spec InstanceSpec) {
+			if err := os.RemoveAll(spec.pgdata()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+
+	t.Run("LowerReplicas", func(t *testing.T) {
+		svc.Spec.Replicas, svc.Spec.SyncReplicas = 1, 1
+		obs, err := rt.ensureHA(ctx, svc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(obs.Instances) != 2 || !obs.Running {
+			t.Fatalf("instances %s", roles(obs))
+		}
+		st, _ := rt.loadHA(svc.ID)
+		for n := range 3 {
+			_, err := os.Stat(filepath.Join(rt.serviceDir(svc.ID), fmt.Sprint(n)))
+			if want := containsInt(st.Members, n); (err == nil) != want {
+				t.Errorf("instance %d dir exists %v, member %v", n, err == nil, want)
+			}
+		}
+		mustExec(t, svc, password, "INSERT INTO t VALUES ('after-lower')")
+		t.Logf("instances after lowering: %s", roles(obs))
+	})
+}
