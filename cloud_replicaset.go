@@ -230,6 +230,14 @@ func (c *Cloud) SetReplicaSetPooler(ctx context.Context, projectID, serviceID, i
 		if err := replicaSetBusy(tx, r); err != nil {
 			return "", err
 		}
+		if enabled && r.PoolerPort == 0 {
+			// Claimed once and released with the set's endpoint port.
+			ep, err := c.allocateEndpoint(tx, r.ID)
+			if err != nil {
+				return "", err
+			}
+			r.PoolerPort = ep.Port
+		}
 		r.Spec.Pooler = enabled
 		return OpSetReplicaPooler, nil
 	})

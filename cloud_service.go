@@ -132,7 +132,7 @@ func (r *ReadReplicaSet) AsService(parent *Service) *Service {
 		Spec: ServiceSpec{
 			Size: r.Spec.Size, Environment: r.Spec.Environment, Pooler: r.Spec.Pooler, Running: true,
 		},
-		Endpoint: r.Endpoint, PoolerEndpoint: r.PoolerEndpoint, Instances: instances,
+		Endpoint: r.Endpoint, PoolerEndpoint: r.PoolerEndpoint, PoolerPort: r.PoolerPort, Instances: instances,
 	}
 }
 

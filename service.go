@@ -225,4 +225,6 @@ type ReadReplicaSet struct {
 	ObservedGeneration int64            `json:"observed_generation"`
 	Endpoint           *Endpoint        `json:"endpoint,omitempty"`
 	PoolerEndpoint     *Endpoint        `json:"pooler_endpoint,omitempty"`
+	// PoolerPort is the port claimed for the set's pooler, as for a service.
+	PoolerPort int `json:"pooler_port,omitempty"`
 }

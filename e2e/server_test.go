@@ -389,10 +389,23 @@ func (s *server) deleteAll() {
 		return
 	}
 	for _, svc := range list {
-		// DEV, needed for delete, is refused while the pooler or HA
-		// replicas are on.
+		// DEV, needed for delete, is refused while read replica sets, the
+		// pooler or HA replicas are on.
+		var sets []struct {
+			ID string `json:"id"`
+		}
+		s.do("GET", s.services()+"/"+svc.ServiceID+"/replicaSets", nil, &sets)
+		for _, r := range sets {
+			s.do("DELETE", s.services()+"/"+svc.ServiceID+"/replicaSets/"+r.ID, nil, nil)
+		}
+		for deadline := time.Now().Add(30 * time.Second); len(sets) > 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			sets = nil
+			s.do("GET", s.services()+"/"+svc.ServiceID+"/replicaSets", nil, &sets)
+		}
 		s.do("POST", s.services()+"/"+svc.ServiceID+"/disablePooler", nil, nil)
-		s.do("POST", s.services()+"/"+svc.ServiceID+"/setHA", map[string]int{"replica_count": 0}, nil)
+		s.settle(svc.ServiceID)
+		s.do("POST", s.services()+"/"+svc.ServiceID+"/setHA", map[string]int{"replica_count": 0, "sync_replica_count": 0}, nil)
+		s.settle(svc.ServiceID)
 		s.do("POST", s.services()+"/"+svc.ServiceID+"/setEnvironment", map[string]string{"environment": "DEV"}, nil)
 		s.do("DELETE", s.services()+"/"+svc.ServiceID, nil, nil)
 	}
@@ -403,6 +416,18 @@ func (s *server) deleteAll() {
 				break
 			}
 			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// settle waits up to 60 s for a service to end its operation in flight,
+// for cleanups that go on whatever the outcome.
+func (s *server) settle(id string) {
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		var svc service
+		if code, err := s.do("GET", s.services()+"/"+id, nil, &svc); err != nil || code != 200 ||
+			svc.Status == "READY" || svc.Status == "PAUSED" || svc.Status == "UNSTABLE" {
+			return
 		}
 	}
 }

@@ -21,11 +21,11 @@ func (e *Engine) backupLoop(ctx context.Context, b dbcloud.BackupMaintainer) {
 			return
 		case <-t.C:
 		}
-		svcs, err := e.settledServices(ctx)
+		w, err := e.settled(ctx)
 		if err != nil {
 			continue // the health loop logs store errors
 		}
-		for _, svc := range svcs {
+		for _, svc := range w.services {
 			e.mu.Lock()
 			busy := e.active[svc.ID]
 			e.mu.Unlock()

@@ -147,7 +147,7 @@ func (e *Engine) dispatch(ctx context.Context, sem chan struct{}) {
 	}
 	seen := map[string]bool{}
 	for _, op := range ops {
-		if seen[op.ResourceID] || kindOf(op.Type) == "" {
+		if seen[op.ResourceID] || e.kindOf(op.Type) == "" {
 			continue
 		}
 		seen[op.ResourceID] = true
@@ -169,7 +169,7 @@ func (e *Engine) dispatch(ctx context.Context, sem chan struct{}) {
 		go func(op *dbcloud.Operation) {
 			defer e.wg.Done()
 			defer func() { <-sem }()
-			e.work(ctx, op.ResourceID, kindOf(op.Type), op.ProjectID)
+			e.work(ctx, op.ResourceID, e.kindOf(op.Type), op.ProjectID)
 			e.mu.Lock()
 			delete(e.active, op.ResourceID)
 			e.mu.Unlock()
@@ -179,14 +179,18 @@ func (e *Engine) dispatch(ctx context.Context, sem chan struct{}) {
 }
 
 // kindOf says which reconciler handles an operation type; "" means none in
-// this engine yet, so the operation waits for the component that has one.
-func kindOf(t dbcloud.OperationType) string {
+// this engine, so the operation waits for a provisioner that has one.
+func (e *Engine) kindOf(t dbcloud.OperationType) string {
 	switch t {
 	case dbcloud.OpCreateService, dbcloud.OpDeleteService, dbcloud.OpStartService, dbcloud.OpStopService,
 		dbcloud.OpResizeService, dbcloud.OpSetHA, dbcloud.OpSetPooler, dbcloud.OpAttachVPC, dbcloud.OpDetachVPC:
 		return "service"
 	case dbcloud.OpCreatePeering, dbcloud.OpDeletePeering:
 		return "peering"
+	case dbcloud.OpCreateReplicaSet, dbcloud.OpDeleteReplicaSet, dbcloud.OpResizeReplicaSet, dbcloud.OpSetReplicaPooler:
+		if _, ok := e.replicaSets(); ok {
+			return "replica_set"
+		}
 	}
 	return ""
 }
@@ -204,6 +208,8 @@ func (e *Engine) work(ctx context.Context, resourceID, kind, projectID string) {
 		err = e.reconcileService(ctx, projectID, resourceID)
 	case "peering":
 		err = e.reconcilePeering(ctx, projectID, resourceID)
+	case "replica_set":
+		err = e.reconcileReplicaSet(ctx, projectID, resourceID)
 	}
 	if err != nil && ctx.Err() == nil {
 		e.Logger.Warn("reconcile", "resource", resourceID, "error", err)

@@ -7,9 +7,10 @@ import (
 	"dbcloud"
 )
 
-// healthLoop checks every service that should be running and has no work
-// pending: a primary that died is shown UNSTABLE and restarted at once, and
-// usage is written to the store every MetricsInterval.
+// healthLoop checks every service that should be running and every read
+// replica set that has no work pending: a primary (or node) that died is
+// shown UNSTABLE (error) and restarted at once, and usage is written to the
+// store every MetricsInterval.
 func (e *Engine) healthLoop(ctx context.Context) {
 	defer e.wg.Done()
 	t := time.NewTicker(e.HealthInterval)
@@ -20,23 +21,36 @@ func (e *Engine) healthLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		svcs, err := e.settledServices(ctx)
+		w, err := e.settled(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
-				e.Logger.Warn("list services for health checks", "error", err)
+				e.Logger.Warn("list resources for health checks", "error", err)
 			}
 			continue
 		}
-		for _, svc := range svcs {
+		for _, svc := range w.services {
 			e.check(ctx, svc)
+		}
+		if rp, ok := e.replicaSets(); ok {
+			for i, set := range w.sets {
+				e.checkReplicaSet(ctx, rp, w.parents[i], set)
+			}
 		}
 	}
 }
 
-// settledServices lists the services the health loop watches: running, no
-// operation pending, not being worked on here.
-func (e *Engine) settledServices(ctx context.Context) ([]*dbcloud.Service, error) {
-	var out []*dbcloud.Service
+// watched are the resources the health loop checks.
+type watched struct {
+	services []*dbcloud.Service
+	sets     []*dbcloud.ReadReplicaSet
+	parents  []*dbcloud.Service // of sets, by index
+}
+
+// settled lists the resources the health loop watches: services that
+// should run and read replica sets that are active or failed, with no
+// operation pending.
+func (e *Engine) settled(ctx context.Context) (*watched, error) {
+	out := &watched{}
 	err := e.Store.View(ctx, func(tx dbcloud.Tx) error {
 		projects, err := tx.ListProjects()
 		if err != nil {
@@ -55,9 +69,22 @@ func (e *Engine) settledServices(ctx context.Context) ([]*dbcloud.Service, error
 			if err != nil {
 				return err
 			}
+			byID := map[string]*dbcloud.Service{}
 			for _, s := range svcs {
+				byID[s.ID] = s
 				if s.Spec.Running && !busy[s.ID] && (s.Status == dbcloud.StatusReady || s.Status == dbcloud.StatusUnstable) {
-					out = append(out, s)
+					out.services = append(out.services, s)
+				}
+			}
+			sets, err := tx.ListReplicaSets(p.ID, "")
+			if err != nil {
+				return err
+			}
+			for _, r := range sets {
+				parent := byID[r.ServiceID]
+				if parent != nil && !busy[r.ID] && (r.Status == dbcloud.ReplicaSetActive || r.Status == dbcloud.ReplicaSetError) {
+					out.sets = append(out.sets, r)
+					out.parents = append(out.parents, parent)
 				}
 			}
 		}
@@ -66,14 +93,37 @@ func (e *Engine) settledServices(ctx context.Context) ([]*dbcloud.Service, error
 	return out, err
 }
 
-func (e *Engine) check(ctx context.Context, svc *dbcloud.Service) {
+// claimForRepair marks a resource as worked on by this process, unless it
+// already is, is backing off, or was given up on a short while ago; while
+// marked, the dispatcher leaves it alone.
+func (e *Engine) claimForRepair(id string) bool {
 	e.mu.Lock()
-	busy := e.active[svc.ID] || e.now().Before(e.notBefore[svc.ID]) || e.now().Before(e.repairAfter[svc.ID])
-	due := e.now().Sub(e.measured[svc.ID]) >= e.MetricsInterval
+	defer e.mu.Unlock()
+	now := e.now()
+	if e.active[id] || now.Before(e.notBefore[id]) || now.Before(e.repairAfter[id]) {
+		return false
+	}
+	e.active[id] = true
+	return true
+}
+
+// endRepair ends claimForRepair's mark; work that arrived meanwhile is
+// dispatched at once.
+func (e *Engine) endRepair(id string) {
+	e.mu.Lock()
+	delete(e.active, id)
 	e.mu.Unlock()
-	if busy {
+	e.Notify()
+}
+
+func (e *Engine) check(ctx context.Context, svc *dbcloud.Service) {
+	if !e.claimForRepair(svc.ID) {
 		return
 	}
+	defer e.endRepair(svc.ID)
+	e.mu.Lock()
+	due := e.now().Sub(e.measured[svc.ID]) >= e.MetricsInterval
+	e.mu.Unlock()
 	obs, err := e.Provisioner.CheckService(ctx, svc, due)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -104,18 +154,6 @@ func (e *Engine) check(ctx context.Context, svc *dbcloud.Service) {
 
 // repair shows the service UNSTABLE and reconciles it back to READY.
 func (e *Engine) repair(ctx context.Context, svc *dbcloud.Service, obs *dbcloud.Observation) {
-	e.mu.Lock()
-	if e.active[svc.ID] {
-		e.mu.Unlock()
-		return
-	}
-	e.active[svc.ID] = true
-	e.mu.Unlock()
-	defer func() {
-		e.mu.Lock()
-		delete(e.active, svc.ID)
-		e.mu.Unlock()
-	}()
 	lctx, release, ok := e.lease(ctx, svc.ID)
 	if !ok {
 		return

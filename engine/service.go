@@ -145,23 +145,11 @@ func (e *Engine) failed(ctx context.Context, svc *dbcloud.Service, cause error) 
 	if ctx.Err() != nil {
 		return ctx.Err() // lost the lease or shutting down: not the service's fault
 	}
-	attempts, err := e.countAttempt(ctx, svc.ID, cause)
-	if err != nil {
+	giveUp, err := e.attemptFailed(ctx, svc.ID, cause)
+	if err != nil || !giveUp {
 		return err
 	}
-	if !dbcloud.IsTerminal(cause) && attempts < e.MaxAttempts {
-		d := e.backoff(svc.ID, attempts)
-		e.Logger.Warn("reconcile failed; retrying", "service", svc.ID, "attempt", attempts, "retry_in", d.String(), "error", cause)
-		return nil
-	}
-	// Given up: the health loop tries again only after a long pause, so a
-	// cause that goes away (a full disk freed, say) still heals.
-	e.clearBackoff(svc.ID)
-	e.mu.Lock()
-	e.repairAfter[svc.ID] = e.now().Add(GiveUpPause)
-	e.mu.Unlock()
 	reason := reasonOf(cause)
-	e.Logger.Error("reconcile failed; giving up", "service", svc.ID, "attempts", attempts, "error", cause)
 	gen := svc.Generation
 	return e.updateService(ctx, svc, func(s *dbcloud.Service) bool {
 		if s.Status == dbcloud.StatusDeleting {
@@ -172,6 +160,28 @@ func (e *Engine) failed(ctx context.Context, svc *dbcloud.Service, cause error) 
 	}, func(tx dbcloud.Tx) error {
 		return finishOperationsTx(tx, svc.ID, gen, dbcloud.OpFailed, reason, e.now())
 	})
+}
+
+// attemptFailed records a failed attempt on a resource and says whether to
+// give up: a retryable error under MaxAttempts backs off instead. Once given
+// up, the health loop tries again only after a long pause, so a cause that
+// goes away (a full disk freed, say) still heals.
+func (e *Engine) attemptFailed(ctx context.Context, id string, cause error) (giveUp bool, err error) {
+	attempts, err := e.countAttempt(ctx, id, cause)
+	if err != nil {
+		return false, err
+	}
+	if !dbcloud.IsTerminal(cause) && attempts < e.MaxAttempts {
+		d := e.backoff(id, attempts)
+		e.Logger.Warn("reconcile failed; retrying", "resource", id, "attempt", attempts, "retry_in", d.String(), "error", cause)
+		return false, nil
+	}
+	e.clearBackoff(id)
+	e.mu.Lock()
+	e.repairAfter[id] = e.now().Add(GiveUpPause)
+	e.mu.Unlock()
+	e.Logger.Error("reconcile failed; giving up", "resource", id, "attempts", attempts, "error", cause)
+	return true, nil
 }
 
 // reasonOf is what a client may see of a failure: a domain error's message,

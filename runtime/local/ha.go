@@ -165,18 +165,7 @@ func (rt *Runtime) proxyListen(svc *dbcloud.Service) []string {
 
 // freeInternalPort picks a port the kernel has free on the instance host.
 func (rt *Runtime) freeInternalPort(st *haState) (int, error) {
-	for range 20 {
-		l, err := net.Listen("tcp", net.JoinHostPort(rt.cfg.Host, "0"))
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if !slices.Contains(slices.Collect(maps.Values(st.Ports)), port) {
-			return port, nil
-		}
-	}
-	return 0, errors.New("no free internal port")
+	return rt.freePort(slices.Collect(maps.Values(st.Ports)))
 }
 
 func haInstances(svc *dbcloud.Service, st *haState) []dbcloud.Instance {
@@ -274,6 +263,9 @@ func (rt *Runtime) ensureHA(ctx context.Context, svc *dbcloud.Service) (*dbcloud
 	if err := rt.setVerifier(ctx, pspec, svc.PasswordVerifier); err != nil {
 		return nil, err
 	}
+	if err := rt.dropStaleSlots(ctx, pspec); err != nil {
+		return nil, err
+	}
 	for _, a := range svc.Spec.Addons {
 		ext := a.Extension()
 		if err := rt.mgr.Exec(ctx, pspec, "tsdb", "CREATE EXTENSION IF NOT EXISTS "+quoteIdent(ext)); err != nil {
@@ -328,7 +320,7 @@ func (rt *Runtime) ensureHA(ctx context.Context, svc *dbcloud.Service) (*dbcloud
 			return nil, err
 		}
 	}
-	if obs.PoolerEndpoint, err = rt.ensurePooler(ctx, svc, pspec, svc.PoolerPort); err != nil {
+	if obs.PoolerEndpoint, err = rt.ensurePooler(ctx, svc, pspec, pspec, svc.PoolerPort); err != nil {
 		return nil, err
 	}
 	obs.Instances = haInstances(svc, st)
@@ -425,7 +417,7 @@ func (rt *Runtime) failover(ctx context.Context, svc *dbcloud.Service, base Inst
 	oldSpec := rt.haSpec(svc, base, st, old)
 	rt.cfg.Logger.Warn("primary down; failing over", "service", svc.ID, "primary", oldSpec.ID)
 	if rt.proxyRunning(svc.ID) {
-		if err := rt.setProxy(ctx, svc.ID, rt.proxyListen(svc), ""); err != nil {
+		if err := rt.setProxy(ctx, svc.ID, rt.proxyListen(svc)); err != nil {
 			return fmt.Errorf("failover of %s: close endpoint: %w", svc.ID, err)
 		}
 	}
@@ -528,7 +520,7 @@ func (rt *Runtime) ensureStandby(ctx context.Context, svc *dbcloud.Service, base
 			return err
 		}
 		if statErr != nil || rt.rewind(ctx, pspec, spec) != nil {
-			if err := rt.clone(ctx, pspec, spec, n); err != nil {
+			if err := rt.clone(ctx, pspec, spec, appName(n)); err != nil {
 				return err
 			}
 		}
@@ -537,7 +529,7 @@ func (rt *Runtime) ensureStandby(ctx context.Context, svc *dbcloud.Service, base
 			return err
 		}
 	case statErr != nil:
-		if err := rt.clone(ctx, pspec, spec, n); err != nil {
+		if err := rt.clone(ctx, pspec, spec, appName(n)); err != nil {
 			return err
 		}
 	}
@@ -576,8 +568,8 @@ func (rt *Runtime) serverCommand(ctx context.Context, name string, args ...strin
 
 // clone makes spec's data directory a fresh base backup of the primary,
 // streamed over its unix socket and built beside it, renamed into place
-// only when complete.
-func (rt *Runtime) clone(ctx context.Context, primary, spec InstanceSpec, n int) error {
+// only when complete. app names the copy in the primary's views.
+func (rt *Runtime) clone(ctx context.Context, primary, spec InstanceSpec, app string) error {
 	begin := time.Now()
 	if err := os.MkdirAll(spec.Dir, 0o755); err != nil {
 		return err
@@ -594,7 +586,7 @@ func (rt *Runtime) clone(ctx context.Context, primary, spec InstanceSpec, n int)
 	}
 	defer os.RemoveAll(work)
 	if err := rt.serverCommand(ctx, "pg_basebackup", "-D", work, "-h", primary.runDir(), "-p", strconv.Itoa(primary.Port),
-		"-U", "postgres", "-w", "-c", "fast", "-X", "stream", "-d", "application_name="+appName(n)); err != nil {
+		"-U", "postgres", "-w", "-c", "fast", "-X", "stream", "-d", "application_name="+app); err != nil {
 		return fmt.Errorf("copy %s for %s: %w", primary.ID, spec.ID, err)
 	}
 	if err := os.RemoveAll(spec.pgdata()); err != nil {
@@ -648,13 +640,13 @@ func (rt *Runtime) updateSync(ctx context.Context, svc *dbcloud.Service, base In
 	var healthy []int
 	deadline := time.Now().Add(wait)
 	for {
-		streaming, err := rt.streaming(ctx, pspec)
+		senders, err := rt.walSenders(ctx, pspec)
 		if err != nil {
 			return err
 		}
 		healthy = healthy[:0]
 		for _, n := range st.Members {
-			if n != st.Primary && streaming[appName(n)] {
+			if n != st.Primary && senders[appName(n)] == "streaming" {
 				healthy = append(healthy, n)
 			}
 		}
@@ -686,26 +678,26 @@ func (rt *Runtime) updateSync(ctx context.Context, svc *dbcloud.Service, base In
 	return nil
 }
 
-// streaming returns the application names of the standbys streaming from
-// the primary.
-func (rt *Runtime) streaming(ctx context.Context, primary InstanceSpec) (map[string]bool, error) {
+// walSenders returns the state (startup, catchup, streaming, ...) of every
+// standby connected to the primary, by application name.
+func (rt *Runtime) walSenders(ctx context.Context, primary InstanceSpec) (map[string]string, error) {
 	conn, err := rt.mgr.Connect(ctx, primary, "postgres")
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	rows, err := conn.Query(ctx, "SELECT application_name FROM pg_stat_replication WHERE state = 'streaming'")
+	rows, err := conn.Query(ctx, "SELECT application_name, state FROM pg_stat_replication")
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := map[string]bool{}
+	out := map[string]string{}
 	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
+		var name, state string
+		if err := rows.Scan(&name, &state); err != nil {
 			return nil, err
 		}
-		out[name] = true
+		out[name] = state
 	}
 	return out, rows.Err()
 }

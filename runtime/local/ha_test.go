@@ -227,9 +227,6 @@ func TestRuntime_HA(t *testing.T) {
 			}
 		}
 		t.Logf("failover: failure to first acknowledged write through the endpoint: %v", firstOK.Sub(killed))
-		if d := firstOK.Sub(killed); d > 5*time.Second {
-			t.Errorf("failover took %v, want < 5 s", d)
-		}
 		time.Sleep(500 * time.Millisecond)
 		acked := w.finish()
 		// Wait for the repair to end with every instance back.

@@ -281,6 +281,9 @@ func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*db
 	if err := rt.setVerifier(ctx, spec, svc.PasswordVerifier); err != nil {
 		return nil, err
 	}
+	if err := rt.dropStaleSlots(ctx, spec); err != nil {
+		return nil, err
+	}
 	for _, a := range svc.Spec.Addons {
 		ext := a.Extension()
 		if err := rt.mgr.Exec(ctx, spec, "tsdb", "CREATE EXTENSION IF NOT EXISTS "+quoteIdent(ext)); err != nil {
@@ -295,7 +298,7 @@ func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*db
 			return nil, err
 		}
 	}
-	if obs.PoolerEndpoint, err = rt.ensurePooler(ctx, svc, spec, svc.PoolerPort); err != nil {
+	if obs.PoolerEndpoint, err = rt.ensurePooler(ctx, svc, spec, spec, svc.PoolerPort); err != nil {
 		return nil, err
 	}
 	obs.Running = true

@@ -54,11 +54,13 @@ const archiveTimeout = "60s"
 // initdb writes the locale and time zone into the data directory's
 // postgresql.conf, which instances never read (config_file points to
 // Dir/conf), so they are restated here. The replication settings are
-// restart-only, so they are on from the start for later standbys and forks.
+// restart-only, so they are on from the start for later standbys and forks,
+// with room for the quota's standbys (2 HA replicas and 5 read replica sets
+// of 10 nodes) plus copies in progress.
 var defaultSettings = map[string]string{
 	"wal_level":                  "replica",
-	"max_wal_senders":            "10",
-	"max_replication_slots":      "10",
+	"max_wal_senders":            "64",
+	"max_replication_slots":      "64",
 	"timezone":                   "UTC",
 	"datestyle":                  "iso, mdy",
 	"lc_messages":                "C",

@@ -60,7 +60,7 @@ lc_messages = 'C'
 lc_monetary = 'C'
 lc_numeric = 'C'
 lc_time = 'C'
-max_replication_slots = '10'
+max_replication_slots = '64'
 timezone = 'UTC'
 wal_level = 'replica'
 

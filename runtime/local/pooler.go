@@ -112,8 +112,11 @@ func PoolerAvailable() bool {
 // the lookup role and function, starts PgBouncer (or adopts the one already
 // running, reloading it when its config changed) and returns the endpoint
 // once it serves TLS there. Otherwise it stops and removes the pooler and
-// returns nil. port is the pooler's claimed port.
-func (rt *Runtime) ensurePooler(ctx context.Context, svc *dbcloud.Service, primary InstanceSpec, port int) (*dbcloud.Endpoint, error) {
+// returns nil. target is the instance pooled and source the primary where
+// the lookup role and function are installed (the same instance for a
+// service; a read replica set's pooler pools a standby, which gets them by
+// replication). port is the pooler's claimed port.
+func (rt *Runtime) ensurePooler(ctx context.Context, svc *dbcloud.Service, target, source InstanceSpec, port int) (*dbcloud.Endpoint, error) {
 	if !svc.Spec.Pooler || !svc.Spec.Running {
 		return nil, rt.stopPooler(ctx, svc.ID)
 	}
@@ -130,13 +133,13 @@ func (rt *Runtime) ensurePooler(ctx context.Context, svc *dbcloud.Service, prima
 	}
 	p := poolerSpec{
 		ID: svc.ID + "-pooler", Dir: rt.poolerDir(svc.ID),
-		ListenAddr: rt.listenAddr(), Port: port, Target: primary,
+		ListenAddr: rt.listenAddr(), Port: port, Target: target,
 	}
 	if err := p.validate(); err != nil {
 		return nil, dbcloud.Terminal(fmt.Errorf("pooler of %s: %w", svc.ID, err))
 	}
 	defer rt.mgr.lock(p.Dir)()
-	if err := rt.ensurePoolerAuth(ctx, p); err != nil {
+	if err := rt.ensurePoolerAuth(ctx, p, source); err != nil {
 		return nil, fmt.Errorf("pooler of %s: %w", svc.ID, err)
 	}
 	pid, err := rt.runPooler(ctx, bin, p)
@@ -630,9 +633,9 @@ func (rt *Runtime) killPooler(ctx context.Context, p poolerSpec, cg *instanceCgr
 // yet done (a marker file lists them by OID): connecting to template1 makes
 // a concurrent CREATE DATABASE fail, so it happens once, not on every
 // reconcile.
-func (rt *Runtime) ensurePoolerAuth(ctx context.Context, p poolerSpec) error {
+func (rt *Runtime) ensurePoolerAuth(ctx context.Context, p poolerSpec, source InstanceSpec) error {
 	m := rt.mgr
-	conn, err := m.Connect(ctx, p.Target, "postgres")
+	conn, err := m.Connect(ctx, source, "postgres")
 	if err != nil {
 		return err
 	}
@@ -673,7 +676,7 @@ func (rt *Runtime) ensurePoolerAuth(ctx context.Context, p poolerSpec) error {
 	for _, d := range dbs {
 		key := strconv.FormatInt(d.oid, 10)
 		if !done[key] {
-			ok, err := rt.installLookup(ctx, p, d.name)
+			ok, err := rt.installLookup(ctx, source, d.name)
 			if err != nil {
 				return fmt.Errorf("lookup function in %s: %w", d.name, err)
 			}
@@ -714,8 +717,8 @@ func readAuthMarker(path, sysID string) map[string]bool {
 // function is there for that database, which can only refuse logins: the
 // server checks every login's SCRAM proof itself, and PgBouncer's HBA never
 // lets a client in as a role that enters by peer.
-func (rt *Runtime) installLookup(ctx context.Context, p poolerSpec, db string) (bool, error) {
-	conn, err := rt.mgr.Connect(ctx, p.Target, db)
+func (rt *Runtime) installLookup(ctx context.Context, source InstanceSpec, db string) (bool, error) {
+	conn, err := rt.mgr.Connect(ctx, source, db)
 	if err != nil {
 		return false, err
 	}
@@ -724,7 +727,7 @@ func (rt *Runtime) installLookup(ctx context.Context, p poolerSpec, db string) (
 	err = conn.QueryRow(ctx, "SELECT pg_get_userbyid(nspowner)::text FROM pg_namespace WHERE nspname = 'pgbouncer'").Scan(&owner)
 	if err == nil && owner != "postgres" {
 		rt.mgr.Logger.Warn("schema pgbouncer belongs to another role; the pooler's lookup function is not installed there",
-			"instance", p.Target.ID, "database", db, "owner", owner)
+			"instance", source.ID, "database", db, "owner", owner)
 		return false, nil
 	}
 	if _, err := conn.Exec(ctx, poolerLookupSQL); err != nil {

@@ -84,7 +84,7 @@ func mustPooler(tb testing.TB, size dbcloud.Size) *poolerFixture {
 	f.svc.Spec.Pooler = true
 	f.port = freePort(tb)
 	begin := time.Now()
-	if f.ep, err = f.rt.ensurePooler(ctx, f.svc, f.spec, f.port); err != nil {
+	if f.ep, err = f.rt.ensurePooler(ctx, f.svc, f.spec, f.spec, f.port); err != nil {
 		tb.Fatal(err)
 	}
 	tb.Logf("pooler up in %v", time.Since(begin))
@@ -225,7 +225,7 @@ func TestPooler(t *testing.T) {
 		if err := direct.QueryRow(ctx, `SELECT count(*) FROM pgbouncer.get_auth('postgres')`).Scan(&n); err != nil || n != 0 {
 			t.Errorf("get_auth('postgres') as a member: %d rows, %v; want none", n, err)
 		}
-		if _, err := f.rt.ensurePooler(ctx, f.svc, f.spec, f.port); err != nil {
+		if _, err := f.rt.ensurePooler(ctx, f.svc, f.spec, f.spec, f.port); err != nil {
 			t.Fatal(err)
 		}
 		_, err = direct.Exec(ctx, `SELECT * FROM pgbouncer.get_auth('tsdbadmin')`)
@@ -255,7 +255,7 @@ func TestPooler(t *testing.T) {
 			LANGUAGE sql AS $$ SELECT $1::name, '`+fake+`'::text $$`); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := f.rt.ensurePooler(ctx, f.svc, f.spec, f.port); err != nil {
+		if _, err := f.rt.ensurePooler(ctx, f.svc, f.spec, f.spec, f.port); err != nil {
 			t.Fatal(err)
 		}
 		mustFailLogin(t, f, "postgres", "hijack", "evil", "superuser vouched for by a fake lookup")
@@ -276,7 +276,7 @@ func TestPooler(t *testing.T) {
 
 	t.Run("IdempotentReloadAdopt", func(t *testing.T) {
 		pid := f.pid(t)
-		if _, err := f.rt.ensurePooler(ctx, f.svc, f.spec, f.port); err != nil {
+		if _, err := f.rt.ensurePooler(ctx, f.svc, f.spec, f.spec, f.port); err != nil {
 			t.Fatal(err)
 		}
 		if got := f.pid(t); got != pid {
@@ -289,7 +289,7 @@ func TestPooler(t *testing.T) {
 			changed.Settings[k] = v
 		}
 		changed.Settings["max_connections"] = "50"
-		if _, err := f.rt.ensurePooler(ctx, f.svc, changed, f.port); err != nil {
+		if _, err := f.rt.ensurePooler(ctx, f.svc, changed, changed, f.port); err != nil {
 			t.Fatal(err)
 		}
 		ini, _ := os.ReadFile(filepath.Join(f.rt.poolerDir(f.svc.ID), poolerIniFile))
@@ -303,7 +303,7 @@ func TestPooler(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer rt2.Close()
-		if _, err := rt2.ensurePooler(ctx, f.svc, f.spec, f.port); err != nil {
+		if _, err := rt2.ensurePooler(ctx, f.svc, f.spec, f.spec, f.port); err != nil {
 			t.Fatal(err)
 		}
 		if got := f.pid(t); got != pid {
@@ -316,7 +316,7 @@ func TestPooler(t *testing.T) {
 		pid := f.pid(t)
 		old := f.port
 		f.port = freePort(t)
-		if _, err := f.rt.ensurePooler(ctx, f.svc, f.spec, f.port); err != nil {
+		if _, err := f.rt.ensurePooler(ctx, f.svc, f.spec, f.spec, f.port); err != nil {
 			t.Fatal(err)
 		}
 		if got := f.pid(t); got == pid {
@@ -341,7 +341,7 @@ func TestPooler(t *testing.T) {
 			}
 			time.Sleep(pollInterval)
 		}
-		if _, err := f.rt.ensurePooler(ctx, f.svc, f.spec, f.port); err != nil {
+		if _, err := f.rt.ensurePooler(ctx, f.svc, f.spec, f.spec, f.port); err != nil {
 			t.Fatal(err)
 		}
 		f.mustQueryThrough(t, f.password)
@@ -350,7 +350,7 @@ func TestPooler(t *testing.T) {
 	t.Run("Disable", func(t *testing.T) {
 		pid := f.pid(t)
 		f.svc.Spec.Pooler = false
-		ep, err := f.rt.ensurePooler(ctx, f.svc, f.spec, f.port)
+		ep, err := f.rt.ensurePooler(ctx, f.svc, f.spec, f.spec, f.port)
 		if err != nil || ep != nil {
 			t.Fatalf("disable: %v, %v", ep, err)
 		}

@@ -40,31 +40,36 @@ const (
 	// proxyApplyTimeout bounds how long the runtime waits for a proxy to
 	// take a new target.
 	proxyApplyTimeout = 5 * time.Second
+	// proxyDialTimeout bounds one attempt to reach a target.
+	proxyDialTimeout = 5 * time.Second
 )
 
-// proxyConfig is what a service's endpoint proxy does: listen on the
-// endpoint addresses and forward every TCP connection, bytes untouched (TLS
-// and SCRAM stay end to end with PostgreSQL), to Target.
+// proxyConfig is what an endpoint proxy does: listen on the endpoint
+// addresses and forward every TCP connection, bytes untouched (TLS and
+// SCRAM stay end to end with PostgreSQL), to one of Targets.
 type proxyConfig struct {
 	// Generation increases with every write; the proxy reports the one it
 	// applied in proxy.applied, which is how the runtime knows a switch is
 	// done.
 	Generation int64    `json:"generation"`
 	Listen     []string `json:"listen"`
-	// Target is host:port of the current primary; empty refuses every
+	// Targets are host:port pairs. A service's proxy has one, the current
+	// primary; a read replica set's has its nodes, and new connections go
+	// round-robin over them, skipping one that refuses. None refuses every
 	// connection (between fencing the old primary and promoting the new).
-	Target string `json:"target"`
+	Targets []string `json:"targets"`
 }
 
 // RunProxy runs the endpoint proxy whose files are in args[0] until ctx
 // ends (SIGTERM). SIGHUP, or a changed proxy.json seen by polling, applies
-// a new config: when the target changes, every open connection is closed,
-// so no client stays on a fenced or demoted primary.
+// a new config: connections to a target that is no longer listed are
+// closed, so no client stays on a fenced or demoted primary or on a removed
+// replica.
 func RunProxy(ctx context.Context, args []string) error {
 	if len(args) != 1 || !filepath.IsAbs(args[0]) {
 		return fmt.Errorf("usage: dbcloud %s ABSOLUTE_PROXY_DIR", ProxyCommand)
 	}
-	p := &proxy{dir: args[0], listeners: map[string]net.Listener{}, conns: map[net.Conn]struct{}{}}
+	p := &proxy{dir: args[0], listeners: map[string]net.Listener{}, conns: map[net.Conn]string{}}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -95,9 +100,10 @@ type proxy struct {
 
 	mu        sync.Mutex
 	gen       int64
-	target    string
+	targets   []string
+	next      int // round-robin position in targets
 	listeners map[string]net.Listener
-	conns     map[net.Conn]struct{} // both sides of every forwarded connection
+	conns     map[net.Conn]string // both sides of every forwarded connection -> its target
 }
 
 func (p *proxy) reload() error {
@@ -133,13 +139,13 @@ func (p *proxy) reload() error {
 		p.listeners[addr] = l
 		go p.serve(l)
 	}
-	if cfg.Target != p.target {
-		for c := range p.conns {
+	for c, target := range p.conns {
+		if !slices.Contains(cfg.Targets, target) {
 			c.Close()
+			delete(p.conns, c)
 		}
-		clear(p.conns)
 	}
-	p.target = cfg.Target
+	p.targets = cfg.Targets
 	if len(errs) == 0 {
 		p.gen = cfg.Generation
 	}
@@ -165,26 +171,19 @@ func (p *proxy) serve(l net.Listener) {
 }
 
 func (p *proxy) forward(client net.Conn) {
-	p.mu.Lock()
-	target := p.target
-	p.mu.Unlock()
-	if target == "" {
-		client.Close()
-		return
-	}
-	server, err := net.DialTimeout("tcp", target, 5*time.Second)
-	if err != nil {
+	server, target := p.dial()
+	if server == nil {
 		client.Close()
 		return
 	}
 	p.mu.Lock()
-	if p.target != target { // switched while dialing
+	if !slices.Contains(p.targets, target) { // removed while dialing
 		p.mu.Unlock()
 		client.Close()
 		server.Close()
 		return
 	}
-	p.conns[client], p.conns[server] = struct{}{}, struct{}{}
+	p.conns[client], p.conns[server] = target, target
 	p.mu.Unlock()
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
@@ -202,6 +201,24 @@ func (p *proxy) forward(client net.Conn) {
 	delete(p.conns, client)
 	delete(p.conns, server)
 	p.mu.Unlock()
+}
+
+// dial connects to the next target in turn, trying each once: a replica
+// that is down is skipped rather than failing the client.
+func (p *proxy) dial() (net.Conn, string) {
+	p.mu.Lock()
+	targets := p.targets
+	start := p.next
+	p.next++
+	p.mu.Unlock()
+	for i := range targets {
+		target := targets[(start+i)%len(targets)]
+		server, err := net.DialTimeout("tcp", target, proxyDialTimeout)
+		if err == nil {
+			return server, target
+		}
+	}
+	return nil, ""
 }
 
 func (p *proxy) closeAll() {
@@ -258,15 +275,15 @@ func (rt *Runtime) proxyRunning(serviceID string) bool {
 	return ok
 }
 
-// setProxy makes the service's proxy listen on listen and forward to
-// target (empty: refuse), starting it if it does not run, and returns once
-// the proxy has applied exactly this config.
-func (rt *Runtime) setProxy(ctx context.Context, serviceID string, listen []string, target string) error {
+// setProxy makes the proxy of a service (or read replica set) listen on
+// listen and forward to targets (none: refuse), starting it if it does not
+// run, and returns once the proxy has applied exactly this config.
+func (rt *Runtime) setProxy(ctx context.Context, serviceID string, listen []string, targets ...string) error {
 	dir := rt.proxyDir(serviceID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	cfg := proxyConfig{Generation: time.Now().UnixNano(), Listen: listen, Target: target}
+	cfg := proxyConfig{Generation: time.Now().UnixNano(), Listen: listen, Targets: targets}
 	data, _ := json.Marshal(cfg)
 	if err := tlsca.WriteFileAtomic(filepath.Join(dir, proxyConfigFile), data, 0o600); err != nil {
 		return err
@@ -287,7 +304,7 @@ func (rt *Runtime) setProxy(ctx context.Context, serviceID string, listen []stri
 		raw, _ := os.ReadFile(filepath.Join(dir, proxyAppliedFile))
 		if g, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64); err == nil && g == cfg.Generation {
 			if _, ok := runningProxy(dir); ok {
-				rt.cfg.Logger.Info("endpoint proxy set", "service", serviceID, "pid", pid, "target", target)
+				rt.cfg.Logger.Info("endpoint proxy set", "service", serviceID, "pid", pid, "targets", strings.Join(targets, ","))
 				return nil
 			}
 		}
