@@ -253,6 +253,24 @@ func (rt *Runtime) ensureHA(ctx context.Context, svc *dbcloud.Service) (*dbcloud
 			return nil, err
 		}
 	}
+	// A standby stops replaying while a setting of hotStandbyMinimums is
+	// below the primary's, so a resize that raises one restarts the
+	// standbys first; one that lowers them restarts the primary first (the
+	// order below).
+	if raise, err := rt.raisesStandbyMinimums(ctx, pspec); err != nil {
+		return nil, err
+	} else if raise {
+		for _, n := range st.Members {
+			if n == st.Primary || slices.Contains(remove, n) || slices.Contains(st.Rebuild, n) {
+				continue
+			}
+			if spec := rt.haSpec(svc, base, st, n); rt.running(spec) {
+				if err := rt.ensureInstance(ctx, spec); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
 	if err := rt.ensureInstance(ctx, pspec); err != nil {
 		return nil, err
 	}
@@ -327,6 +345,47 @@ func (rt *Runtime) ensureHA(ctx context.Context, svc *dbcloud.Service) (*dbcloud
 	obs.Running = true
 	obs.Metrics = rt.metrics(svc.ID, pspec)
 	return obs, nil
+}
+
+func (rt *Runtime) running(spec InstanceSpec) bool {
+	_, ok := rt.mgr.Running(spec)
+	return ok
+}
+
+// raisesStandbyMinimums reports whether spec asks for a higher value of a
+// setting in hotStandbyMinimums than its running postmaster has.
+func (rt *Runtime) raisesStandbyMinimums(ctx context.Context, spec InstanceSpec) (bool, error) {
+	if !rt.running(spec) {
+		return false, nil
+	}
+	// The postmaster may still listen on another port than spec's (a
+	// service turning HA moves behind the proxy).
+	live := spec
+	if pf, err := readPidFile(spec.pgdata()); err == nil && pf.port > 0 {
+		live.Port = pf.port
+	}
+	conn, err := rt.mgr.Connect(ctx, live, "postgres")
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rows, err := conn.Query(ctx, "SELECT name, setting FROM pg_settings WHERE name = ANY($1)", hotStandbyMinimums)
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	raise := false
+	for rows.Next() {
+		var name, setting string
+		if err := rows.Scan(&name, &setting); err != nil {
+			return false, err
+		}
+		now, _ := strconv.Atoi(setting)
+		if want, err := strconv.Atoi(spec.Settings[name]); err == nil && want > now {
+			raise = true
+		}
+	}
+	return raise, rows.Err()
 }
 
 // ensureInstance prepares, configures and starts an instance whose data

@@ -301,6 +301,57 @@ func TestRuntime_HA(t *testing.T) {
 		})
 	})
 
+	// Resizes restart the standbys first when they raise a setting a hot
+	// standby needs at least as high as the primary's, else the primary
+	// first; either way every standby keeps replaying.
+	t.Run("ResizeOrdersRestarts", func(t *testing.T) {
+		startTimes := func() (primary time.Time, standbys []time.Time) {
+			st, _ := rt.loadHA(svc.ID)
+			for _, n := range st.Members {
+				c, err := rt.mgr.Connect(ctx, rt.haSpec(svc, base, st, n), "postgres")
+				if err != nil {
+					t.Fatal(err)
+				}
+				var at time.Time
+				var paused string
+				if err := c.QueryRow(ctx, `SELECT pg_postmaster_start_time(),
+					CASE WHEN pg_is_in_recovery() THEN pg_get_wal_replay_pause_state() ELSE 'primary' END`).Scan(&at, &paused); err != nil {
+					t.Fatal(err)
+				}
+				c.Close(ctx)
+				if n == st.Primary {
+					primary = at
+				} else {
+					if paused != "not paused" {
+						t.Errorf("standby %d: replay %s", n, paused)
+					}
+					standbys = append(standbys, at)
+				}
+			}
+			return primary, standbys
+		}
+		for _, step := range []struct {
+			size          dbcloud.Size
+			standbysFirst bool
+		}{
+			{dbcloud.Size{CPUMillis: 1000, MemoryGBs: 4}, true}, // more max_connections and workers
+			{dbcloud.Size{Shared: true}, false},
+		} {
+			svc.Spec.Size = step.size
+			if _, err := rt.ensureHA(ctx, svc); err != nil {
+				t.Fatal(err)
+			}
+			primary, standbys := startTimes()
+			for i, at := range standbys {
+				if at.Before(primary) != step.standbysFirst {
+					t.Errorf("resize to %+v: standby %d started %v, primary %v; want standbys first %v",
+						step.size, i, at, primary, step.standbysFirst)
+				}
+			}
+			mustExec(t, svc, password, "INSERT INTO t VALUES ('after-resize')")
+		}
+	})
+
 	t.Run("LowerReplicas", func(t *testing.T) {
 		svc.Spec.Replicas, svc.Spec.SyncReplicas = 1, 1
 		obs, err := rt.ensureHA(ctx, svc)

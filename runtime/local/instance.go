@@ -760,6 +760,7 @@ func serverErrors(logDir string, since time.Time) string {
 // pidFile is what postmaster.pid says (PG 10+ layout).
 type pidFile struct {
 	pid    int
+	port   int    // line 4: the port it listens on
 	status string // line 8: "starting", "stopping", "ready" or "standby"
 }
 
@@ -774,6 +775,9 @@ func readPidFile(pgdata string) (pidFile, error) {
 		return pidFile{}, fmt.Errorf("postmaster.pid: bad pid %q", lines[0])
 	}
 	pf := pidFile{pid: pid}
+	if len(lines) > 3 {
+		pf.port, _ = strconv.Atoi(strings.TrimSpace(lines[3]))
+	}
 	if len(lines) > 7 {
 		pf.status = strings.TrimSpace(lines[7])
 	}
