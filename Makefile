@@ -1,0 +1,16 @@
+# Benchmarks and fuzzing; tests are scripts/test.sh. Run as root from the
+# module root (the benchmarks start PostgreSQL).
+export PATH := $(PATH):/usr/local/go/bin
+
+.PHONY: bench bench-short
+
+# Every benchmark, one after another (about 20 to 30 minutes), into
+# bench/report.md and bench/report.json; raw go test output in bench/out/.
+bench:
+	go run ./cmd/dbcloud-bench
+
+# The same with tiny sizes, into bench/out/short/: checks that every
+# benchmark and the report work, in a few minutes. Not measurements.
+bench-short:
+	go run ./cmd/dbcloud-bench -short
+
