@@ -2,7 +2,7 @@
 # module root (the benchmarks start PostgreSQL).
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: bench bench-short
+.PHONY: bench bench-short fuzz
 
 # Every benchmark, one after another (about 20 to 30 minutes), into
 # bench/report.md and bench/report.json; raw go test output in bench/out/.
@@ -14,3 +14,9 @@ bench:
 bench-short:
 	go run ./cmd/dbcloud-bench -short
 
+
+# Each fuzz target for FUZZTIME seconds; new interesting inputs are kept
+# in the repository corpus (PKG/testdata/fuzz/).
+FUZZTIME ?= 60
+fuzz:
+	scripts/fuzz.sh $(FUZZTIME)
