@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os/exec"
@@ -29,7 +30,9 @@ type goTest struct {
 
 // Args are the arguments of go.
 func (g goTest) Args() []string {
-	args := []string{"test", "-run", "^$", "-bench", g.Bench, "-benchtime", g.Benchtime, "-timeout", g.Timeout}
+	// -v keeps the benchmarks' logs (per-round timings, tables) in the raw
+	// output, and says why a benchmark skipped.
+	args := []string{"test", "-v", "-run", "^$", "-bench", g.Bench, "-benchtime", g.Benchtime, "-timeout", g.Timeout}
 	if g.Short {
 		args = append(args, "-short")
 	}
@@ -61,11 +64,33 @@ func (g goTest) run(ctx context.Context, raw io.Writer) ([]Result, error) {
 	results := parseBench(out.Bytes())
 	switch {
 	case err != nil:
-		return results, fmt.Errorf("%s: %v%s", g, err, failureLines(out.Bytes()))
+		return results, fmt.Errorf("go test: %v%s", err, failureLines(out.Bytes()))
+	case len(results) == 0 && strings.Contains(out.String(), "--- SKIP"):
+		return nil, fmt.Errorf("%w%s", errSkipped, skipLines(out.Bytes()))
 	case len(results) == 0:
-		return nil, fmt.Errorf("no benchmark matching %s in %s", g.Bench, g.Pkg)
+		return nil, fmt.Errorf("%w %s in %s", errMissing, g.Bench, g.Pkg)
 	}
 	return results, nil
+}
+
+// errMissing is a benchmark that is not there: on a branch without it,
+// say. It is reported, but it is not a failure.
+var errMissing = errors.New("no benchmark matching")
+
+// errSkipped is a benchmark that skipped itself (pgbench not installed,
+// say); reported with its reason, not a failure either.
+var errSkipped = errors.New("skipped")
+
+// skipLines is what each skipped benchmark logged.
+func skipLines(out []byte) string {
+	var picked []string
+	lines := strings.Split(string(out), "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(strings.TrimSpace(l), "--- SKIP") {
+			picked = append(picked, logged(lines, i)...)
+		}
+	}
+	return joinReasons(picked)
 }
 
 // gomaxprocsSuffix is the -N that go test appends to benchmark names.
@@ -107,7 +132,8 @@ func parseBench(out []byte) []Result {
 }
 
 // failureLines picks what explains a failure out of go test's output:
-// the FAIL lines with the message under each, panics and timeouts.
+// each FAIL line with the messages logged around it, panics, timeouts and
+// build errors.
 func failureLines(out []byte) string {
 	var picked []string
 	lines := strings.Split(string(out), "\n")
@@ -116,20 +142,35 @@ func failureLines(out []byte) string {
 		switch {
 		case strings.HasPrefix(t, "--- FAIL"):
 			picked = append(picked, t)
-			if i+1 < len(lines) {
-				picked = append(picked, strings.TrimSpace(lines[i+1]))
-			}
+			picked = append(picked, logged(lines, i)...)
 		case strings.HasPrefix(t, "panic:"), strings.Contains(t, "test timed out"), strings.HasPrefix(t, "# "),
 			strings.Contains(t, "cannot find package"), strings.Contains(t, "build failed"):
 			picked = append(picked, t)
 		}
-		if len(picked) >= 6 {
-			break
-		}
 	}
+	return joinReasons(picked)
+}
+
+// logged returns the indented lines right before and right after line i:
+// what the test logged, which go test prints before its --- line with -v
+// and after it without.
+func logged(lines []string, i int) []string {
+	var out []string
+	for j := i - 1; j >= 0 && strings.HasPrefix(lines[j], "    "); j-- {
+		out = append([]string{strings.TrimSpace(lines[j])}, out...)
+	}
+	for j := i + 1; j < len(lines) && strings.HasPrefix(lines[j], "    "); j++ {
+		out = append(out, strings.TrimSpace(lines[j]))
+	}
+	return out
+}
+
+// joinReasons keeps a reason to a few short lines.
+func joinReasons(picked []string) string {
 	if len(picked) == 0 {
 		return ""
 	}
+	picked = picked[:min(len(picked), 6)]
 	for i, p := range picked {
 		if len(p) > 300 {
 			picked[i] = p[:300] + "…"

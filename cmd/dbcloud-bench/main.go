@@ -21,6 +21,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -45,6 +46,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	out := fs.String("out", "", `directory for report.md, report.json and the raw outputs (default "bench", or "bench/out/short" with -short)`)
 	only := fs.String("only", "", "run only the sections whose ID matches this regular expression (create, fork, logs, failover, idle, api, load)")
 	verbose := fs.Bool("v", false, "copy go test's output to stderr as it runs")
+	check := fs.Bool("check", false, "exit 1 if a benchmark failed (a missing one is only reported), as CI wants")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -83,7 +85,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			continue
 		}
 		if ctx.Err() != nil {
-			rep.Sections = append(rep.Sections, SectionReport{ID: sec.ID, Title: sec.Title, Status: statusNotRun, Reason: "interrupted"})
+			rep.Sections = append(rep.Sections, SectionReport{ID: sec.ID, Title: sec.Title, Status: statusNotRun, Reason: "interrupted", Failed: true})
 			continue
 		}
 		rep.Sections = append(rep.Sections, runSection(ctx, sec, *short, rawDir, *verbose, stderr, logger))
@@ -94,7 +96,21 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	logger.Info("report written", "markdown", filepath.Join(*out, "report.md"), "json", filepath.Join(*out, "report.json"),
 		"took", rep.Finished.Sub(rep.Started).Round(time.Second).String(), "load_average", rep.LoadEnd.String())
-	return ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if *check {
+		var failed []string
+		for _, s := range rep.Sections {
+			if s.Failed {
+				failed = append(failed, s.ID+": "+s.Reason)
+			}
+		}
+		if len(failed) > 0 {
+			return fmt.Errorf("%d of %d sections failed:\n%s", len(failed), len(rep.Sections), strings.Join(failed, "\n"))
+		}
+	}
+	return nil
 }
 
 func mustAbs(p string) string {
@@ -137,7 +153,7 @@ func runSection(ctx context.Context, sec section, short bool, rawDir string, ver
 	start := time.Now()
 	raw, err := os.Create(filepath.Join(rawDir, sec.ID+".txt"))
 	if err != nil {
-		rep.Status, rep.Reason = statusNotRun, err.Error()
+		rep.Status, rep.Reason, rep.Failed = statusNotRun, err.Error(), true
 		return rep
 	}
 	defer raw.Close()
@@ -174,6 +190,7 @@ func runSection(ctx context.Context, sec section, short bool, rawDir string, ver
 	default:
 		rep.Status = statusOK
 	}
+	rep.Failed = failure != nil && !errors.Is(failure, errMissing) && !errors.Is(failure, errSkipped)
 	logger.Info("section done", "id", sec.ID, "status", rep.Status, "seconds", int(rep.Seconds), "reason", rep.Reason)
 	return rep
 }

@@ -93,12 +93,16 @@ func TestRunSection(t *testing.T) {
 		t.Errorf("short run command %q has no -short", ok.Command)
 	}
 	missing := runSection(t.Context(), sec("missing", "^BenchmarkFailover$"), false, dir, false, io.Discard, logger)
-	if missing.Status != statusNotRun || !strings.Contains(missing.Reason, "no benchmark matching ^BenchmarkFailover$") {
+	if missing.Status != statusNotRun || missing.Failed || !strings.Contains(missing.Reason, "no benchmark matching ^BenchmarkFailover$") {
 		t.Errorf("missing: %+v", missing)
 	}
 	fails := runSection(t.Context(), sec("fails", "^BenchmarkFails$"), false, dir, false, io.Discard, logger)
-	if fails.Status != statusNotRun || !strings.Contains(fails.Reason, "the server did not start") {
+	if fails.Status != statusNotRun || !fails.Failed || !strings.Contains(fails.Reason, "the server did not start") {
 		t.Errorf("fails: %+v", fails)
+	}
+	skips := runSection(t.Context(), sec("skips", "^BenchmarkSkips$"), false, dir, false, io.Discard, logger)
+	if skips.Status != statusNotRun || skips.Failed || skips.Reason != "skipped: bench_test.go:19: pgbench not installed" {
+		t.Errorf("skips: %+v", skips)
 	}
 	if raw, err := os.ReadFile(filepath.Join(dir, "fails.txt")); err != nil || !strings.Contains(string(raw), "--- FAIL") {
 		t.Errorf("raw output: %v %q", err, raw)

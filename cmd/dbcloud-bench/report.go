@@ -41,10 +41,13 @@ type SectionReport struct {
 	Title string `json:"title"`
 	About string `json:"about,omitempty"`
 	// Command redoes this section's numbers.
-	Command   string      `json:"command,omitempty"`
-	Rounds    int         `json:"rounds,omitempty"`
-	Status    string      `json:"status"`
-	Reason    string      `json:"reason,omitempty"`
+	Command string `json:"command,omitempty"`
+	Rounds  int    `json:"rounds,omitempty"`
+	Status  string `json:"status"`
+	Reason  string `json:"reason,omitempty"`
+	// Failed is set when the benchmark ran and failed, rather than being
+	// missing; -check fails the run for it.
+	Failed    bool        `json:"failed"`
 	Seconds   float64     `json:"seconds"`
 	LoadStart LoadAverage `json:"load_average_start"`
 	LoadEnd   LoadAverage `json:"load_average_end"`

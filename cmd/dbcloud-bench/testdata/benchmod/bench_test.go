@@ -14,3 +14,7 @@ func BenchmarkOK(b *testing.B) {
 func BenchmarkFails(b *testing.B) {
 	b.Fatal("the server did not start")
 }
+
+func BenchmarkSkips(b *testing.B) {
+	b.Skip("pgbench not installed")
+}
