@@ -12,8 +12,7 @@ bench:
 # The same with tiny sizes, into bench/out/short/: checks that every
 # benchmark and the report work, in a few minutes. Not measurements.
 bench-short:
-	go run ./cmd/dbcloud-bench -short
-
+	go run ./cmd/dbcloud-bench -short -check
 
 # Each fuzz target for FUZZTIME seconds; new interesting inputs are kept
 # in the repository corpus (PKG/testdata/fuzz/).
