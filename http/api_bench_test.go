@@ -170,7 +170,11 @@ func compareWithMinimal(b *testing.B, e *env, ours *httptest.Server, path string
 		for _, t := range order {
 			rec := loadgen.NewRecorder()
 			took := drive(t, rec, round)
-			s := rec.Stats()[0]
+			stats := rec.Stats()
+			if len(stats) == 0 {
+				b.Fatalf("%s GET %s: no answer in a round of %v", t.name, path, round)
+			}
+			s := stats[0]
 			if s.Errors > 0 || s.Status[200] != s.Count {
 				b.Fatalf("%s GET %s: statuses %v, %d errors (%s)", t.name, path, s.Status, s.Errors, s.LastError)
 			}
