@@ -4,7 +4,7 @@ export PATH := $(PATH):/usr/local/go/bin
 
 .PHONY: bench bench-short fuzz
 
-# Every benchmark, one after another (about 20 to 30 minutes), into
+# Every benchmark, one after another (about 10 minutes here), into
 # bench/report.md and bench/report.json; raw go test output in bench/out/.
 bench:
 	go run ./cmd/dbcloud-bench
