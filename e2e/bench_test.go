@@ -48,14 +48,19 @@ func benchCreates(b *testing.B, s *server, n int, pause time.Duration) []time.Du
 // BenchmarkCreateToReady measures create to READY over 20 creates, as the
 // API shows it (POST, then GET every 2 ms). "pool" starts with a full pool
 // of prepared clusters, the steady state; "burst" has the default pool of 2
-// and creates back to back, so later creates wait for initdb.
+// and creates back to back, so later creates wait for initdb. -short makes
+// 3 creates of each.
 // Run: go test -run '^$' -bench CreateToReady -benchtime 1x ./e2e/
 func BenchmarkCreateToReady(b *testing.B) {
+	creates := 20
+	if testing.Short() {
+		creates = 3
+	}
 	for _, tc := range []struct {
 		name  string
 		pool  int
 		pause time.Duration
-	}{{"pool", 20, 0}, {"burst", 2, 0}} {
+	}{{"pool", creates, 0}, {"burst", 2, 0}} {
 		b.Run(tc.name, func(b *testing.B) {
 			s := newServer(b, "--pool-size", strconv.Itoa(tc.pool), "--quota-services", "50")
 			deadline := time.Now().Add(3 * time.Minute)
@@ -65,7 +70,7 @@ func BenchmarkCreateToReady(b *testing.B) {
 			b.ResetTimer()
 			var took []time.Duration
 			for b.Loop() {
-				took = append(took, benchCreates(b, s, 20, tc.pause)...)
+				took = append(took, benchCreates(b, s, creates, tc.pause)...)
 			}
 			b.ReportMetric(float64(percentile(took, 0.5).Microseconds())/1000, "p50-ms")
 			b.ReportMetric(float64(percentile(took, 0.95).Microseconds())/1000, "p95-ms")
@@ -75,11 +80,15 @@ func BenchmarkCreateToReady(b *testing.B) {
 }
 
 // BenchmarkIdleMemory reports the memory (cgroup working set) of idle shared
-// services, as their metrics show it, and the host memory they take.
+// services, as their metrics show it, and the host memory they take, over
+// 10 services (2 with -short).
 // Run: go test -run '^$' -bench IdleMemory -benchtime 1x ./e2e/
 func BenchmarkIdleMemory(b *testing.B) {
 	s := newServer(b, "--pool-size", "2")
-	const n = 10
+	n := 10
+	if testing.Short() {
+		n = 2
+	}
 	for b.Loop() {
 		before := memAvailable()
 		ids := []string{}
@@ -101,7 +110,8 @@ func BenchmarkIdleMemory(b *testing.B) {
 			b.Fatal("no metrics")
 		}
 		b.ReportMetric(mems[len(mems)/2], "median-MB/service")
-		b.ReportMetric(float64(before-memAvailable())/n/(1<<20), "host-MB/service")
+		b.ReportMetric(float64(before-memAvailable())/float64(n)/(1<<20), "host-MB/service")
+		b.ReportMetric(float64(n), "services")
 		b.ReportMetric(0, "ns/op")
 	}
 }
@@ -124,10 +134,14 @@ func memAvailable() int64 {
 // endpoint, 5 times by SIGKILL and 5 times by removing the primary's data
 // directory, alternating. Each run also checks that no acknowledged commit
 // was lost and waits for the old primary to be rebuilt before the next.
+// -short runs each case once.
 //
 //	go test -run '^$' -bench '^BenchmarkFailover$' -benchtime 1x -timeout 30m ./e2e/
 func BenchmarkFailover(b *testing.B) {
-	const runs = 5
+	runs := 5
+	if testing.Short() {
+		runs = 1
+	}
 	for range b.N {
 		s := newServer(b)
 		svc, password := s.haService(b)
@@ -145,7 +159,7 @@ func BenchmarkFailover(b *testing.B) {
 		b.ReportMetric(percentile(kill, 1).Seconds(), "max-s")
 		b.ReportMetric(percentile(removed, 0.5).Seconds(), "removed-p50-s")
 		b.ReportMetric(percentile(removed, 1).Seconds(), "removed-max-s")
-		b.ReportMetric(runs, "runs")
+		b.ReportMetric(float64(runs), "runs")
 		b.ReportMetric(0, "ns/op")
 	}
 }

@@ -16,13 +16,18 @@ import (
 // BenchmarkFork_1GiB measures NOW and LAST_SNAPSHOT forks of a parent
 // holding about 1 GiB (pgbench -i -s 65), each to READY, beside `cp -a` of
 // the parent's data directory on the same disk in the same run: the copy is
-// the floor. Run it once:
+// the floor. -short loads about 30 MB (-s 2) and measures one round, to
+// check the benchmark runs, not to measure. Run it once:
 //
 //	go test ./e2e -run '^$' -bench Fork_1GiB -benchtime 1x -timeout 30m
 func BenchmarkFork_1GiB(b *testing.B) {
 	pgbench := "/usr/lib/postgresql/15/bin/pgbench"
 	if _, err := os.Stat(pgbench); err != nil {
 		b.Skip("pgbench not installed")
+	}
+	scale, rounds := "65", benchRounds
+	if testing.Short() {
+		scale, rounds = "2", 1
 	}
 	// A port range of its own: e2e processes running at the same time
 	// (other packages' tests) otherwise allocate the same ports.
@@ -32,7 +37,7 @@ func BenchmarkFork_1GiB(b *testing.B) {
 	s.waitSnapshot(parent.ServiceID, time.Time{}, 60*time.Second)
 
 	begin := time.Now()
-	load := exec.Command(pgbench, "-i", "-s", "65", "-q", "-h", parent.Endpoint.Host,
+	load := exec.Command(pgbench, "-i", "-s", scale, "-q", "-h", parent.Endpoint.Host,
 		"-p", strconv.Itoa(parent.Endpoint.Port), "-U", "tsdbadmin", "tsdb")
 	load.Env = append(os.Environ(), "PGPASSWORD="+created.InitialPassword, "PGSSLMODE=require")
 	if out, err := load.CombinedOutput(); err != nil {
@@ -40,7 +45,8 @@ func BenchmarkFork_1GiB(b *testing.B) {
 	}
 	loaded := time.Now()
 	pgdata := filepath.Join(s.dir, "runtime", "services", parent.ServiceID, "0", "pgdata")
-	b.Logf("pgbench -i -s 65 took %v; parent data directory %s (%s)", loaded.Sub(begin).Round(time.Second), du(b, pgdata), filesystemOf(b, pgdata))
+	b.Logf("pgbench -i -s %s took %v; parent data directory %s (%s)", scale, loaded.Sub(begin).Round(time.Second), du(b, pgdata), filesystemOf(b, pgdata))
+	parentMB := float64(duBytes(b, pgdata)) / (1 << 20)
 	// The snapshot taken at creation holds no data. Removing it makes the
 	// runtime take a fresh one at once, as for a new service; the next is
 	// due a day later, so none overlaps the measurements.
@@ -58,7 +64,7 @@ func BenchmarkFork_1GiB(b *testing.B) {
 	b.ResetTimer()
 	var cpNow, cpLast, cpSync, now, last []time.Duration
 	for i := 0; i < b.N; i++ {
-		for round := 0; round < benchRounds; round++ {
+		for round := 0; round < rounds; round++ {
 			// Each fork right after its own cp; which goes first alternates.
 			for _, strategy := range [][]string{{"NOW", "LAST_SNAPSHOT"}, {"LAST_SNAPSHOT", "NOW"}}[round%2] {
 				cp := cpA(b, pgdata, false)
@@ -80,6 +86,9 @@ func BenchmarkFork_1GiB(b *testing.B) {
 	b.ReportMetric(mNow.Seconds()/mCpNow.Seconds(), "now/cp")
 	b.ReportMetric(mLast.Seconds()/mCpLast.Seconds(), "last/cp")
 	b.ReportMetric(mLast.Seconds()/mNow.Seconds(), "last/now")
+	b.ReportMetric(mCpSync.Seconds(), "cp-sync-s")
+	b.ReportMetric(parentMB, "parent-MB")
+	b.ReportMetric(float64(rounds), "rounds")
 	b.Logf("runs: NOW %v beside cp -a %v; LAST_SNAPSHOT %v beside cp -a %v; cp -a + sync %v", now, cpNow, last, cpLast, cpSync)
 	b.Logf("medians: NOW fork to READY %v beside cp -a %v (ratio %.2f); LAST_SNAPSHOT fork to READY %v beside cp -a %v (ratio %.2f); cp -a + sync %v (NOW/that %.2f); LAST_SNAPSHOT/NOW %.2f",
 		mNow.Round(time.Millisecond), mCpNow.Round(time.Millisecond), mNow.Seconds()/mCpNow.Seconds(),
@@ -166,6 +175,19 @@ func du(b *testing.B, dir string) string {
 		b.Fatal(err)
 	}
 	return strings.Fields(string(out))[0]
+}
+
+// duBytes is the disk usage of dir in bytes.
+func duBytes(b *testing.B, dir string) int64 {
+	out, err := exec.Command("du", "-sb", dir).Output()
+	if err != nil {
+		b.Fatal(err)
+	}
+	n, err := strconv.ParseInt(strings.Fields(string(out))[0], 10, 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
 }
 
 func filesystemOf(b *testing.B, dir string) string {

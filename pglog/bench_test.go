@@ -21,17 +21,29 @@ import (
 // rotated at 100 MB like an instance's log_rotation_size. One line in
 // 10,000 holds benchRare. The data is made once and kept in the temporary
 // directory, so later runs reuse it; PGLOG_BENCH_DIR puts it elsewhere.
+// -short makes 20,000 lines (in a directory of their own), enough to
+// check the benchmarks run.
 const (
-	benchLines = 1_000_000
 	benchRare  = "rare-needle-7q"
 	benchEvery = 10_000
 	benchFile  = 100 << 20
 )
 
+// benchLines is the number of lines of the benchmark data.
+func benchLines() int {
+	if testing.Short() {
+		return 20_000
+	}
+	return 1_000_000
+}
+
 var benchData = sync.OnceValues(func() (string, error) {
 	dir := os.Getenv("PGLOG_BENCH_DIR")
 	if dir == "" {
 		dir = filepath.Join(os.TempDir(), "pglog-bench-1m-v4")
+		if testing.Short() {
+			dir = filepath.Join(os.TempDir(), "pglog-bench-20k-v4")
+		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, "complete")); err == nil {
 		return dir, nil
@@ -58,7 +70,7 @@ var benchData = sync.OnceValues(func() (string, error) {
 		return f.Close()
 	}
 	tables := []string{"conditions", "metrics", "orders", "users", "events"}
-	for i := range benchLines {
+	for i := range benchLines() {
 		ts := start.Add(time.Duration(i) * 86 * time.Millisecond)
 		if f == nil || size >= benchFile {
 			if err := closeFile(); err != nil {
@@ -122,7 +134,7 @@ func BenchmarkSearchRare(b *testing.B) {
 	r := newReader()
 	for b.Loop() {
 		p, err := r.Read(context.Background(), srcs, pglog.Query{Search: []string{benchRare}})
-		if err != nil || len(p.Entries) != benchLines/benchEvery || p.Cursor != "" {
+		if err != nil || len(p.Entries) != benchLines()/benchEvery || p.Cursor != "" {
 			b.Fatalf("search: %d entries, cursor %q, %v", len(p.Entries), p.Cursor, err)
 		}
 	}
@@ -151,7 +163,7 @@ func tacGrep(b *testing.B, term string, wantLines int) {
 func BenchmarkTacGrepFirstPage(b *testing.B) { tacGrep(b, "timestamp", 500) }
 
 // BenchmarkTacGrepRare is the baseline of BenchmarkSearchRare.
-func BenchmarkTacGrepRare(b *testing.B) { tacGrep(b, benchRare, benchLines/benchEvery) }
+func BenchmarkTacGrepRare(b *testing.B) { tacGrep(b, benchRare, benchLines()/benchEvery) }
 
 // BenchmarkSearchRareWords is BenchmarkSearchRare with a term of common
 // lower-case words in mixed case: its rarest byte is a letter, searched for
@@ -161,7 +173,7 @@ func BenchmarkSearchRareWords(b *testing.B) {
 	r := newReader()
 	for b.Loop() {
 		p, err := r.Read(context.Background(), srcs, pglog.Query{Search: []string{"Usage Of Tablespace"}})
-		if err != nil || len(p.Entries) != benchLines/benchEvery || p.Cursor != "" {
+		if err != nil || len(p.Entries) != benchLines()/benchEvery || p.Cursor != "" {
 			b.Fatalf("search: %d entries, cursor %q, %v", len(p.Entries), p.Cursor, err)
 		}
 	}

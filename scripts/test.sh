@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test, against both stores (the PostgreSQL store tests start
-# their own throwaway server), plus the fuzz seed corpora and a race run of
-# the concurrent store code.
+# their own throwaway server), plus the fuzz seed corpora, the short load
+# test (e2e TestLoad), a race run of the concurrent store code, and every
+# benchmark at tiny sizes through the benchmark runner: a smoke test that
+# they and the report still work (into bench/out/short/), not a measurement.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -9,3 +11,4 @@ scripts/deps.sh
 go vet ./...
 go test -count=1 -timeout 20m ./...
 go test -count=1 -race -timeout 10m ./sqlite/ ./http/
+go run ./cmd/dbcloud-bench -short -check

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"slices"
+	"sort"
+	"strings"
+)
+
+// section is one part of the report: a benchmark run as go test runs it,
+// maybe several rounds, and how its results are shown.
+type section struct {
+	ID, Title string
+	Test      goTest
+	// ShortTimeout replaces Test.Timeout in short mode.
+	ShortTimeout string
+	// Rounds runs the command this many times (ShortRounds in short mode)
+	// and keeps the median of each metric; the benchmarks alternate within
+	// a round, so load from other processes falls on all of them.
+	Rounds, ShortRounds int
+	// Summarize turns the results of every round into the rows shown;
+	// medians by default.
+	Summarize func(rounds [][]Result) []Result
+	Columns   []column
+	// About says what the numbers are, for the report.
+	About string
+}
+
+// column is one metric shown in a section's table.
+type column struct{ Key, Header string }
+
+func cols(kv ...string) []column {
+	var c []column
+	for i := 0; i+1 < len(kv); i += 2 {
+		c = append(c, column{kv[i], kv[i+1]})
+	}
+	return c
+}
+
+// sections are the report's parts, in the order they run.
+func sections() []section {
+	return []section{
+		{
+			ID: "create", Title: "Create to READY",
+			Test:    goTest{Pkg: "./e2e/", Bench: "^BenchmarkCreateToReady$", Benchtime: "1x", Timeout: "30m"},
+			Columns: cols("p50-ms", "p50 ms", "p95-ms", "p95 ms"),
+			About: "Shared services created one after another through the API, from the POST to the first GET " +
+				"(every 2 ms) that shows READY. pool: 20 creates with a full pool of prepared clusters (the steady " +
+				"state); burst: 20 creates back to back with the default pool of 2, so later ones wait for initdb. " +
+				"Short mode: 3 creates.",
+		},
+		{
+			ID: "fork", Title: "Forks beside cp -a",
+			Test:    goTest{Pkg: "./e2e/", Bench: "^BenchmarkFork_1GiB$", Benchtime: "1x", Timeout: "60m"},
+			Columns: cols("parent-MB", "parent MB", "now-s", "NOW s", "last-snapshot-s", "LAST_SNAPSHOT s", "cp-s", "cp -a s", "now/cp", "NOW/cp", "last/cp", "LAST_SNAPSHOT/cp", "last/now", "LAST_SNAPSHOT/NOW", "cp-sync-s", "cp -a + sync s", "rounds", "rounds"),
+			About: "A parent loaded by pgbench -i -s 65 (about 1 GiB), forked NOW (online backup of the running parent) " +
+				"and LAST_SNAPSHOT, each timed from the POST to READY, right after a `cp -a` of the parent's data " +
+				"directory on the same disk; medians of the rounds. Short mode: -s 2 and one round (a smoke test, not a measurement).",
+		},
+		{
+			ID: "logs", Title: "Logs: first page and rare search beside tac | grep",
+			Test:         goTest{Pkg: "./pglog/", Bench: "^Benchmark(FirstPage|SearchRare|TacGrepFirstPage|TacGrepRare)$", Benchtime: "10x", Timeout: "30m"},
+			Rounds:       5,
+			ShortRounds:  2,
+			Summarize:    summarizeLogs,
+			Columns:      cols("pglog-ms", "reader ms", "tacgrep-ms", "tac | grep -m 500 ms", "ratio", "ratio"),
+			ShortTimeout: "10m",
+			About: "The log reader over 1,000,000 jsonlog lines (about 460 MB in 100 MB files) beside `tac FILES | grep -m 500 TERM` " +
+				"on the same files, as pglog/bench.sh runs them: medians of the rounds, each round 10 runs of each, alternating. " +
+				"First page: the newest 500 lines, no filter. Rare search: a term in 1 line of 10,000, so the whole data is scanned. " +
+				"Short mode: 20,000 lines.",
+		},
+		{
+			ID: "failover", Title: "Failover",
+			Test:    goTest{Pkg: "./e2e/", Bench: "^BenchmarkFailover$", Benchtime: "1x", Timeout: "30m"},
+			Columns: cols("p50-s", "kill -9: p50 s", "max-s", "kill -9: max s", "removed-p50-s", "data removed: p50 s",
+				"removed-max-s", "data removed: max s", "runs", "runs of each"),
+			About: "An HA service with two standbys, one synchronous, on the real binary, with a writer through the " +
+				"service endpoint: time from the failure of the primary (kill -9 of its postmaster, or its data " +
+				"directory removed; alternating) to the first write acknowledged by the new primary. Every run also " +
+				"checks that no acknowledged commit was lost. Short mode: 1 run of each.",
+		},
+		{
+			ID: "idle", Title: "Idle memory per shared service",
+			Test:    goTest{Pkg: "./e2e/", Bench: "^BenchmarkIdleMemory$", Benchtime: "1x", Timeout: "30m"},
+			Columns: cols("median-MB/service", "median MB per service (cgroup)", "host-MB/service", "host MB per service", "services", "services"),
+			About: "10 idle shared services: the median of their memory as their metrics show it (cgroup working set), " +
+				"and MemAvailable before minus after, per service (other processes on a shared machine move MemAvailable " +
+				"too, so that one is noisy and can even come out negative). Short mode: 2 services.",
+		},
+		{
+			ID: "api", Title: "API beside a minimal HTTPS server",
+			Test: goTest{Pkg: "./http/", Bench: "^BenchmarkAPI$", Benchtime: "1x", Timeout: "30m"},
+			Columns: cols("req/s", "req/s", "p50-ms", "p50 ms", "p99-ms", "p99 ms", "min-req/s", "minimal req/s",
+				"min-p50-ms", "minimal p50 ms", "min-p99-ms", "minimal p99 ms", "ours/min", "req/s ours/minimal", "body-bytes", "body bytes", "clients", "clients"),
+			About: "GET service and list services over HTTPS on loopback, 16 keep-alive clients in a closed loop (each sends " +
+				"its next request when the last answered), with 1,000 and then 10,000 services in the SQLite store (seeded " +
+				"in-process). Beside it, in the same process and run, a minimal Go HTTPS server answers every request with " +
+				"a fixed copy of our answer (same bytes); the two alternate in 5 rounds of 3 s, req/s is the median of the " +
+				"rounds and latencies are over all rounds. The load generator shares the 2 cores with the servers. " +
+				"Short mode: 100 services, 2 rounds of 0.3 s.",
+		},
+		{
+			ID: "load", Title: "Load: 200 clients for 60 s against dbcloud serve",
+			Test:      goTest{Pkg: "./e2e/", Bench: "^BenchmarkLoad$", Benchtime: "1x", Timeout: "30m"},
+			Summarize: summarizeLoad,
+			Columns:   cols("n", "requests", "p50-ms", "p50 ms", "p99-ms", "p99 ms", "429", "429s", "req/s", "req/s", "clients", "clients", "seconds", "seconds"),
+			About: "The real binary with --rate-limit and --rate-burst raised to 100000 (one API key sends everything), " +
+				"200 keep-alive clients in a closed loop for 60 s, about 80% reads (get/list services, get/list VPCs, " +
+				"auth info, logs) and 20% writes (create, rename and delete VPCs each client owns, setEnvironment on " +
+				"3 shared services, and client 0 creating, awaiting READY and deleting 3 real services). The run fails " +
+				"on any 5xx, any request without an answer, or any accepted write not visible afterwards. " +
+				"Short mode: 20 clients for 5 s.",
+		},
+	}
+}
+
+// summarizeMedians keeps, for each benchmark, the median of each metric
+// over the rounds.
+func summarizeMedians(rounds [][]Result) []Result {
+	var order []string
+	values := map[string]map[string][]float64{}
+	for _, round := range rounds {
+		for _, r := range round {
+			if values[r.Name] == nil {
+				values[r.Name] = map[string][]float64{}
+				order = append(order, r.Name)
+			}
+			for k, v := range r.Metrics {
+				values[r.Name][k] = append(values[r.Name][k], v)
+			}
+		}
+	}
+	out := make([]Result, 0, len(order))
+	for _, name := range order {
+		r := Result{Name: name, Metrics: map[string]float64{}}
+		for k, vs := range values[name] {
+			r.Metrics[k] = median(vs)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// summarizeLogs pairs each reader benchmark with its tac | grep baseline.
+func summarizeLogs(rounds [][]Result) []Result {
+	med := map[string]float64{}
+	for _, r := range summarizeMedians(rounds) {
+		med[r.Name] = r.Metrics["ns/op"]
+	}
+	var out []Result
+	for _, p := range []struct{ name, ours, base string }{
+		{"first page, no filter", "BenchmarkFirstPage", "BenchmarkTacGrepFirstPage"},
+		{"search, 1 line in 10,000", "BenchmarkSearchRare", "BenchmarkTacGrepRare"},
+	} {
+		o, okO := med[p.ours]
+		b, okB := med[p.base]
+		if !okO || !okB || b == 0 {
+			continue
+		}
+		out = append(out, Result{Name: p.name, Metrics: map[string]float64{
+			"pglog-ms": o / 1e6, "tacgrep-ms": b / 1e6, "ratio": o / b, "rounds": float64(len(rounds)),
+		}})
+	}
+	return out
+}
+
+// summarizeLoad turns BenchmarkLoad's metrics (<kind>-n, <kind>-p50-ms,
+// ...) into a row per kind of request and a total.
+func summarizeLoad(rounds [][]Result) []Result {
+	var out []Result
+	for _, r := range summarizeMedians(rounds) {
+		kinds := map[string]map[string]float64{}
+		total := Result{Name: "all", Metrics: map[string]float64{}}
+		for k, v := range r.Metrics {
+			switch k {
+			case "req/s", "clients", "seconds":
+				total.Metrics[k] = v
+				continue
+			}
+			for _, suffix := range []string{"-n", "-p50-ms", "-p99-ms", "-429"} {
+				if kind, ok := strings.CutSuffix(k, suffix); ok {
+					if kinds[kind] == nil {
+						kinds[kind] = map[string]float64{}
+					}
+					kinds[kind][suffix[1:]] = v
+					break
+				}
+			}
+		}
+		names := make([]string, 0, len(kinds))
+		for k := range kinds {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		for _, k := range names {
+			total.Metrics["n"] += kinds[k]["n"]
+			total.Metrics["429"] += kinds[k]["429"]
+			out = append(out, Result{Name: k, Metrics: kinds[k]})
+		}
+		out = append(out, total)
+	}
+	return out
+}
