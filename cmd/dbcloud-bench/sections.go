@@ -71,7 +71,7 @@ func sections() []section {
 		},
 		{
 			ID: "failover", Title: "Failover",
-			Test:    goTest{Pkg: "./e2e/", Bench: "^BenchmarkFailover$", Benchtime: "1x", Timeout: "30m"},
+			Test: goTest{Pkg: "./e2e/", Bench: "^BenchmarkFailover$", Benchtime: "1x", Timeout: "30m"},
 			Columns: cols("p50-s", "kill -9: p50 s", "max-s", "kill -9: max s", "removed-p50-s", "data removed: p50 s",
 				"removed-max-s", "data removed: max s", "runs", "runs of each"),
 			About: "An HA service with two standbys, one synchronous, on the real binary, with a writer through the " +
