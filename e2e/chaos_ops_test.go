@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"dbcloud/internal/chaos"
 )
@@ -24,6 +26,8 @@ type chaosOp struct {
 	body         any
 	// apply records the answer in the model; it runs with c.mu held.
 	apply func(code int, raw []byte, retried bool)
+	// after, if set, checks what the answer promised at once.
+	after func(code int)
 }
 
 // run picks one operation with rng, sends it, and records the answer.
@@ -58,6 +62,9 @@ func (c *chaosRun) run(r, i int, rng *rand.Rand) {
 	}
 	op.apply(code, raw, retried)
 	c.mu.Unlock()
+	if op.after != nil {
+		op.after(code)
+	}
 	note := ""
 	if retried {
 		note = " (after a retry with the same Idempotency-Key)"
@@ -258,7 +265,42 @@ func (c *chaosRun) opPassword(s *chaos.Service, rng *rand.Rand) chaosOp {
 			case retried:
 				s.Passwords = append(s.Passwords, pw)
 			}
+		},
+		after: func(code int) {
+			if code == 204 {
+				c.checkPassword(s, pw)
+			}
 		}}
+}
+
+// checkPassword holds updatePassword to its promise: in effect before the
+// 204 (decisions.md). Only a refusal of the password (28P01) counts: the
+// service may be restarting under a kill. A failover to a standby that had
+// not replayed the change may refuse it for a moment, so the refusal must
+// last to count.
+func (c *chaosRun) checkPassword(s *chaos.Service, pw string) {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		conn, err := pgx.Connect(ctx, chaos.DSN(s.Endpoint, pw, c.s.boot.CAFile))
+		cancel()
+		if err == nil {
+			conn.Close(context.Background())
+			return
+		}
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "28P01" {
+			return // not a verdict on the password
+		}
+		if time.Now().After(deadline) {
+			c.mu.Lock()
+			c.immediate = append(c.immediate, chaos.Violation{Invariant: chaos.Agrees, Service: s.ID,
+				Detail: "updatePassword answered 204, but the new password is refused (28P01) for 15 s after"})
+			c.mu.Unlock()
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func randomPassword(rng *rand.Rand) string {

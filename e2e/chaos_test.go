@@ -98,6 +98,8 @@ type chaosRun struct {
 	retried    int
 	seen       map[string]bool
 	violations []string
+	// immediate are violations seen as an answer came, not after a round.
+	immediate []chaos.Violation
 }
 
 // round runs one round and reports whether the invariants held after it.
@@ -157,6 +159,9 @@ func (c *chaosRun) round(r int) bool {
 	<-writerDone
 
 	v := c.settle()
+	c.mu.Lock()
+	v, c.immediate = append(c.immediate, v...), nil
+	c.mu.Unlock()
 	for _, x := range v {
 		if !c.seen[x.String()] {
 			c.seen[x.String()] = true
