@@ -393,6 +393,17 @@ func (rt *Runtime) recoverPrimary(ctx context.Context, svc *dbcloud.Service, bas
 		}
 		candidates = append(candidates, n)
 	}
+	// With synchronous replicas asked for, a client was told a commit is
+	// durable once a synchronous standby had it; any other standby may lack
+	// it (while one is being built, or right after a failover, none is
+	// synchronous and commits do not wait). Promoting one would lose
+	// acknowledged commits that the old primary's intact data still holds:
+	// that primary is started again instead.
+	if !dataGone && svc.Spec.SyncReplicas > 0 {
+		candidates = slices.DeleteFunc(candidates, func(n int) bool {
+			return st.SyncCount == 0 || !slices.Contains(st.Sync, n)
+		})
+	}
 	if len(candidates) == 0 {
 		return nil
 	}
