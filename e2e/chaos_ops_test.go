@@ -104,29 +104,35 @@ func (c *chaosRun) pick(rng *rand.Rand, busy map[string]bool) chaosOp {
 		return out
 	}
 	running := func(s *chaos.Service) bool { return s.Running }
+	// With the most services alive, the way to a delete (pooler off, no
+	// replicas, DEV) is favoured, so that services keep coming and going.
+	full := 1
 	if len(live) < c.maxLive {
 		w := 3
 		if len(live) < 2 {
 			w = 10
 		}
 		cands = append(cands, cand{w, func() chaosOp { return c.opCreate(rng) }})
-		add(1, where(running), c.opFork)
+		add(2, where(running), c.opFork)
+	} else {
+		full = 3
 	}
 	noHA := len(where(func(s *chaos.Service) bool { return s.Replicas > 0 })) == 0
-	add(3, where(func(s *chaos.Service) bool { return s.Env == "DEV" && !s.Pooler && s.Replicas == 0 }), c.opDelete)
+	add(3*full, where(func(s *chaos.Service) bool { return s.Env == "DEV" && !s.Pooler && s.Replicas == 0 }), c.opDelete)
 	add(2, where(running), c.opStop)
 	add(3, where(func(s *chaos.Service) bool { return !s.Running }), c.opStart)
 	add(2, where(func(*chaos.Service) bool { return true }), c.opResize)
 	add(2, where(running), func(s *chaos.Service) chaosOp { return c.opPassword(s, rng) })
-	add(1, live, c.opEnvironment)
+	add(1, where(func(s *chaos.Service) bool { return s.Env == "DEV" }), c.opEnvironment)
+	add(full, where(func(s *chaos.Service) bool { return s.Env == "PROD" && !s.Pooler && s.Replicas == 0 }), c.opEnvironment)
 	add(2, where(func(s *chaos.Service) bool { return s.Env == "PROD" && !s.Pooler }), c.opPooler)
-	add(1, where(func(s *chaos.Service) bool { return s.Pooler }), c.opPooler)
+	add(full, where(func(s *chaos.Service) bool { return s.Pooler }), c.opPooler)
 	add(1, where(func(s *chaos.Service) bool { return s.Running && s.VPC == "" }), c.opVPC)
-	add(1, where(func(s *chaos.Service) bool { return s.VPC != "" }), c.opVPC)
+	add(1, where(func(s *chaos.Service) bool { return s.Running && s.VPC != "" }), c.opVPC)
 	if noHA {
 		add(1, where(func(s *chaos.Service) bool { return s.Env == "PROD" && s.Running }), c.opHA)
 	}
-	add(2, where(func(s *chaos.Service) bool { return s.Replicas > 0 }), c.opHA)
+	add(2*full, where(func(s *chaos.Service) bool { return s.Replicas > 0 && s.Running }), c.opHA)
 	cands = append(cands, cand{1, func() chaosOp { return c.opRenameVPC() }})
 	total := 0
 	for _, cd := range cands {

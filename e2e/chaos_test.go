@@ -68,6 +68,13 @@ func TestChaos(t *testing.T) {
 	for _, v := range c.violations {
 		t.Errorf("violation: %s", v)
 	}
+	if len(c.violations) > 0 {
+		// The data directory goes with the test; its log is the evidence.
+		keep := filepath.Join(os.TempDir(), fmt.Sprintf("dbcloud-chaos-%d.log", seed))
+		if raw, err := os.ReadFile(filepath.Join(s.dir, "server.log")); err == nil && os.WriteFile(keep, raw, 0o600) == nil {
+			t.Logf("dbcloud's log is kept in %s", keep)
+		}
+	}
 }
 
 // chaosRun is one chaos test: the server, the model of what the client was
