@@ -23,8 +23,8 @@ import (
 // The chaos test runs by default as a short, fixed-seed run (CI); `make
 // chaos` runs it longer with a seed of its own.
 var (
-	chaosRounds   = flag.Int("chaos.rounds", 2, "rounds of TestChaos; 0 skips it")
-	chaosSeed     = flag.Uint64("chaos.seed", 1, "seed of every random choice of TestChaos; 0 picks one from the clock")
+	chaosRounds   = flag.Int("chaos.rounds", 3, "rounds of TestChaos; 0 skips it")
+	chaosSeed     = flag.Uint64("chaos.seed", 11, "seed of every random choice of TestChaos; 0 picks one from the clock")
 	chaosServices = flag.Int("chaos.services", 4, "most services alive at once in TestChaos")
 	chaosSettle   = flag.Duration("chaos.settle", 3*time.Minute, "how long TestChaos waits for the invariants to hold after a round")
 )
