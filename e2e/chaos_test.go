@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"dbcloud/internal/chaos"
+	"dbcloud/sqlite"
 )
 
 // The chaos test runs by default as a short, fixed-seed run (CI); `make
@@ -89,6 +90,10 @@ type chaosRun struct {
 	client *http.Client
 	base   string
 
+	// store is dbcloud's SQLite store, read beside it (operations and
+	// port claims are not in the API).
+	store *sqlite.Store
+
 	// mu guards m: the operations and the writer change it concurrently.
 	mu    sync.Mutex
 	m     *chaos.Model
@@ -130,9 +135,14 @@ func (c *chaosRun) round(r int) bool {
 	if killRng.IntN(4) == 0 {
 		againAt = time.Duration(killRng.IntN(1500)) * time.Millisecond
 	}
-	t.Logf("round %d: %d operations; kill dbcloud at %v%s%s", r, nOps, killAt,
-		map[bool]string{true: fmt.Sprintf(", a postmaster at %v", pmAt)}[pmAt >= 0],
-		map[bool]string{true: fmt.Sprintf(", dbcloud again %v after its restart", againAt)}[againAt >= 0])
+	plan := fmt.Sprintf("round %d: %d operations; kill dbcloud at %v", r, nOps, killAt)
+	if pmAt >= 0 {
+		plan += fmt.Sprintf(", a postmaster at %v", pmAt)
+	}
+	if againAt >= 0 {
+		plan += fmt.Sprintf(", dbcloud again %v after its restart", againAt)
+	}
+	t.Log(plan)
 
 	ctx, stopWriter := context.WithCancel(context.Background())
 	writerDone := make(chan struct{})
@@ -193,7 +203,7 @@ func (c *chaosRun) killServer(r int, again time.Duration) {
 	if again < 0 {
 		return
 	}
-	time.Sleep(again)
+	time.Sleep(again) // the moment the seed chose
 	c.s.kill()
 	c.kills++
 	c.s.start()
@@ -288,7 +298,15 @@ func (c *chaosRun) observe() (*chaos.World, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := chaos.ObserveStore(ctx, filepath.Join(c.s.dir, "dbcloud.db"), w); err != nil {
+	if c.store == nil {
+		st, err := sqlite.Open(ctx, filepath.Join(c.s.dir, "dbcloud.db"))
+		if err != nil {
+			return nil, fmt.Errorf("open the store: %w", err)
+		}
+		c.store = st
+		c.t.Cleanup(func() { st.Close() })
+	}
+	if err := chaos.ObserveStore(ctx, c.store, w); err != nil {
 		return nil, fmt.Errorf("read the store: %w", err)
 	}
 	c.mu.Lock()

@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"dbcloud"
-	"dbcloud/sqlite"
 )
 
 // World is one observation of everything the invariants are about.
@@ -140,14 +139,10 @@ type Login struct {
 	RowsErr string
 }
 
-// ObserveStore reads operations and port claims from the SQLite store at
-// path. SQLite lets a second process read while dbcloud writes.
-func ObserveStore(ctx context.Context, path string, w *World) error {
-	st, err := sqlite.Open(ctx, path)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
+// ObserveStore reads operations and port claims from the store dbcloud
+// uses (opened by the caller: SQLite lets a second process read while
+// dbcloud writes).
+func ObserveStore(ctx context.Context, st dbcloud.Store, w *World) error {
 	return st.View(ctx, func(tx dbcloud.Tx) error {
 		ops, err := tx.ListOperations(dbcloud.OperationFilter{})
 		if err != nil {
