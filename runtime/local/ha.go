@@ -271,15 +271,6 @@ func (rt *Runtime) ensureHA(ctx context.Context, svc *dbcloud.Service) (*dbcloud
 	if err := rt.setProxy(ctx, svc.ID, rt.proxyListen(svc), net.JoinHostPort(rt.cfg.Host, strconv.Itoa(pspec.Port))); err != nil {
 		return nil, err
 	}
-	if err := rt.setVerifier(ctx, pspec, svc.PasswordVerifier); err != nil {
-		return nil, err
-	}
-	for _, a := range svc.Spec.Addons {
-		ext := a.Extension()
-		if err := rt.mgr.Exec(ctx, pspec, "tsdb", "CREATE EXTENSION IF NOT EXISTS "+quoteIdent(ext)); err != nil {
-			return nil, fmt.Errorf("create extension %s in %s: %w", ext, pspec.ID, err)
-		}
-	}
 
 	// Removed standbys leave the synchronous set before they stop, so no
 	// commit waits for them.
@@ -320,6 +311,18 @@ func (rt *Runtime) ensureHA(ctx context.Context, svc *dbcloud.Service) (*dbcloud
 		return nil, err
 	}
 	pspec = rt.haSpec(svc, base, st, st.Primary)
+	// Writes on the primary come last: a commit waits for the synchronous
+	// standbys, so they must stream again (or have been left out of the
+	// synchronous set) first, or a dead one would hold the repair for good.
+	if err := rt.setVerifier(ctx, pspec, svc.PasswordVerifier); err != nil {
+		return nil, err
+	}
+	for _, a := range svc.Spec.Addons {
+		ext := a.Extension()
+		if err := rt.mgr.Exec(ctx, pspec, "tsdb", "CREATE EXTENSION IF NOT EXISTS "+quoteIdent(ext)); err != nil {
+			return nil, fmt.Errorf("create extension %s in %s: %w", ext, pspec.ID, err)
+		}
+	}
 	if err := rt.checkEndpoint(ctx, svc.Endpoint); err != nil {
 		return nil, err
 	}

@@ -392,3 +392,49 @@ func TestRuntime_HAKeepsCommitsWithoutSyncStandby(t *testing.T) {
 		t.Errorf("%d of 100 acknowledged rows after the primary's crash (%v)", n, err)
 	}
 }
+
+// TestRuntime_HARepairsDeadSyncStandby: the repair of a service whose only
+// synchronous standby died must not wait on it. Writes on the primary
+// (the password, extensions) wait for a synchronous standby, so they must
+// come after the standbys are back (or left out of the synchronous set).
+// The chaos test found such a repair stuck for good.
+func TestRuntime_HARepairsDeadSyncStandby(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts several PostgreSQL instances")
+	}
+	rt := mustRuntime(t, testBase(t))
+	const password = "ha-sync-secret"
+	svc := newTestService(t, rt, "hasync", password, nil)
+	t.Cleanup(func() { rt.stopProxy(context.Background(), svc.ID) }) // before DeleteService
+	mustEnsure(t, rt, svc)
+	svc.Spec.Replicas, svc.Spec.SyncReplicas = 1, 1
+	if _, err := rt.ensureHA(context.Background(), svc); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := rt.loadHA(svc.ID)
+	base, _ := rt.primary(svc)
+	standby := rt.haSpec(svc, base, st, 1)
+	pid, ok := rt.mgr.Running(standby)
+	if !ok {
+		t.Fatal("standby not running")
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, ok := rt.mgr.Running(standby); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the killed standby still runs")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	obs, err := rt.ensureHA(ctx, svc)
+	if err != nil {
+		t.Fatalf("repair after the synchronous standby died: %v", err)
+	}
+	if !obs.Running || len(obs.Instances) != 2 {
+		t.Fatalf("after the repair: running %v, instances %s", obs.Running, roles(obs))
+	}
+	mustExec(t, svc, password, "CREATE TABLE after_repair (v int)")
+}
