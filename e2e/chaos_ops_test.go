@@ -37,7 +37,7 @@ func (c *chaosRun) run(r, i int, rng *rand.Rand) {
 	// part of the mix). With the server down, nothing is known to be busy.
 	var list []chaos.APIService
 	busy := map[string]bool{}
-	if code, err := c.get(c.s.services(), &list); err == nil && code == 200 {
+	if code, err := c.get(c.services(), &list); err == nil && code == 200 {
 		for _, a := range list {
 			switch a.Status {
 			case "READY", "PAUSED", "UNSTABLE":
@@ -149,7 +149,7 @@ func (c *chaosRun) pick(rng *rand.Rand, busy map[string]bool) chaosOp {
 }
 
 func (c *chaosRun) svcPath(s *chaos.Service, action string) string {
-	p := c.s.services() + "/" + s.ID
+	p := c.services() + "/" + s.ID
 	if action != "" {
 		p += "/" + action
 	}
@@ -166,7 +166,7 @@ func (c *chaosRun) opCreate(rng *rand.Rand) chaosOp {
 	}
 	name := fmt.Sprintf("chaos-%d", c.serial)
 	return chaosOp{
-		name: "create " + name + " " + env, method: "POST", path: c.s.services(),
+		name: "create " + name + " " + env, method: "POST", path: c.services(),
 		body: map[string]any{"name": name, "cpu_millis": "shared", "environment_tag": env},
 		apply: func(code int, raw []byte, _ bool) {
 			if accepted(code) {
@@ -288,7 +288,7 @@ func (c *chaosRun) checkPassword(s *chaos.Service, pw string) {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		conn, err := pgx.Connect(ctx, chaos.DSN(s.Endpoint, pw, c.s.boot.CAFile))
+		conn, err := pgx.Connect(ctx, chaos.DSN(s.Endpoint, pw, c.boot.CAFile))
 		cancel()
 		if err == nil {
 			conn.Close(context.Background())
@@ -378,7 +378,7 @@ func (c *chaosRun) opHA(s *chaos.Service) chaosOp {
 func (c *chaosRun) opRenameVPC() chaosOp {
 	c.serial++
 	name := fmt.Sprintf("chaos-net-%d", c.serial)
-	return chaosOp{name: "rename VPC to " + name, method: "POST", path: "/projects/" + c.s.boot.ProjectID + "/vpcs/" + c.vpcID + "/rename",
+	return chaosOp{name: "rename VPC to " + name, method: "POST", path: "/projects/" + c.boot.ProjectID + "/vpcs/" + c.vpcID + "/rename",
 		body: map[string]string{"name": name},
 		apply: func(code int, _ []byte, _ bool) {
 			if accepted(code) {
@@ -391,7 +391,7 @@ func (c *chaosRun) opRenameVPC() chaosOp {
 // packet is ever sent to it.
 func (c *chaosRun) createVPC() {
 	var vpc struct{ ID string }
-	code, raw, _ := c.request("POST", "/projects/"+c.s.boot.ProjectID+"/vpcs",
+	code, raw, _ := c.request("POST", "/projects/"+c.boot.ProjectID+"/vpcs",
 		map[string]string{"name": "chaos-net", "cidr": "10.0.0.0/16", "region_code": "local"}, "chaos-vpc")
 	if code != 201 || json.Unmarshal(raw, &vpc) != nil {
 		c.t.Fatalf("create VPC: %d %s", code, raw)
@@ -412,7 +412,7 @@ func (c *chaosRun) request(method, path string, body any, key string) (int, []by
 	deadline := time.Now().Add(*chaosSettle)
 	for attempt := 0; ; attempt++ {
 		req, _ := http.NewRequest(method, c.base+path, bytes.NewReader(payload))
-		req.SetBasicAuth(c.s.boot.AccessKey, c.s.boot.SecretKey)
+		req.SetBasicAuth(c.boot.AccessKey, c.boot.SecretKey)
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", key)
 		res, err := c.client.Do(req)
@@ -437,7 +437,7 @@ func (c *chaosRun) request(method, path string, body any, key string) (int, []by
 // get reads a resource; no retry (settle polls).
 func (c *chaosRun) get(path string, out any) (int, error) {
 	req, _ := http.NewRequest("GET", c.base+path, nil)
-	req.SetBasicAuth(c.s.boot.AccessKey, c.s.boot.SecretKey)
+	req.SetBasicAuth(c.boot.AccessKey, c.boot.SecretKey)
 	res, err := c.client.Do(req)
 	if err != nil {
 		return 0, err
@@ -551,7 +551,7 @@ func (c *chaosRun) write(ctx context.Context, rng *rand.Rand) {
 		if conn == nil {
 			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 			var err error
-			conn, err = pgx.Connect(cctx, chaos.DSN(ep, pw, c.s.boot.CAFile))
+			conn, err = pgx.Connect(cctx, chaos.DSN(ep, pw, c.boot.CAFile))
 			if err == nil {
 				_, err = conn.Exec(cctx, "CREATE TABLE IF NOT EXISTS "+chaos.Table+" (id bigint PRIMARY KEY, payload text NOT NULL)")
 			}

@@ -53,6 +53,7 @@ func TestChaos(t *testing.T) {
 	s := newServer(t)
 	c := &chaosRun{t: t, s: s, seed: seed, m: chaos.NewModel(), seen: map[string]bool{},
 		client: s.client, base: s.baseURL, maxLive: *chaosServices}
+	c.boot.ProjectID, c.boot.AccessKey, c.boot.SecretKey, c.boot.CAFile = s.boot.ProjectID, s.boot.AccessKey, s.boot.SecretKey, s.boot.CAFile
 	c.createVPC()
 	rounds := 0
 	for r := 1; r <= *chaosRounds; r++ {
@@ -85,10 +86,11 @@ type chaosRun struct {
 	s       *server
 	seed    uint64
 	maxLive int
-	// client and base are the server's, copied once: the harness rewrites
-	// its fields on every start while requests are in flight.
+	// client, base and boot are the server's, copied once: the harness
+	// rewrites its fields on every start while requests are in flight.
 	client *http.Client
 	base   string
+	boot   struct{ ProjectID, AccessKey, SecretKey, CAFile string }
 
 	// store is dbcloud's SQLite store, read beside it (operations and
 	// port claims are not in the API).
@@ -113,6 +115,8 @@ type chaosRun struct {
 	// immediate are violations seen as an answer came, not after a round.
 	immediate []chaos.Violation
 }
+
+func (c *chaosRun) services() string { return "/projects/" + c.boot.ProjectID + "/services" }
 
 // round runs one round and reports whether the invariants held after it.
 func (c *chaosRun) round(r int) bool {
@@ -283,14 +287,14 @@ func (c *chaosRun) settle() []chaos.Violation {
 func (c *chaosRun) observe() (*chaos.World, error) {
 	w := &chaos.World{API: map[string]chaos.APIService{}, VPCs: map[string]string{}}
 	var list []chaos.APIService
-	if code, err := c.get(c.s.services(), &list); err != nil || code != 200 {
+	if code, err := c.get(c.services(), &list); err != nil || code != 200 {
 		return nil, fmt.Errorf("list services: %d %v", code, err)
 	}
 	for _, a := range list {
 		w.API[a.ServiceID] = a
 	}
 	var vpcs []struct{ ID, Name string }
-	if code, err := c.get("/projects/"+c.s.boot.ProjectID+"/vpcs", &vpcs); err != nil || code != 200 {
+	if code, err := c.get("/projects/"+c.boot.ProjectID+"/vpcs", &vpcs); err != nil || code != 200 {
 		return nil, fmt.Errorf("list VPCs: %d %v", code, err)
 	}
 	for _, v := range vpcs {
@@ -317,7 +321,7 @@ func (c *chaosRun) observe() (*chaos.World, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	chaos.ObserveLogins(ctx, c.s.boot.CAFile, c.m, w)
+	chaos.ObserveLogins(ctx, c.boot.CAFile, c.m, w)
 	return w, nil
 }
 
