@@ -1,8 +1,8 @@
-# Benchmarks and fuzzing; tests are scripts/test.sh. Run as root from the
-# module root (the benchmarks start PostgreSQL).
+# Benchmarks, fuzzing and chaos runs; tests are scripts/test.sh. Run as
+# root from the module root (they start PostgreSQL).
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: bench bench-short fuzz
+.PHONY: bench bench-short fuzz chaos chaos-short
 
 # Every benchmark, one after another (about 10 minutes here), into
 # bench/report.md and bench/report.json; raw go test output in bench/out/.
@@ -19,3 +19,17 @@ bench-short:
 FUZZTIME ?= 60
 fuzz:
 	scripts/fuzz.sh $(FUZZTIME)
+
+# Chaos (docs/chaos.md). SEED=0 picks a seed, printed at the start;
+# SEED=n ROUNDS=m replays a run.
+SEED ?= 0
+ROUNDS ?= 20
+
+# Rounds of random API operations while dbcloud and postmasters are killed
+# with SIGKILL, each followed by the invariant checks (about 10 s a round).
+chaos:
+	go test -count=1 -v -timeout 0 -run '^TestChaos$$' ./e2e -chaos.rounds=$(ROUNDS) -chaos.seed=$(SEED) -chaos.services=5
+
+# Three rounds with a new seed; CI runs three with seed 11 (the default).
+chaos-short:
+	go test -count=1 -v -timeout 30m -run '^TestChaos$$' ./e2e -chaos.rounds=3 -chaos.seed=$(SEED)

@@ -450,15 +450,12 @@ func (c *Cloud) DeleteService(ctx context.Context, projectID, id string) error {
 				"Service %s is PROD and delete-protected; set its environment to DEV first.", s.ID)
 		}
 		// A fork still being made reads this service's snapshots and WAL.
-		svcs, err := tx.ListServices(projectID)
-		if err != nil {
-			return "", err
-		}
-		for _, f := range svcs {
-			if f.Fork != nil && f.Fork.ServiceID == s.ID && f.ObservedGeneration == 0 && f.Status != StatusDeleting {
-				return "", CodedErrorf(KindConflict, CodeOperationInProgress,
-					"Fork %s is still copying this service's data; delete it when the fork is READY, or delete the fork first.", f.ID)
+		if f, err := copyingFork(tx, s); err != nil || f != nil {
+			if err != nil {
+				return "", err
 			}
+			return "", CodedErrorf(KindConflict, CodeOperationInProgress,
+				"Fork %s is still copying this service's data; delete it when the fork is READY, or delete the fork first.", f.ID)
 		}
 		if err := c.supersedePending(tx, s.ID); err != nil {
 			return "", err
@@ -467,6 +464,22 @@ func (c *Cloud) DeleteService(ctx context.Context, projectID, id string) error {
 		return OpDeleteService, nil
 	})
 	return err
+}
+
+// copyingFork returns a fork of s that has not started yet, so still
+// reads s's data, of one of the strategies given (any when none), or nil.
+func copyingFork(tx Tx, s *Service, strategies ...ForkStrategy) (*Service, error) {
+	svcs, err := tx.ListServices(s.ProjectID)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range svcs {
+		if f.Fork != nil && f.Fork.ServiceID == s.ID && f.ObservedGeneration == 0 && f.Status != StatusDeleting &&
+			(len(strategies) == 0 || slices.Contains(strategies, f.Fork.Strategy)) {
+			return f, nil
+		}
+	}
+	return nil, nil
 }
 
 // StartService starts a stopped service; starting a running one is a no-op.
@@ -498,6 +511,15 @@ func (c *Cloud) StopService(ctx context.Context, projectID, id string) (*Service
 		}
 		if s.Status != StatusReady && s.Status != StatusUnstable {
 			return "", Errorf(KindConflict, "Service %s is %s; only a READY or UNSTABLE service can be stopped.", s.ID, s.Status)
+		}
+		// A NOW fork copies the running service: stopped, it could never
+		// be made. Forks from snapshots read files, which stay.
+		if f, err := copyingFork(tx, s, ForkNow); err != nil || f != nil {
+			if err != nil {
+				return "", err
+			}
+			return "", CodedErrorf(KindConflict, CodeOperationInProgress,
+				"Fork %s is still copying this service's running data; stop it when the fork is READY, or delete the fork first.", f.ID)
 		}
 		s.Spec.Running = false
 		s.Status = StatusPausing

@@ -60,14 +60,29 @@ func portRange() (int, int) {
 	return lo, lo + 49
 }
 
-func freePort(t testing.TB) int {
+// apiPorts is where servers' API ports come from: below the kernel's
+// ephemeral range (32768 and up), in a window of this process's own. A
+// restarted server binds its port again, and an ephemeral port left free
+// meanwhile may be taken as the local end of any outgoing connection.
+var apiPorts struct {
+	sync.Mutex
+	next int
+}
+
+func apiPort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	apiPorts.Lock()
+	defer apiPorts.Unlock()
+	for range 100 {
+		p := 22000 + (os.Getpid()%16)*100 + apiPorts.next%100
+		apiPorts.next++
+		if ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err == nil {
+			ln.Close()
+			return p
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port for the API in this process's window")
+	return 0
 }
 
 // server is one dbcloud process over a data directory that outlives it.
@@ -102,7 +117,7 @@ func newServer(t testing.TB, args ...string) *server {
 		t.Fatal(err)
 	}
 	lo, hi := portRange()
-	s := &server{t: t, dir: dir, listen: "127.0.0.1:" + strconv.Itoa(freePort(t)),
+	s := &server{t: t, dir: dir, listen: "127.0.0.1:" + strconv.Itoa(apiPort(t)),
 		args: append([]string{"--port-min", strconv.Itoa(lo), "--port-max", strconv.Itoa(hi)}, args...)}
 	t.Cleanup(func() {
 		if s.cmd != nil && s.client != nil {

@@ -495,7 +495,8 @@ func TestServices_Lifecycle(t *testing.T) {
 				f.ForkedFrom.ServiceID != s.ServiceID || f.ForkedFrom.IsStandby || *f.Resources[0].Spec.CPUMillis != 1000 {
 				t.Errorf("fork response = %+v", f)
 			}
-			e.want(202, "", req{Method: "POST", Path: fork, Body: map[string]string{"fork_strategy": "NOW", "name": "now", "cpu_millis": "500"}})
+			var now service
+			e.want(202, "", req{Method: "POST", Path: fork, Body: map[string]string{"fork_strategy": "NOW", "name": "now", "cpu_millis": "500"}}).decode(t, &now)
 			// The parent cannot go while a fork is still copying its data.
 			res := e.want(409, dbcloud.CodeOperationInProgress, req{Method: "DELETE", Path: svc(s.ServiceID, "")})
 			if !strings.Contains(string(res.Body), f.ServiceID) {
@@ -511,6 +512,14 @@ func TestServices_Lifecycle(t *testing.T) {
 			}
 			e.want(202, "", req{Method: "POST", Path: fork, Body: map[string]string{"fork_strategy": "PITR", "target_time": time.Now().UTC().Format(time.RFC3339Nano)}})
 			e.want(404, "NOT_FOUND", req{Method: "POST", Path: svc("zzzzzzzzzz", "/forkService"), Body: map[string]string{"fork_strategy": "NOW"}})
+			// Nor can it stop while a NOW fork copies its running data (the
+			// fork would then fail); forks from snapshots do not need it running.
+			res = e.want(409, dbcloud.CodeOperationInProgress, req{Method: "POST", Path: svc(s.ServiceID, "/stop")})
+			if !strings.Contains(string(res.Body), now.ServiceID) {
+				t.Errorf("409 does not name the NOW fork: %s", res.Body)
+			}
+			e.settle(now.ServiceID, dbcloud.StatusReady)
+			e.want(202, "", req{Method: "POST", Path: svc(s.ServiceID, "/stop")})
 		})
 		t.Run("VPCAttach", func(t *testing.T) {
 			e := e.with(t)

@@ -278,18 +278,6 @@ func (rt *Runtime) ensureHA(ctx context.Context, svc *dbcloud.Service) (*dbcloud
 	if err := rt.setProxy(ctx, svc.ID, rt.proxyListen(svc), net.JoinHostPort(rt.cfg.Host, strconv.Itoa(pspec.Port))); err != nil {
 		return nil, err
 	}
-	if err := rt.setVerifier(ctx, pspec, svc.PasswordVerifier); err != nil {
-		return nil, err
-	}
-	if err := rt.dropStaleSlots(ctx, pspec); err != nil {
-		return nil, err
-	}
-	for _, a := range svc.Spec.Addons {
-		ext := a.Extension()
-		if err := rt.mgr.Exec(ctx, pspec, "tsdb", "CREATE EXTENSION IF NOT EXISTS "+quoteIdent(ext)); err != nil {
-			return nil, fmt.Errorf("create extension %s in %s: %w", ext, pspec.ID, err)
-		}
-	}
 
 	// Removed standbys leave the synchronous set before they stop, so no
 	// commit waits for them.
@@ -330,6 +318,21 @@ func (rt *Runtime) ensureHA(ctx context.Context, svc *dbcloud.Service) (*dbcloud
 		return nil, err
 	}
 	pspec = rt.haSpec(svc, base, st, st.Primary)
+	// Writes on the primary come last: a commit waits for the synchronous
+	// standbys, so they must stream again (or have been left out of the
+	// synchronous set) first, or a dead one would hold the repair for good.
+	if err := rt.setVerifier(ctx, pspec, svc.PasswordVerifier); err != nil {
+		return nil, err
+	}
+	if err := rt.dropStaleSlots(ctx, pspec); err != nil {
+		return nil, err
+	}
+	for _, a := range svc.Spec.Addons {
+		ext := a.Extension()
+		if err := rt.mgr.Exec(ctx, pspec, "tsdb", "CREATE EXTENSION IF NOT EXISTS "+quoteIdent(ext)); err != nil {
+			return nil, fmt.Errorf("create extension %s in %s: %w", ext, pspec.ID, err)
+		}
+	}
 	if err := rt.checkEndpoint(ctx, svc.Endpoint); err != nil {
 		return nil, err
 	}
@@ -443,6 +446,17 @@ func (rt *Runtime) recoverPrimary(ctx context.Context, svc *dbcloud.Service, bas
 			}
 		}
 		candidates = append(candidates, n)
+	}
+	// With synchronous replicas asked for, a client was told a commit is
+	// durable once a synchronous standby had it; any other standby may lack
+	// it (while one is being built, or right after a failover, none is
+	// synchronous and commits do not wait). Promoting one would lose
+	// acknowledged commits that the old primary's intact data still holds:
+	// that primary is started again instead.
+	if !dataGone && svc.Spec.SyncReplicas > 0 {
+		candidates = slices.DeleteFunc(candidates, func(n int) bool {
+			return st.SyncCount == 0 || !slices.Contains(st.Sync, n)
+		})
 	}
 	if len(candidates) == 0 {
 		return nil

@@ -372,3 +372,117 @@ func TestRuntime_HA(t *testing.T) {
 		t.Logf("instances after lowering: %s", roles(obs))
 	})
 }
+
+// TestRuntime_HAKeepsCommitsWithoutSyncStandby: with synchronous replicas
+// asked for, a primary that dies while no standby is synchronous (one is
+// still being built, or has just been rebuilt) is started again rather
+// than failed over to a standby that may lack acknowledged commits. The
+// chaos test found acknowledged rows lost that way (a postmaster killed
+// during setHA).
+func TestRuntime_HAKeepsCommitsWithoutSyncStandby(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts several PostgreSQL instances")
+	}
+	rt := mustRuntime(t, testBase(t))
+	const password = "ha-lag-secret"
+	svc := newTestService(t, rt, "halag", password, nil)
+	t.Cleanup(func() { rt.stopProxy(context.Background(), svc.ID) }) // before DeleteService
+	ctx := context.Background()
+	mustEnsure(t, rt, svc)
+	mustExec(t, svc, password, "CREATE TABLE acked (id int PRIMARY KEY)")
+	svc.Spec.Replicas, svc.Spec.SyncReplicas = 1, 1
+	if _, err := rt.ensureHA(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+
+	// As while the standby is being built: not synchronous, and behind.
+	st, _ := rt.loadHA(svc.ID)
+	base, _ := rt.primary(svc)
+	if err := rt.mgr.Stop(ctx, rt.haSpec(svc, base, st, 1), 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	st.Sync, st.SyncCount = nil, 0
+	if err := rt.saveHA(svc.ID, st); err != nil {
+		t.Fatal(err)
+	}
+	pspec := rt.haSpec(svc, base, st, st.Primary)
+	if _, err := rt.mgr.Reload(ctx, pspec); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, svc, password, "INSERT INTO acked SELECT generate_series(1, 100)")
+
+	pid, ok := rt.mgr.Running(pspec)
+	if !ok {
+		t.Fatal("primary not running")
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, ok := rt.mgr.Running(pspec); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the killed primary still runs")
+		}
+	}
+	if _, err := rt.ensureHA(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	if st2, _ := rt.loadHA(svc.ID); st2.Primary != st.Primary {
+		t.Errorf("failed over from instance %d to %d, which was not synchronous", st.Primary, st2.Primary)
+	}
+	c, err := connectTLS(t, svc, password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var n int
+	if err := c.QueryRow(ctx, "SELECT count(*) FROM acked").Scan(&n); err != nil || n != 100 {
+		t.Errorf("%d of 100 acknowledged rows after the primary's crash (%v)", n, err)
+	}
+}
+
+// TestRuntime_HARepairsDeadSyncStandby: the repair of a service whose only
+// synchronous standby died must not wait on it. Writes on the primary
+// (the password, extensions) wait for a synchronous standby, so they must
+// come after the standbys are back (or left out of the synchronous set).
+// The chaos test found such a repair stuck for good.
+func TestRuntime_HARepairsDeadSyncStandby(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts several PostgreSQL instances")
+	}
+	rt := mustRuntime(t, testBase(t))
+	const password = "ha-sync-secret"
+	svc := newTestService(t, rt, "hasync", password, nil)
+	t.Cleanup(func() { rt.stopProxy(context.Background(), svc.ID) }) // before DeleteService
+	mustEnsure(t, rt, svc)
+	svc.Spec.Replicas, svc.Spec.SyncReplicas = 1, 1
+	if _, err := rt.ensureHA(context.Background(), svc); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := rt.loadHA(svc.ID)
+	base, _ := rt.primary(svc)
+	standby := rt.haSpec(svc, base, st, 1)
+	pid, ok := rt.mgr.Running(standby)
+	if !ok {
+		t.Fatal("standby not running")
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, ok := rt.mgr.Running(standby); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the killed standby still runs")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	obs, err := rt.ensureHA(ctx, svc)
+	if err != nil {
+		t.Fatalf("repair after the synchronous standby died: %v", err)
+	}
+	if !obs.Running || len(obs.Instances) != 2 {
+		t.Fatalf("after the repair: running %v, instances %s", obs.Running, roles(obs))
+	}
+	mustExec(t, svc, password, "CREATE TABLE after_repair (v int)")
+}

@@ -1,0 +1,353 @@
+package e2e
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"dbcloud/internal/chaos"
+	"dbcloud/sqlite"
+)
+
+// The chaos test runs by default as a short, fixed-seed run (CI); `make
+// chaos` runs it longer with a seed of its own.
+var (
+	chaosRounds   = flag.Int("chaos.rounds", 3, "rounds of TestChaos; 0 skips it")
+	chaosSeed     = flag.Uint64("chaos.seed", 11, "seed of every random choice of TestChaos; 0 picks one from the clock")
+	chaosServices = flag.Int("chaos.services", 4, "most services alive at once in TestChaos")
+	chaosSettle   = flag.Duration("chaos.settle", 3*time.Minute, "how long TestChaos waits for the invariants to hold after a round")
+)
+
+// TestChaos runs rounds of random API operations while dbcloud, and
+// postmasters, are killed with SIGKILL at random moments; after each round
+// dbcloud runs again, and the test waits for the invariants of
+// internal/chaos to hold (every accepted request finished, no orphans, the
+// store agrees with what runs, acknowledged rows intact), reporting those
+// that do not within -chaos.settle. A writer keeps committing rows to the
+// running services meanwhile. Every random choice (operations, targets,
+// kill moments) comes from the seed: a seed replays the same choices,
+// though the machine's timing decides where exactly a kill lands.
+func TestChaos(t *testing.T) {
+	if *chaosRounds <= 0 {
+		t.Skip("-chaos.rounds is 0")
+	}
+	seed := *chaosSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano()%1_000_000_000) + 1
+	}
+	t.Logf("chaos: seed %d, %d rounds, at most %d services (replay: make chaos SEED=%d ROUNDS=%d)",
+		seed, *chaosRounds, *chaosServices, seed, *chaosRounds)
+	begin := time.Now()
+	s := newServer(t)
+	c := &chaosRun{t: t, s: s, seed: seed, m: chaos.NewModel(), seen: map[string]bool{},
+		client: s.client, base: s.baseURL, maxLive: *chaosServices}
+	c.boot.ProjectID, c.boot.AccessKey, c.boot.SecretKey, c.boot.CAFile = s.boot.ProjectID, s.boot.AccessKey, s.boot.SecretKey, s.boot.CAFile
+	c.createVPC()
+	rounds := 0
+	for r := 1; r <= *chaosRounds; r++ {
+		rounds++
+		if !c.round(r) {
+			break // later rounds would start from a broken state
+		}
+	}
+	if len(c.violations) == 0 {
+		c.teardown()
+	}
+	t.Logf("chaos: seed %d: %d rounds, %d kills of dbcloud, %d of postmasters, %d operations (%d accepted, %d refused, %d answered only after a retry), %d rows acknowledged, %d violations, %v",
+		seed, rounds, c.kills, c.pmKills, c.ops, c.accepted, c.refused, c.retried, c.acked, len(c.violations), time.Since(begin).Round(time.Second))
+	for _, v := range c.violations {
+		t.Errorf("violation: %s", v)
+	}
+	if len(c.violations) > 0 {
+		// The data directory goes with the test; its log is the evidence.
+		keep := filepath.Join(os.TempDir(), fmt.Sprintf("dbcloud-chaos-%d.log", seed))
+		if raw, err := os.ReadFile(filepath.Join(s.dir, "server.log")); err == nil && os.WriteFile(keep, raw, 0o600) == nil {
+			t.Logf("dbcloud's log is kept in %s", keep)
+		}
+	}
+}
+
+// chaosRun is one chaos test: the server, the model of what the client was
+// told, and counts for the summary.
+type chaosRun struct {
+	t       *testing.T
+	s       *server
+	seed    uint64
+	maxLive int
+	// client, base and boot are the server's, copied once: the harness
+	// rewrites its fields on every start while requests are in flight.
+	client *http.Client
+	base   string
+	boot   struct{ ProjectID, AccessKey, SecretKey, CAFile string }
+
+	// store is dbcloud's SQLite store, read beside it (operations and
+	// port claims are not in the API).
+	store *sqlite.Store
+
+	// mu guards m: the operations and the writer change it concurrently.
+	mu    sync.Mutex
+	m     *chaos.Model
+	vpcID string
+
+	nextRow    atomic.Int64
+	acked      int // rows whose commit was acknowledged
+	serial     int // names and idempotency keys
+	kills      int
+	pmKills    int
+	ops        int
+	accepted   int
+	refused    int
+	retried    int
+	seen       map[string]bool
+	violations []string
+	// immediate are violations seen as an answer came, not after a round.
+	immediate []chaos.Violation
+}
+
+func (c *chaosRun) services() string { return "/projects/" + c.boot.ProjectID + "/services" }
+
+// round runs one round and reports whether the invariants held after it.
+func (c *chaosRun) round(r int) bool {
+	t := c.t
+	// One source per concern, each from the seed and the round: the kill
+	// moments do not shift when an operation is refused, and the writer
+	// (which runs on its own clock) does not shift the operations.
+	opsRng := rand.New(rand.NewPCG(c.seed, uint64(r)*4))
+	killRng := rand.New(rand.NewPCG(c.seed, uint64(r)*4+1))
+	writeRng := rand.New(rand.NewPCG(c.seed, uint64(r)*4+2))
+
+	nOps := 3 + opsRng.IntN(5)
+	killAt := time.Duration(killRng.IntN(4000)) * time.Millisecond
+	pmAt := time.Duration(-1)
+	if killRng.IntN(2) == 0 {
+		pmAt = time.Duration(killRng.IntN(4000)) * time.Millisecond
+	}
+	pmPick := killRng.Uint64()
+	againAt := time.Duration(-1)
+	if killRng.IntN(4) == 0 {
+		againAt = time.Duration(killRng.IntN(1500)) * time.Millisecond
+	}
+	plan := fmt.Sprintf("round %d: %d operations; kill dbcloud at %v", r, nOps, killAt)
+	if pmAt >= 0 {
+		plan += fmt.Sprintf(", a postmaster at %v", pmAt)
+	}
+	if againAt >= 0 {
+		plan += fmt.Sprintf(", dbcloud again %v after its restart", againAt)
+	}
+	t.Log(plan)
+
+	ctx, stopWriter := context.WithCancel(context.Background())
+	writerDone := make(chan struct{})
+	go func() { defer close(writerDone); c.write(ctx, writeRng) }()
+	opsDone := make(chan struct{})
+	go func() {
+		defer close(opsDone)
+		for i := range nOps {
+			time.Sleep(time.Duration(opsRng.IntN(800)) * time.Millisecond)
+			c.run(r, i, opsRng)
+		}
+	}()
+
+	begin := time.Now()
+	type event struct {
+		at   time.Duration
+		kill func()
+	}
+	events := []event{{killAt, func() { c.killServer(r, againAt) }}}
+	if pmAt >= 0 {
+		events = append(events, event{pmAt, func() { c.killPostmaster(r, pmPick) }})
+	}
+	slices.SortFunc(events, func(a, b event) int { return int(a.at - b.at) })
+	for _, e := range events {
+		// Not a wait for a condition: this is the moment the seed chose.
+		time.Sleep(time.Until(begin.Add(e.at)))
+		e.kill()
+	}
+	<-opsDone
+	stopWriter()
+	<-writerDone
+
+	v := c.settle()
+	c.mu.Lock()
+	v, c.immediate = append(c.immediate, v...), nil
+	c.mu.Unlock()
+	for _, x := range v {
+		if !c.seen[x.String()] {
+			c.seen[x.String()] = true
+			c.violations = append(c.violations, fmt.Sprintf("round %d: %s", r, x))
+			t.Logf("round %d: VIOLATION %s", r, x)
+		}
+	}
+	c.mu.Lock()
+	live := len(c.m.Live())
+	c.mu.Unlock()
+	t.Logf("round %d: done after %v, %d services live, %d violations", r, time.Since(begin).Round(time.Millisecond), live, len(v))
+	return len(v) == 0
+}
+
+// killServer kills dbcloud with SIGKILL and starts it again; with again
+// >= 0 it kills it once more that long into its recovery.
+func (c *chaosRun) killServer(r int, again time.Duration) {
+	c.s.kill()
+	c.kills++
+	c.s.start()
+	c.t.Logf("round %d: killed dbcloud (SIGKILL) and started it again", r)
+	if again < 0 {
+		return
+	}
+	time.Sleep(again) // the moment the seed chose
+	c.s.kill()
+	c.kills++
+	c.s.start()
+	c.t.Logf("round %d: killed dbcloud again %v into its recovery", r, again)
+}
+
+// killPostmaster kills, with SIGKILL, one postmaster of a service that
+// should be running, found through its pid file and checked against the
+// process table so that a reused PID is never hit.
+func (c *chaosRun) killPostmaster(r int, pick uint64) {
+	c.mu.Lock()
+	var ids []string
+	for _, s := range c.m.Live() {
+		if s.Running {
+			ids = append(ids, s.ID)
+		}
+	}
+	c.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	id := ids[pick%uint64(len(ids))]
+	files, _ := filepath.Glob(filepath.Join(c.s.dir, "runtime", "services", id, "*", "pgdata", "postmaster.pid"))
+	if len(files) == 0 {
+		c.t.Logf("round %d: no postmaster of %s to kill", r, id)
+		return
+	}
+	slices.Sort(files)
+	f := files[(pick>>32)%uint64(len(files))]
+	raw, err := os.ReadFile(f)
+	if err != nil {
+		return
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(raw), "\n", 2)[0]))
+	if err != nil || pid <= 1 {
+		return
+	}
+	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	args := strings.Split(string(cmdline), "\x00")
+	if len(args) < 3 || args[1] != "-D" || args[2] != filepath.Dir(f) {
+		return // not running, or the PID is someone else's by now
+	}
+	if syscall.Kill(pid, syscall.SIGKILL) == nil {
+		c.pmKills++
+		c.t.Logf("round %d: killed postmaster %d of %s instance %s (SIGKILL)", r, pid, id, filepath.Base(filepath.Dir(filepath.Dir(f))))
+	}
+}
+
+// settle waits until the invariants hold, or -chaos.settle has passed, and
+// returns the violations of the last look. Some take time legitimately: a
+// killed postmaster is restarted, a failover settles.
+func (c *chaosRun) settle() []chaos.Violation {
+	deadline := time.Now().Add(*chaosSettle)
+	for {
+		c.recoverPasswords()
+		w, err := c.observe()
+		var v []chaos.Violation
+		if err == nil {
+			c.mu.Lock()
+			v = chaos.Check(c.m, w)
+			c.mu.Unlock()
+			if len(v) == 0 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				v = append(v, chaos.Violation{Invariant: chaos.Finished, Detail: "cannot observe: " + err.Error()})
+			}
+			return v
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// observe reads the API, the store and the host, and logs in.
+func (c *chaosRun) observe() (*chaos.World, error) {
+	w := &chaos.World{API: map[string]chaos.APIService{}, VPCs: map[string]string{}}
+	var list []chaos.APIService
+	if code, err := c.get(c.services(), &list); err != nil || code != 200 {
+		return nil, fmt.Errorf("list services: %d %v", code, err)
+	}
+	for _, a := range list {
+		w.API[a.ServiceID] = a
+	}
+	var vpcs []struct{ ID, Name string }
+	if code, err := c.get("/projects/"+c.boot.ProjectID+"/vpcs", &vpcs); err != nil || code != 200 {
+		return nil, fmt.Errorf("list VPCs: %d %v", code, err)
+	}
+	for _, v := range vpcs {
+		w.VPCs[v.ID] = v.Name
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if c.store == nil {
+		st, err := sqlite.Open(ctx, filepath.Join(c.s.dir, "dbcloud.db"))
+		if err != nil {
+			return nil, fmt.Errorf("open the store: %w", err)
+		}
+		c.store = st
+		c.t.Cleanup(func() { st.Close() })
+	}
+	if err := chaos.ObserveStore(ctx, c.store, w); err != nil {
+		return nil, fmt.Errorf("read the store: %w", err)
+	}
+	c.mu.Lock()
+	ids := slices.Clone(c.m.Order)
+	c.mu.Unlock()
+	if err := chaos.ObserveHost(filepath.Join(c.s.dir, "runtime"), ids, w); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	chaos.ObserveLogins(ctx, c.boot.CAFile, c.m, w)
+	return w, nil
+}
+
+// teardown deletes every service as a user would (pooler off, no
+// replicas, DEV, delete) and checks that nothing of them is left.
+func (c *chaosRun) teardown() {
+	deadline := time.Now().Add(*chaosSettle)
+	for i := 0; ; i++ {
+		c.mu.Lock()
+		live := c.m.Live()
+		c.mu.Unlock()
+		if len(live) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			c.violations = append(c.violations, fmt.Sprintf("teardown: %d services could not be deleted within %v", len(live), *chaosSettle))
+			return
+		}
+		for _, s := range live {
+			c.retire(s, i)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, x := range c.settle() {
+		c.violations = append(c.violations, "after deleting every service: "+x.String())
+		c.t.Logf("teardown: VIOLATION %s", x)
+	}
+	c.t.Logf("teardown: every service deleted")
+}
