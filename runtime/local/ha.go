@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"dbcloud"
 	"dbcloud/tlsca"
 )
@@ -358,37 +360,100 @@ func (rt *Runtime) running(spec InstanceSpec) bool {
 // raisesStandbyMinimums reports whether spec asks for a higher value of a
 // setting in hotStandbyMinimums than its running postmaster has.
 func (rt *Runtime) raisesStandbyMinimums(ctx context.Context, spec InstanceSpec) (bool, error) {
-	if !rt.running(spec) {
-		return false, nil
-	}
-	// The postmaster may still listen on another port than spec's (a
-	// service turning HA moves behind the proxy).
-	live := spec
-	if pf, err := readPidFile(spec.pgdata()); err == nil && pf.port > 0 {
-		live.Port = pf.port
-	}
-	conn, err := rt.mgr.Connect(ctx, live, "postgres")
-	if err != nil {
-		return false, err
+	raise, _, err := rt.standbyMinimumsChange(ctx, spec)
+	return raise, err
+}
+
+// standbyMinimumsChange compares spec's settings of hotStandbyMinimums with
+// those of its running postmaster (none running: no change).
+func (rt *Runtime) standbyMinimumsChange(ctx context.Context, spec InstanceSpec) (raise, lower bool, err error) {
+	conn, err := rt.connectLive(ctx, spec)
+	if conn == nil || err != nil {
+		return false, false, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	rows, err := conn.Query(ctx, "SELECT name, setting FROM pg_settings WHERE name = ANY($1)", hotStandbyMinimums)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	defer rows.Close()
-	raise := false
 	for rows.Next() {
 		var name, setting string
 		if err := rows.Scan(&name, &setting); err != nil {
-			return false, err
+			return false, false, err
 		}
 		now, _ := strconv.Atoi(setting)
-		if want, err := strconv.Atoi(spec.Settings[name]); err == nil && want > now {
-			raise = true
+		if want, err := strconv.Atoi(spec.Settings[name]); err == nil {
+			raise = raise || want > now
+			lower = lower || want < now
 		}
 	}
-	return raise, rows.Err()
+	return raise, lower, rows.Err()
+}
+
+// connectLive connects to spec's running postmaster, which may still
+// listen on another port than spec's (a service turning HA moves behind
+// the proxy); nil when none runs.
+func (rt *Runtime) connectLive(ctx context.Context, spec InstanceSpec) (*pgx.Conn, error) {
+	if !rt.running(spec) {
+		return nil, nil
+	}
+	live := spec
+	if pf, err := readPidFile(spec.pgdata()); err == nil && pf.port > 0 {
+		live.Port = pf.port
+	}
+	return rt.mgr.Connect(ctx, live, "postgres")
+}
+
+// restartpointPastParameters readies a running standby whose new settings
+// lower a hot-standby minimum for its restart. Restarted as it is, it would
+// replay again, from its last restartpoint, the primary's parameter-change
+// record of the old, higher values and abort ("recovery aborted because of
+// insufficient parameter settings"). A checkpoint on the primary (after its
+// own restart with the lower values), replayed by the standby, and a
+// restartpoint there move the standby's restart past that record.
+func (rt *Runtime) restartpointPastParameters(ctx context.Context, primary, standby InstanceSpec) error {
+	if _, lower, err := rt.standbyMinimumsChange(ctx, standby); err != nil || !lower || !rt.running(primary) {
+		return err
+	}
+	var lsn string
+	pc, err := rt.mgr.Connect(ctx, primary, "postgres")
+	if err != nil {
+		return err
+	}
+	if _, err = pc.Exec(ctx, "CHECKPOINT"); err == nil {
+		err = pc.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn)
+	}
+	pc.Close(context.WithoutCancel(ctx))
+	if err != nil {
+		return fmt.Errorf("checkpoint on %s: %w", primary.ID, err)
+	}
+	sc, err := rt.connectLive(ctx, standby)
+	if err != nil || sc == nil {
+		return err
+	}
+	defer sc.Close(context.WithoutCancel(ctx))
+	for deadline := time.Now().Add(streamingWait); ; {
+		var replayed bool
+		if err := sc.QueryRow(ctx, "SELECT coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false)", lsn).Scan(&replayed); err != nil {
+			return err
+		}
+		if replayed {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("standby %s did not replay %s's checkpoint at %s within %v", standby.ID, primary.ID, lsn, streamingWait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if _, err := sc.Exec(ctx, "CHECKPOINT"); err != nil {
+		return fmt.Errorf("restartpoint on %s: %w", standby.ID, err)
+	}
+	return nil
 }
 
 // ensureInstance prepares, configures and starts an instance whose data
@@ -609,6 +674,9 @@ func (rt *Runtime) ensureStandby(ctx context.Context, svc *dbcloud.Service, base
 	// A standby, never a second primary: the signal file is checked before
 	// every start.
 	if err := rt.writeStandbySignal(spec); err != nil {
+		return err
+	}
+	if err := rt.restartpointPastParameters(ctx, pspec, spec); err != nil {
 		return err
 	}
 	return rt.ensureInstance(ctx, spec)

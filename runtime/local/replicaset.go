@@ -280,6 +280,11 @@ func (rt *Runtime) ensureNode(ctx context.Context, upstream InstanceSpec, upstre
 	if err := rt.writeStandbySignal(spec); err != nil {
 		return err
 	}
+	if upstreamUp {
+		if err := rt.restartpointPastParameters(ctx, upstream, spec); err != nil {
+			return err
+		}
+	}
 	return rt.ensureInstance(ctx, spec)
 }
 
