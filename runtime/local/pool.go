@@ -328,9 +328,8 @@ func (m *Manager) prepareCluster(ctx context.Context, work string) error {
 // initdb's bootstrap backend) ran leaves that process alive, in its own
 // session, writing into the directory.
 func removeWorkDir(dir string) error {
-	pgdata := filepath.Join(dir, "pgdata")
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(pollInterval) {
-		pids := serverProcesses(pgdata)
+		pids := workProcesses(dir)
 		if len(pids) == 0 {
 			break
 		}
@@ -342,6 +341,32 @@ func removeWorkDir(dir string) error {
 		}
 	}
 	return os.RemoveAll(dir)
+}
+
+// workProcesses finds what a preparation in dir has running: initdb (its
+// working directory is dir) and the servers it or a start runs on
+// dir/pgdata. initdb has a process group of its own, so one that a crash
+// of dbcloud cut short goes on writing into pgdata until it is killed.
+func workProcesses(dir string) []int {
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil
+	}
+	pgdata := filepath.Join(real, "pgdata")
+	var pids []int
+	for _, pid := range allProcesses() {
+		if pid == os.Getpid() {
+			continue
+		}
+		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		if base := filepath.Base(exe); err != nil || (!strings.HasPrefix(base, "postgres") && !strings.HasPrefix(base, "initdb")) {
+			continue
+		}
+		if cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid)); err == nil && (cwd == real || cwd == pgdata) && processAlive(pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // syncfs flushes the whole filesystem holding dir: one call instead of an
