@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -37,6 +38,9 @@ func mustRuntime(tb testing.TB, base string) *Runtime {
 // files and processes go when the test ends.
 func newTestService(tb testing.TB, rt *Runtime, id, password string, fork *dbcloud.ForkSource) *dbcloud.Service {
 	tb.Helper()
+	// Instance cgroups are named by service ID host-wide: test processes
+	// running side by side (two checkouts) must not share one.
+	id = fmt.Sprintf("%s-%d", id, os.Getpid())
 	svc := &dbcloud.Service{
 		ID: id, ProjectID: "p", Name: id, Fork: fork,
 		Spec:             dbcloud.ServiceSpec{Size: dbcloud.Size{Shared: true}, Running: true},

@@ -546,9 +546,10 @@ func (m *Manager) start(ctx context.Context, s InstanceSpec) (int, error) {
 	if err := m.waitReady(ctx, s, c.pid, c); err != nil {
 		m.abort(s, c, cg)
 		// The logging collector writes the reason (a bind failure, say)
-		// on its own schedule: give it a moment to reach the file.
+		// on its own schedule: give it a moment to reach the file (a
+		// loaded host needed more than a second).
 		detail := serverErrors(s.logDir(), begin)
-		for wait := time.Now().Add(time.Second); detail == "" && time.Now().Before(wait); {
+		for wait := time.Now().Add(3 * time.Second); detail == "" && time.Now().Before(wait); {
 			time.Sleep(20 * time.Millisecond)
 			detail = serverErrors(s.logDir(), begin)
 		}
