@@ -71,29 +71,40 @@ func (rt *Runtime) haPath(serviceID string) string {
 
 // loadHA returns the service's HA state, nil if it never had replicas.
 func (rt *Runtime) loadHA(serviceID string) (*haState, error) {
-	data, err := os.ReadFile(rt.haPath(serviceID))
+	st, err := readState[haState](rt.haPath(serviceID))
+	if st != nil && st.Ports == nil {
+		st.Ports = map[int]int{}
+	}
+	return st, err
+}
+
+func (rt *Runtime) saveHA(serviceID string, st *haState) error {
+	slices.Sort(st.Members)
+	return writeState(rt.haPath(serviceID), st)
+}
+
+// readState reads a JSON state file of the runtime; nil if there is none.
+func readState[T any](path string) (*T, error) {
+	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	} else if err != nil {
 		return nil, err
 	}
-	var st haState
+	var st T
 	if err := json.Unmarshal(data, &st); err != nil {
-		return nil, fmt.Errorf("%s: %w", rt.haPath(serviceID), err)
-	}
-	if st.Ports == nil {
-		st.Ports = map[int]int{}
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return &st, nil
 }
 
-func (rt *Runtime) saveHA(serviceID string, st *haState) error {
-	slices.Sort(st.Members)
+// writeState replaces a JSON state file atomically.
+func writeState(path string, st any) error {
 	data, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return err
 	}
-	return tlsca.WriteFileAtomic(rt.haPath(serviceID), data, 0o600)
+	return tlsca.WriteFileAtomic(path, data, 0o600)
 }
 
 // isHA reports whether the service runs the HA way: it has replicas now or
@@ -323,32 +334,10 @@ func (rt *Runtime) ensureHA(ctx context.Context, svc *dbcloud.Service) (*dbcloud
 	// Writes on the primary come last: a commit waits for the synchronous
 	// standbys, so they must stream again (or have been left out of the
 	// synchronous set) first, or a dead one would hold the repair for good.
-	if err := rt.setVerifier(ctx, pspec, svc.PasswordVerifier); err != nil {
-		return nil, err
-	}
-	if err := rt.dropStaleSlots(ctx, pspec); err != nil {
-		return nil, err
-	}
-	for _, a := range svc.Spec.Addons {
-		ext := a.Extension()
-		if err := rt.mgr.Exec(ctx, pspec, "tsdb", "CREATE EXTENSION IF NOT EXISTS "+quoteIdent(ext)); err != nil {
-			return nil, fmt.Errorf("create extension %s in %s: %w", ext, pspec.ID, err)
-		}
-	}
-	if err := rt.checkEndpoint(ctx, svc.Endpoint); err != nil {
-		return nil, err
-	}
-	if ep := svc.VPCEndpoint; ep != nil {
-		if err := rt.checkEndpoint(ctx, &ep.Endpoint); err != nil {
-			return nil, err
-		}
-	}
-	if obs.PoolerEndpoint, err = rt.ensurePooler(ctx, svc, pspec, pspec, svc.PoolerPort); err != nil {
+	if err := rt.servePrimary(ctx, svc, pspec, obs); err != nil {
 		return nil, err
 	}
 	obs.Instances = haInstances(svc, st)
-	obs.Running = true
-	obs.Metrics = rt.metrics(svc.ID, pspec)
 	return obs, nil
 }
 

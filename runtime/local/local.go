@@ -278,32 +278,44 @@ func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*db
 	if _, err := rt.mgr.Start(ctx, spec); err != nil {
 		return nil, fmt.Errorf("start %s: %w", spec.ID, err)
 	}
-	if err := rt.setVerifier(ctx, spec, svc.PasswordVerifier); err != nil {
+	if err := rt.servePrimary(ctx, svc, spec, obs); err != nil {
 		return nil, err
 	}
-	if err := rt.dropStaleSlots(ctx, spec); err != nil {
-		return nil, err
+	return obs, nil
+}
+
+// servePrimary is the end of every ensure of a running service, HA or
+// not: the password and addons on the running primary (slots of deleted
+// read replica sets dropped), its endpoints checked, its pooler, and what
+// obs reports of it.
+func (rt *Runtime) servePrimary(ctx context.Context, svc *dbcloud.Service, primary InstanceSpec, obs *dbcloud.Observation) error {
+	if err := rt.setVerifier(ctx, primary, svc.PasswordVerifier); err != nil {
+		return err
+	}
+	if err := rt.dropStaleSlots(ctx, primary); err != nil {
+		return err
 	}
 	for _, a := range svc.Spec.Addons {
 		ext := a.Extension()
-		if err := rt.mgr.Exec(ctx, spec, "tsdb", "CREATE EXTENSION IF NOT EXISTS "+quoteIdent(ext)); err != nil {
-			return nil, fmt.Errorf("create extension %s in %s: %w", ext, spec.ID, err)
+		if err := rt.mgr.Exec(ctx, primary, "tsdb", "CREATE EXTENSION IF NOT EXISTS "+quoteIdent(ext)); err != nil {
+			return fmt.Errorf("create extension %s in %s: %w", ext, primary.ID, err)
 		}
 	}
 	if err := rt.checkEndpoint(ctx, svc.Endpoint); err != nil {
-		return nil, err
+		return err
 	}
 	if ep := svc.VPCEndpoint; ep != nil {
 		if err := rt.checkEndpoint(ctx, &ep.Endpoint); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if obs.PoolerEndpoint, err = rt.ensurePooler(ctx, svc, spec, spec, svc.PoolerPort); err != nil {
-		return nil, err
+	var err error
+	if obs.PoolerEndpoint, err = rt.ensurePooler(ctx, svc, primary, primary, svc.PoolerPort); err != nil {
+		return err
 	}
 	obs.Running = true
-	obs.Metrics = rt.metrics(svc.ID, spec)
-	return obs, nil
+	obs.Metrics = rt.metrics(svc.ID, primary)
+	return nil
 }
 
 // CheckService reports whether the primary runs, and its usage if asked.

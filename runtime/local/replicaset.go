@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,7 +15,6 @@ import (
 	"time"
 
 	"dbcloud"
-	"dbcloud/tlsca"
 )
 
 // Read replica sets (decisions.md section 7). Each node is a hot standby of
@@ -67,28 +65,15 @@ func (rt *Runtime) replicaSetStatePath(setID string) string {
 }
 
 func (rt *Runtime) loadReplicaSet(setID string) (*replicaSetState, error) {
-	data, err := os.ReadFile(rt.replicaSetStatePath(setID))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	} else if err != nil {
-		return nil, err
-	}
-	var st replicaSetState
-	if err := json.Unmarshal(data, &st); err != nil {
-		return nil, fmt.Errorf("%s: %w", rt.replicaSetStatePath(setID), err)
-	}
-	if st.Ports == nil {
+	st, err := readState[replicaSetState](rt.replicaSetStatePath(setID))
+	if st != nil && st.Ports == nil {
 		st.Ports = map[int]int{}
 	}
-	return &st, nil
+	return st, err
 }
 
 func (rt *Runtime) saveReplicaSet(setID string, st *replicaSetState) error {
-	data, err := json.MarshalIndent(st, "", "  ")
-	if err != nil {
-		return err
-	}
-	return tlsca.WriteFileAtomic(rt.replicaSetStatePath(setID), data, 0o600)
+	return writeState(rt.replicaSetStatePath(setID), st)
 }
 
 // nodeSpec is node n's spec: the set's size, certificate and internal
