@@ -16,6 +16,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"dbcloud/internal/atomicfile"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -101,10 +102,10 @@ func LoadOrCreateCA(dir string) (*CA, error) {
 	// Write the key first: a crash between the two writes then leaves a key
 	// without a certificate, which the next start reports instead of trusting
 	// a certificate whose key is lost.
-	if err := WriteFileAtomic(keyPath, keyPEM, 0o600); err != nil {
+	if err := atomicfile.Write(keyPath, keyPEM, 0o600); err != nil {
 		return nil, fmt.Errorf("write ca key: %w", err)
 	}
-	if err := WriteFileAtomic(certPath, ca.CertPEM, 0o644); err != nil {
+	if err := atomicfile.Write(certPath, ca.CertPEM, 0o644); err != nil {
 		return nil, fmt.Errorf("write ca cert: %w", err)
 	}
 	return ca, nil
@@ -252,10 +253,10 @@ func LoadOrCreateServerCert(dir string, ca *CA, hosts []string) (tls.Certificate
 	if err != nil {
 		return tls.Certificate{}, err
 	}
-	if err := WriteFileAtomic(keyPath, keyPEM, 0o600); err != nil {
+	if err := atomicfile.Write(keyPath, keyPEM, 0o600); err != nil {
 		return tls.Certificate{}, fmt.Errorf("write server key: %w", err)
 	}
-	if err := WriteFileAtomic(certPath, certPEM, 0o600); err != nil {
+	if err := atomicfile.Write(certPath, certPEM, 0o600); err != nil {
 		return tls.Certificate{}, fmt.Errorf("write server cert: %w", err)
 	}
 	cert, err := tlsCertificate(certPEM, keyPEM, ca)
@@ -301,52 +302,6 @@ func tlsCertificate(certPEM, keyPEM []byte, ca *CA) (tls.Certificate, error) {
 	// chain is right even if the file was written by an older version.
 	cert.Certificate = [][]byte{cert.Certificate[0], ca.Cert.Raw}
 	return cert, nil
-}
-
-// WriteFileAtomic replaces path with data so that readers and crashes see
-// either the old content or the new, never a torn file: it writes a temp
-// file in the same directory (rename is only atomic within a filesystem),
-// fsyncs it, renames it over path and fsyncs the directory so the rename
-// itself survives a power loss.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-		}
-	}()
-	// CreateTemp uses 0600; set the wanted mode before any data lands so a
-	// secret is never readable by others, even briefly.
-	if err := f.Chmod(perm); err != nil {
-		return fmt.Errorf("write %s: chmod: %w", path, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("write %s: fsync: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: close: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: rename: %w", path, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("write %s: open dir: %w", path, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("write %s: fsync dir: %w", path, err)
-	}
-	return nil
 }
 
 // randomSerial returns a random 128-bit serial number; RFC 5280 requires

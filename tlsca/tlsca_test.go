@@ -324,37 +324,6 @@ func TestLoadOrCreateServerCert_Handshake(t *testing.T) {
 	})
 }
 
-func TestWriteFileAtomic(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "f")
-	for _, content := range []string{"first", "second"} {
-		if err := tlsca.WriteFileAtomic(path, []byte(content), 0o600); err != nil {
-			t.Fatalf("WriteFileAtomic: %v", err)
-		}
-		got, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(got) != content {
-			t.Errorf("content = %q, want %q", got, content)
-		}
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := fi.Mode().Perm(), os.FileMode(0o600); got != want {
-		t.Errorf("mode = %v, want %v", got, want)
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := len(entries), 1; got != want {
-		t.Errorf("dir has %d entries, want %d (temp files left behind?)", got, want)
-	}
-}
-
 func mustServerCert(tb testing.TB, dir string, ca *tlsca.CA, hosts []string) tls.Certificate {
 	tb.Helper()
 	cert, err := tlsca.LoadOrCreateServerCert(dir, ca, hosts)

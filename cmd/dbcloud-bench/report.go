@@ -1,6 +1,7 @@
 package main
 
 import (
+	"dbcloud/internal/atomicfile"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -11,8 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"dbcloud/tlsca"
 )
 
 // Section statuses.
@@ -64,10 +63,10 @@ func (r *Report) write(dir string) error {
 	if err != nil {
 		return err
 	}
-	if err := tlsca.WriteFileAtomic(filepath.Join(dir, "report.json"), append(raw, '\n'), 0o644); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, "report.json"), append(raw, '\n'), 0o644); err != nil {
 		return err
 	}
-	return tlsca.WriteFileAtomic(filepath.Join(dir, "report.md"), []byte(r.Markdown()), 0o644)
+	return atomicfile.Write(filepath.Join(dir, "report.md"), []byte(r.Markdown()), 0o644)
 }
 
 // Markdown renders the report for people.

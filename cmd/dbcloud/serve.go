@@ -23,6 +23,7 @@ import (
 	"dbcloud/http"
 	"dbcloud/network/loopback"
 
+	"dbcloud/internal/atomicfile"
 	"dbcloud/internal/pgbin"
 	"dbcloud/runtime/local"
 	"dbcloud/tlsca"
@@ -447,7 +448,7 @@ func (m *Main) bootstrap(ctx context.Context) error {
 		ProjectID: b.Project.ID, AccessKey: b.Key.AccessKey, SecretKey: b.Key.SecretKey,
 		APIURL: "https://" + net.JoinHostPort(host, port) + http.BasePath, CAFile: m.CAFile,
 	}, "", "  ")
-	if err := tlsca.WriteFileAtomic(path, append(body, '\n'), 0o600); err != nil {
+	if err := atomicfile.Write(path, append(body, '\n'), 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	m.Logger.Info("created the default project and an API key", "project_id", b.Project.ID,

@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"dbcloud/internal/atomicfile"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,7 +22,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"dbcloud"
-	"dbcloud/tlsca"
 )
 
 // HA on one host (runtime-notes §3, §4). A service with HA replicas has
@@ -104,7 +104,7 @@ func writeState(path string, st any) error {
 	if err != nil {
 		return err
 	}
-	return tlsca.WriteFileAtomic(path, data, 0o600)
+	return atomicfile.Write(path, data, 0o600)
 }
 
 // isHA reports whether the service runs the HA way: it has replicas now or

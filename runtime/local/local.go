@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"dbcloud"
+	"dbcloud/internal/atomicfile"
 	"dbcloud/tlsca"
 )
 
@@ -201,10 +202,10 @@ func (rt *Runtime) serverCert(svc *dbcloud.Service) (certPEM, keyPEM []byte, err
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, err
 	}
-	if err := tlsca.WriteFileAtomic(keyPath, keyPEM, 0o600); err != nil {
+	if err := atomicfile.Write(keyPath, keyPEM, 0o600); err != nil {
 		return nil, nil, err
 	}
-	if err := tlsca.WriteFileAtomic(certPath, certPEM, 0o644); err != nil {
+	if err := atomicfile.Write(certPath, certPEM, 0o644); err != nil {
 		return nil, nil, err
 	}
 	return certPEM, keyPEM, nil

@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"dbcloud/internal/atomicfile"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,8 +19,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"dbcloud/tlsca"
 )
 
 // ProxyCommand is the hidden first argument that makes the dbcloud binary
@@ -76,7 +75,7 @@ func RunProxy(ctx context.Context, args []string) error {
 	if err := p.reload(); err != nil {
 		return err
 	}
-	if err := tlsca.WriteFileAtomic(filepath.Join(p.dir, proxyPidFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+	if err := atomicfile.Write(filepath.Join(p.dir, proxyPidFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 		return err
 	}
 	tick := time.NewTicker(proxyPoll)
@@ -153,7 +152,7 @@ func (p *proxy) reload() error {
 	if len(errs) > 0 {
 		return errors.Join(errs...) // retried at the next poll
 	}
-	return tlsca.WriteFileAtomic(filepath.Join(p.dir, proxyAppliedFile), []byte(strconv.FormatInt(cfg.Generation, 10)), 0o644)
+	return atomicfile.Write(filepath.Join(p.dir, proxyAppliedFile), []byte(strconv.FormatInt(cfg.Generation, 10)), 0o644)
 }
 
 func (p *proxy) serve(l net.Listener) {
@@ -285,7 +284,7 @@ func (rt *Runtime) setProxy(ctx context.Context, serviceID string, listen []stri
 	}
 	cfg := proxyConfig{Generation: time.Now().UnixNano(), Listen: listen, Targets: targets}
 	data, _ := json.Marshal(cfg)
-	if err := tlsca.WriteFileAtomic(filepath.Join(dir, proxyConfigFile), data, 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, proxyConfigFile), data, 0o600); err != nil {
 		return err
 	}
 	pid, ok := runningProxy(dir)
