@@ -8,6 +8,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 scripts/deps.sh
+# go.mod and go.sum say exactly what the code imports.
+if ! go mod tidy -diff; then
+	echo "go.mod or go.sum is not tidy: run go mod tidy" >&2
+	exit 1
+fi
 go vet ./...
 go test -count=1 -timeout 20m ./...
 go test -count=1 -race -timeout 10m ./sqlite/ ./http/

@@ -11,7 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"dbcloud/runtime/local"
+	"dbcloud/runtime/local/proxy"
 )
 
 const usage = `dbcloud: a self-hosted database cloud.
@@ -59,9 +59,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return m.Close()
 	case "admin":
 		return runAdmin(ctx, args[1:], stdout, stderr)
-	case local.ProxyCommand:
+	case proxy.Command:
 		// Hidden: a service's endpoint proxy, started by the local runtime.
-		return local.RunProxy(ctx, args[1:])
+		return proxy.Run(ctx, args[1:])
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

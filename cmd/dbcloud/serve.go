@@ -26,6 +26,7 @@ import (
 	"dbcloud/internal/atomicfile"
 	"dbcloud/internal/pgbin"
 	"dbcloud/runtime/local"
+	"dbcloud/runtime/local/postgres"
 	"dbcloud/tlsca"
 )
 
@@ -398,13 +399,13 @@ func (m *Main) tlsConfig() (*tls.Config, error) {
 func (m *Main) runtimeDir() (string, error) {
 	c := &m.Config
 	if c.RuntimeDir != "" {
-		return c.RuntimeDir, local.ServerCanReach(filepath.Dir(c.RuntimeDir))
+		return c.RuntimeDir, postgres.ServerCanReach(filepath.Dir(c.RuntimeDir))
 	}
 	abs, err := filepath.Abs(c.DataDir)
 	if err != nil {
 		return "", err
 	}
-	if local.ServerCanReach(abs) == nil {
+	if postgres.ServerCanReach(abs) == nil {
 		return filepath.Join(abs, "runtime"), nil
 	}
 	sum := sha256.Sum256([]byte(abs))
@@ -414,7 +415,7 @@ func (m *Main) runtimeDir() (string, error) {
 	}
 	m.Logger.Info("PostgreSQL's OS user cannot reach the data directory; instances live elsewhere",
 		"data_dir", abs, "runtime_dir", dir)
-	return dir, local.ServerCanReach(dir)
+	return dir, postgres.ServerCanReach(dir)
 }
 
 func hostOf(addr string) string {

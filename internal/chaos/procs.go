@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"strings"
 
-	"dbcloud/runtime/local"
+	"dbcloud/runtime/local/proxy"
 )
 
 // serviceProcesses finds, from the process table, every live process whose
@@ -59,7 +59,7 @@ func serviceProcesses(runtimeDir string) []Process {
 			p.Instance, _, _ = strings.Cut(rest, "/")
 		case strings.HasPrefix(base, "pgbouncer"):
 			p.Kind = Pooler
-		case len(args) > 1 && args[1] == local.ProxyCommand:
+		case len(args) > 1 && args[1] == proxy.Command:
 			p.Kind = Proxy
 		}
 		cands[pid] = cand{p, ppid}

@@ -14,6 +14,8 @@ import (
 
 	"dbcloud"
 	"dbcloud/internal/pgbin"
+	"dbcloud/runtime/local/backup"
+	"dbcloud/runtime/local/internal/localtest"
 	"dbcloud/tlsca"
 )
 
@@ -25,7 +27,7 @@ func mustRuntime(tb testing.TB, base string) *Runtime {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	logger := mustManager(tb, base, 0).Logger
+	logger := localtest.Logger(tb)
 	rt, err := New(Config{BinDir: pgbin.Dir(), DataDir: filepath.Join(base, "data"), Host: "127.0.0.1", CA: ca, Logger: logger})
 	if err != nil {
 		tb.Fatal(err)
@@ -44,7 +46,7 @@ func newTestService(tb testing.TB, rt *Runtime, id, password string, fork *dbclo
 	svc := &dbcloud.Service{
 		ID: id, ProjectID: "p", Name: id, Fork: fork,
 		Spec:             dbcloud.ServiceSpec{Size: dbcloud.Size{Shared: true}, Running: true},
-		Endpoint:         &dbcloud.Endpoint{Host: "127.0.0.1", Port: freePort(tb)},
+		Endpoint:         &dbcloud.Endpoint{Host: "127.0.0.1", Port: localtest.FreePort(tb)},
 		PasswordVerifier: dbcloud.NewSCRAMVerifier(password),
 	}
 	tb.Cleanup(func() {
@@ -66,10 +68,15 @@ func mustEnsure(tb testing.TB, rt *Runtime, svc *dbcloud.Service) {
 	}
 }
 
+// tcpDSN reaches tsdb as tsdbadmin over TCP on the loopback port.
+func tcpDSN(port int, password, sslmode string) string {
+	return fmt.Sprintf("postgres://tsdbadmin:%s@127.0.0.1:%d/tsdb?sslmode=%s&connect_timeout=5", password, port, sslmode)
+}
+
 // connectTLS logs in as tsdbadmin over TLS, as a client does.
 func connectTLS(tb testing.TB, svc *dbcloud.Service, password string) (*pgx.Conn, error) {
 	tb.Helper()
-	return pgx.Connect(context.Background(), tcpDSN(InstanceSpec{Port: svc.Endpoint.Port}, password, "require"))
+	return pgx.Connect(context.Background(), tcpDSN(svc.Endpoint.Port, password, "require"))
 }
 
 func mustExec(tb testing.TB, svc *dbcloud.Service, password, sql string) {
@@ -108,7 +115,7 @@ func rows(tb testing.TB, svc *dbcloud.Service, password string) []string {
 // cluster.
 func TestRuntime_Forks(t *testing.T) {
 	ctx := context.Background()
-	base := testBase(t)
+	base := localtest.Base(t)
 	rt := mustRuntime(t, base)
 	parent := newTestService(t, rt, "parent0001", "parent-password", nil)
 	mustEnsure(t, rt, parent)
@@ -120,14 +127,14 @@ func TestRuntime_Forks(t *testing.T) {
 	if err := rt.MaintainBackups(ctx, parent); err != nil {
 		t.Fatal(err)
 	}
-	snaps, err := rt.listSnapshots(parent.ID)
+	snaps, err := rt.backups.Snapshots(rt.serviceDir(parent.ID))
 	if err != nil || len(snaps) != 1 || !snaps[0].Archived {
 		t.Fatalf("snapshots after the first MaintainBackups: %+v, %v", snaps, err)
 	}
 	if err := rt.MaintainBackups(ctx, parent); err != nil {
 		t.Fatal(err)
 	}
-	if again, _ := rt.listSnapshots(parent.ID); len(again) != 1 {
+	if again, _ := rt.backups.Snapshots(rt.serviceDir(parent.ID)); len(again) != 1 {
 		t.Fatalf("a second snapshot within the interval: %d", len(again))
 	}
 	mustExec(t, parent, "parent-password", "INSERT INTO t VALUES ('2 after snapshot')")
@@ -165,7 +172,7 @@ func TestRuntime_Forks(t *testing.T) {
 				c.Close(ctx)
 				t.Error("the parent's password works on the fork")
 			}
-			conf, err := os.ReadFile(filepath.Join(rt.serviceDir(fork.ID), "0", "conf", confFile))
+			conf, err := os.ReadFile(filepath.Join(rt.serviceDir(fork.ID), "0", "conf", "postgresql.conf"))
 			if err != nil || strings.Contains(string(conf), "recovery") || strings.Contains(string(conf), "restore_command") ||
 				!strings.Contains(string(conf), rt.archiveDir(fork.ID)) {
 				t.Errorf("fork config: recovery settings linger or the archive is not its own (%v):\n%s", err, conf)
@@ -173,7 +180,7 @@ func TestRuntime_Forks(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(rt.serviceDir(fork.ID), "0", "pgdata", "recovery.signal")); err == nil {
 				t.Error("recovery.signal remains")
 			}
-			if h, _ := rt.holds(parent.ID); len(h) != 0 {
+			if h, _ := backup.Holds(rt.serviceDir(parent.ID)); len(h) != 0 {
 				t.Errorf("holds on the parent after the restore: %v", h)
 			}
 			// EnsureService again does not restore again.
@@ -238,7 +245,7 @@ func TestRuntime_Forks(t *testing.T) {
 			t.Fatal(err)
 		}
 		dir := rt.serviceDir(parent.ID)
-		for _, name := range []string{archiveDirName, snapshotsDirName, tombstone} {
+		for _, name := range []string{"archive", "snapshots", "deleted"} {
 			if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 				t.Errorf("%s gone while a fork restores: %v", name, err)
 			}
@@ -249,7 +256,7 @@ func TestRuntime_Forks(t *testing.T) {
 		if err := rt.holdParent("latefork01", parent.ID); !dbcloud.IsTerminal(err) {
 			t.Errorf("a new fork of a deleted parent: %v, want a terminal error", err)
 		}
-		if err := rt.releaseParent("pendingfk1", parent.ID); err != nil {
+		if err := rt.backups.Release(rt.serviceDir(parent.ID), "pendingfk1"); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := os.Stat(dir); err == nil {
@@ -268,7 +275,7 @@ func TestRuntime_Forks(t *testing.T) {
 		if err := rt.MaintainBackups(ctx, now); err != nil {
 			t.Fatal(err)
 		}
-		if s, _ := rt.listSnapshots(now.ID); len(s) != 1 {
+		if s, _ := rt.backups.Snapshots(rt.serviceDir(now.ID)); len(s) != 1 {
 			t.Errorf("the fork's own snapshots: %d", len(s))
 		}
 	})

@@ -6,11 +6,16 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"dbcloud/runtime/local/internal/localtest"
+	"dbcloud/runtime/local/postgres"
+	"dbcloud/runtime/local/proxy"
 
 	"github.com/jackc/pgx/v5"
 
@@ -20,10 +25,10 @@ import (
 // TestMain lets the test binary be the endpoint proxy, as the dbcloud
 // binary is in production (the runtime starts os.Executable()).
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == ProxyCommand {
+	if len(os.Args) > 1 && os.Args[1] == proxy.Command {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 		defer stop()
-		if err := RunProxy(ctx, os.Args[2:]); err != nil {
+		if err := proxy.Run(ctx, os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -61,7 +66,7 @@ func startWriter(t *testing.T, svc *dbcloud.Service, password string, from int) 
 			}
 			if conn == nil {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				c, err := pgx.Connect(ctx, tcpDSN(InstanceSpec{Port: svc.Endpoint.Port}, password, "require"))
+				c, err := pgx.Connect(ctx, tcpDSN(svc.Endpoint.Port, password, "require"))
 				cancel()
 				if err != nil {
 					time.Sleep(20 * time.Millisecond)
@@ -150,7 +155,7 @@ func TestRuntime_HA(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts several PostgreSQL instances")
 	}
-	rt := mustRuntime(t, testBase(t))
+	rt := mustRuntime(t, localtest.Base(t))
 	const password = "ha-secret-pw"
 	svc := newTestService(t, rt, "hasvc", password, nil)
 	t.Cleanup(func() { rt.stopProxy(context.Background(), svc.ID) }) // before DeleteService
@@ -171,10 +176,10 @@ func TestRuntime_HA(t *testing.T) {
 		t.Fatalf("instances %s running %v", got, obs.Running)
 	}
 	st, _ := rt.loadHA(svc.ID)
-	base, _ := rt.primary(svc)
+	base, _ := rt.preparedBase(svc)
 	pspec := rt.haSpec(svc, base, st, st.Primary)
 	var ssn string
-	c, err := rt.mgr.Connect(ctx, pspec, "postgres")
+	c, err := rt.instances.Connect(ctx, pspec, "postgres")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +194,7 @@ func TestRuntime_HA(t *testing.T) {
 		standby := rt.haSpec(svc, base, st, 2)
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			c, err := pgx.Connect(ctx, tcpDSN(standby, password, "require"))
+			c, err := pgx.Connect(ctx, tcpDSN(standby.Port, password, "require"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -207,7 +212,7 @@ func TestRuntime_HA(t *testing.T) {
 		}
 	})
 
-	failover := func(t *testing.T, from int, breakPrimary func(spec InstanceSpec)) {
+	failover := func(t *testing.T, from int, breakPrimary func(spec postgres.Spec)) {
 		st, _ := rt.loadHA(svc.ID)
 		old := rt.haSpec(svc, base, st, st.Primary)
 		w := startWriter(t, svc, password, from)
@@ -273,7 +278,7 @@ func TestRuntime_HA(t *testing.T) {
 		}
 		// The former primary follows the new one.
 		formerly := rt.haSpec(svc, base, st2, st.Primary)
-		fc, err := rt.mgr.Connect(ctx, formerly, "postgres")
+		fc, err := rt.instances.Connect(ctx, formerly, "postgres")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -285,8 +290,8 @@ func TestRuntime_HA(t *testing.T) {
 	}
 
 	t.Run("FailoverKill9", func(t *testing.T) {
-		failover(t, 0, func(spec InstanceSpec) {
-			pid, ok := rt.mgr.Running(spec)
+		failover(t, 0, func(spec postgres.Spec) {
+			pid, ok := rt.instances.Running(spec)
 			if !ok {
 				t.Fatal("primary not running")
 			}
@@ -294,8 +299,8 @@ func TestRuntime_HA(t *testing.T) {
 		})
 	})
 	t.Run("FailoverDataRemoved", func(t *testing.T) {
-		failover(t, 1_000_000, func(spec InstanceSpec) {
-			if err := os.RemoveAll(spec.pgdata()); err != nil {
+		failover(t, 1_000_000, func(spec postgres.Spec) {
+			if err := os.RemoveAll(spec.PGData()); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -308,7 +313,7 @@ func TestRuntime_HA(t *testing.T) {
 		startTimes := func() (primary time.Time, standbys []time.Time) {
 			st, _ := rt.loadHA(svc.ID)
 			for _, n := range st.Members {
-				c, err := rt.mgr.Connect(ctx, rt.haSpec(svc, base, st, n), "postgres")
+				c, err := rt.instances.Connect(ctx, rt.haSpec(svc, base, st, n), "postgres")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -364,7 +369,7 @@ func TestRuntime_HA(t *testing.T) {
 		st, _ := rt.loadHA(svc.ID)
 		for n := range 3 {
 			_, err := os.Stat(filepath.Join(rt.serviceDir(svc.ID), fmt.Sprint(n)))
-			if want := containsInt(st.Members, n); (err == nil) != want {
+			if want := slices.Contains(st.Members, n); (err == nil) != want {
 				t.Errorf("instance %d dir exists %v, member %v", n, err == nil, want)
 			}
 		}
@@ -383,7 +388,7 @@ func TestRuntime_HAKeepsCommitsWithoutSyncStandby(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts several PostgreSQL instances")
 	}
-	rt := mustRuntime(t, testBase(t))
+	rt := mustRuntime(t, localtest.Base(t))
 	const password = "ha-lag-secret"
 	svc := newTestService(t, rt, "halag", password, nil)
 	t.Cleanup(func() { rt.stopProxy(context.Background(), svc.ID) }) // before DeleteService
@@ -397,8 +402,8 @@ func TestRuntime_HAKeepsCommitsWithoutSyncStandby(t *testing.T) {
 
 	// As while the standby is being built: not synchronous, and behind.
 	st, _ := rt.loadHA(svc.ID)
-	base, _ := rt.primary(svc)
-	if err := rt.mgr.Stop(ctx, rt.haSpec(svc, base, st, 1), 30*time.Second); err != nil {
+	base, _ := rt.preparedBase(svc)
+	if err := rt.instances.Stop(ctx, rt.haSpec(svc, base, st, 1), 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	st.Sync, st.SyncCount = nil, 0
@@ -406,18 +411,18 @@ func TestRuntime_HAKeepsCommitsWithoutSyncStandby(t *testing.T) {
 		t.Fatal(err)
 	}
 	pspec := rt.haSpec(svc, base, st, st.Primary)
-	if _, err := rt.mgr.Reload(ctx, pspec); err != nil {
+	if _, err := rt.instances.Reload(ctx, pspec); err != nil {
 		t.Fatal(err)
 	}
 	mustExec(t, svc, password, "INSERT INTO acked SELECT generate_series(1, 100)")
 
-	pid, ok := rt.mgr.Running(pspec)
+	pid, ok := rt.instances.Running(pspec)
 	if !ok {
 		t.Fatal("primary not running")
 	}
 	syscall.Kill(pid, syscall.SIGKILL)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, ok := rt.mgr.Running(pspec); !ok {
+		if _, ok := rt.instances.Running(pspec); !ok {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -450,7 +455,7 @@ func TestRuntime_HARepairsDeadSyncStandby(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts several PostgreSQL instances")
 	}
-	rt := mustRuntime(t, testBase(t))
+	rt := mustRuntime(t, localtest.Base(t))
 	const password = "ha-sync-secret"
 	svc := newTestService(t, rt, "hasync", password, nil)
 	t.Cleanup(func() { rt.stopProxy(context.Background(), svc.ID) }) // before DeleteService
@@ -460,15 +465,15 @@ func TestRuntime_HARepairsDeadSyncStandby(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, _ := rt.loadHA(svc.ID)
-	base, _ := rt.primary(svc)
+	base, _ := rt.preparedBase(svc)
 	standby := rt.haSpec(svc, base, st, 1)
-	pid, ok := rt.mgr.Running(standby)
+	pid, ok := rt.instances.Running(standby)
 	if !ok {
 		t.Fatal("standby not running")
 	}
 	syscall.Kill(pid, syscall.SIGKILL)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, ok := rt.mgr.Running(standby); !ok {
+		if _, ok := rt.instances.Running(standby); !ok {
 			break
 		}
 		if time.Now().After(deadline) {

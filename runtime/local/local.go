@@ -4,12 +4,9 @@ package local
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
-	"encoding/binary"
 	"encoding/pem"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -22,6 +19,12 @@ import (
 
 	"dbcloud"
 	"dbcloud/internal/atomicfile"
+	"dbcloud/runtime/local/backup"
+	"dbcloud/runtime/local/internal/cgroup"
+	"dbcloud/runtime/local/internal/proc"
+	"dbcloud/runtime/local/pgbouncer"
+	"dbcloud/runtime/local/postgres"
+	"dbcloud/runtime/local/proxy"
 	"dbcloud/tlsca"
 )
 
@@ -56,14 +59,21 @@ type Config struct {
 // Runtime is the local runtime: the domain's Runtime and the engine's
 // Provisioner, on PostgreSQL processes of this host.
 type Runtime struct {
-	cfg Config
-	mgr *Manager
+	cfg       Config
+	instances *postgres.Instances
+	poolers   *pgbouncer.Poolers
+	proxies   *proxy.Controller
+	backups   *backup.Backups
+	cgroups   *cgroup.Hierarchy
+	roots     *x509.CertPool // the CA that endpoints must present
 
 	extOnce    sync.Once
 	extensions map[string]bool
 
-	mu  sync.Mutex
-	cpu map[string]cpuSample // last CPU reading per service, for rates
+	mu        sync.Mutex
+	cpu       map[string]cpuSample // last CPU reading per service, for rates
+	downSince map[string]time.Time // since when each HA service's primary is seen dead
+	cursorKey []byte               // signs log cursors; read from its file once
 
 	stopLogs context.CancelFunc // ends the log retention loop
 	logsDone chan struct{}
@@ -102,18 +112,42 @@ func New(cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("local runtime: %w", err)
 		}
 	}
-	mgr, err := NewManager(cfg.BinDir, filepath.Join(dir, "pool"), cfg.PoolSize, cfg.Logger)
+	sup := proc.NewSupervisor()
+	cgroups := cgroup.NewHierarchy(cfg.Logger)
+	instances, err := postgres.NewInstances(postgres.Config{
+		BinDir: cfg.BinDir, PoolDir: filepath.Join(dir, "pool"), PoolSize: cfg.PoolSize,
+		Logger: cfg.Logger, Supervisor: sup, Cgroups: cgroups,
+	})
 	if err != nil {
 		return nil, err
 	}
-	return &Runtime{cfg: cfg, mgr: mgr, cpu: map[string]cpuSample{}}, nil
+	proxies, err := proxy.NewController(sup, "", cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(cfg.CA.Cert)
+	poolers := pgbouncer.New(pgbouncer.Config{
+		Instances: instances, Supervisor: sup, Cgroups: cgroups, Roots: roots, Logger: cfg.Logger,
+	})
+	return &Runtime{
+		cfg:       cfg,
+		instances: instances,
+		poolers:   poolers,
+		proxies:   proxies,
+		backups:   backup.New(instances, cfg.BinDir, cfg.Logger),
+		cgroups:   cgroups,
+		roots:     roots,
+		cpu:       map[string]cpuSample{},
+		downSince: map[string]time.Time{},
+	}, nil
 }
 
 // Open starts the pool refill and the log retention loop; running
 // instances need nothing: they are adopted when the engine next ensures or
 // checks them.
 func (rt *Runtime) Open(ctx context.Context) error {
-	if err := rt.mgr.Open(ctx); err != nil {
+	if err := rt.instances.Open(ctx); err != nil {
 		return err
 	}
 	logCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -131,30 +165,41 @@ func (rt *Runtime) Close() error {
 		rt.stopLogs()
 		<-rt.logsDone
 	}
-	return rt.mgr.Close()
+	return rt.instances.Close()
 }
 
 func (rt *Runtime) serviceDir(id string) string {
 	return filepath.Join(rt.cfg.DataDir, "services", id)
 }
 
-// primary returns the spec of a service's primary instance.
-func (rt *Runtime) primary(svc *dbcloud.Service) (InstanceSpec, error) {
-	if svc.Endpoint == nil {
-		return InstanceSpec{}, dbcloud.Terminal(fmt.Errorf("service %s has no endpoint", svc.ID))
-	}
-	// The service directory is traversable so PostgreSQL reaches its
-	// instance directories (its tls/ stays private). The mode is set every
-	// time, which also heals a directory left with another one.
-	if err := os.MkdirAll(rt.serviceDir(svc.ID), 0o711); err != nil {
-		return InstanceSpec{}, err
-	}
-	if err := os.Chmod(rt.serviceDir(svc.ID), 0o711); err != nil {
-		return InstanceSpec{}, err
-	}
-	certPEM, keyPEM, err := rt.serverCert(svc)
+// primary returns the spec of the service's current primary, from the
+// service and its HA state alone: it writes nothing and carries no TLS
+// material, which only starting an instance needs (preparePrimary).
+func (rt *Runtime) primary(svc *dbcloud.Service) (postgres.Spec, error) {
+	base, err := rt.instanceBase(svc)
 	if err != nil {
-		return InstanceSpec{}, err
+		return postgres.Spec{}, err
+	}
+	// With HA replicas the primary may be another instance, on an internal
+	// port behind the endpoint proxy (ha.go).
+	return rt.currentPrimary(svc, base)
+}
+
+// preparePrimary is primary with the service's directory made and its TLS
+// certificate issued (once) and included: what an ensure starts.
+func (rt *Runtime) preparePrimary(svc *dbcloud.Service) (postgres.Spec, error) {
+	base, err := rt.preparedBase(svc)
+	if err != nil {
+		return postgres.Spec{}, err
+	}
+	return rt.currentPrimary(svc, base)
+}
+
+// instanceBase is the spec of instance 0 on the endpoint port, without TLS
+// material: a pure function of the service.
+func (rt *Runtime) instanceBase(svc *dbcloud.Service) (postgres.Spec, error) {
+	if svc.Endpoint == nil {
+		return postgres.Spec{}, dbcloud.Terminal(fmt.Errorf("service %s has no endpoint", svc.ID))
 	}
 	res := ResourcesFor(svc.Spec.Size)
 	listen := rt.listenAddr()
@@ -162,14 +207,33 @@ func (rt *Runtime) primary(svc *dbcloud.Service) (InstanceSpec, error) {
 		// Attached to a VPC: also listen on the service's own address there.
 		listen += "," + ep.Host
 	}
-	spec := InstanceSpec{
+	return postgres.Spec{
 		ID: svc.ID + "-0", Dir: filepath.Join(rt.serviceDir(svc.ID), "0"), ListenAddr: listen,
-		Port: svc.Endpoint.Port, Settings: res.Settings, CertPEM: certPEM, KeyPEM: keyPEM,
+		Port: svc.Endpoint.Port, Settings: res.Settings,
 		CPUMillis: res.CPUMillis, MemoryBytes: res.MemoryBytes, ArchiveDir: rt.archiveDir(svc.ID),
+	}, nil
+}
+
+// preparedBase is instanceBase with the service's directory made and its
+// certificate in the spec.
+func (rt *Runtime) preparedBase(svc *dbcloud.Service) (postgres.Spec, error) {
+	base, err := rt.instanceBase(svc)
+	if err != nil {
+		return postgres.Spec{}, err
 	}
-	// With HA replicas the primary may be another instance, on an internal
-	// port behind the endpoint proxy (ha.go).
-	return rt.currentPrimary(svc, spec)
+	// The service directory is traversable so PostgreSQL reaches its
+	// instance directories (its tls/ stays private). The mode is set every
+	// time, which also heals a directory left with another one.
+	if err := os.MkdirAll(rt.serviceDir(svc.ID), 0o711); err != nil {
+		return postgres.Spec{}, err
+	}
+	if err := os.Chmod(rt.serviceDir(svc.ID), 0o711); err != nil {
+		return postgres.Spec{}, err
+	}
+	if base.CertPEM, base.KeyPEM, err = rt.serverCert(svc); err != nil {
+		return postgres.Spec{}, err
+	}
+	return base, nil
 }
 
 // listenAddr is what instances listen on: the endpoint host when it is an
@@ -235,7 +299,7 @@ func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*db
 	if rt.isHA(svc) {
 		return rt.ensureHA(ctx, svc)
 	}
-	spec, err := rt.primary(svc)
+	spec, err := rt.preparePrimary(svc)
 	if err != nil {
 		return nil, err
 	}
@@ -249,35 +313,13 @@ func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*db
 		if err := rt.stopPooler(ctx, svc.ID); err != nil {
 			return nil, err
 		}
-		if err := rt.mgr.Stop(ctx, spec, 30*time.Second); err != nil {
+		if err := rt.instances.Stop(ctx, spec, 30*time.Second); err != nil {
 			return nil, fmt.Errorf("stop %s: %w", spec.ID, err)
 		}
 		return obs, nil
 	}
-	if err := rt.mgr.Prepare(ctx, spec); err != nil {
-		return nil, fmt.Errorf("prepare %s: %w", spec.ID, err)
-	}
-	if _, running := rt.mgr.Running(spec); running {
-		restart, err := rt.mgr.Reload(ctx, spec)
-		if err != nil {
-			// A postmaster that cannot take a reload, such as one a crash of
-			// the control plane left in a shutdown that waits for sessions,
-			// is stopped (Stop escalates) and started afresh.
-			rt.cfg.Logger.Warn("reload failed; restarting the instance", "instance", spec.ID, "error", err)
-			restart = true
-		}
-		if restart {
-			rt.cfg.Logger.Info("restarting for new settings", "instance", spec.ID)
-			if err := rt.mgr.Stop(ctx, spec, 30*time.Second); err != nil {
-				return nil, fmt.Errorf("stop %s for restart: %w", spec.ID, err)
-			}
-		}
-	}
-	if err := rt.mgr.SetLimits(spec); err != nil {
-		return nil, fmt.Errorf("limits of %s: %w", spec.ID, err)
-	}
-	if _, err := rt.mgr.Start(ctx, spec); err != nil {
-		return nil, fmt.Errorf("start %s: %w", spec.ID, err)
+	if err := rt.instances.Ensure(ctx, spec); err != nil {
+		return nil, err
 	}
 	if err := rt.servePrimary(ctx, svc, spec, obs); err != nil {
 		return nil, err
@@ -289,7 +331,7 @@ func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*db
 // not: the password and addons on the running primary (slots of deleted
 // read replica sets dropped), its endpoints checked, its pooler, and what
 // obs reports of it.
-func (rt *Runtime) servePrimary(ctx context.Context, svc *dbcloud.Service, primary InstanceSpec, obs *dbcloud.Observation) error {
+func (rt *Runtime) servePrimary(ctx context.Context, svc *dbcloud.Service, primary postgres.Spec, obs *dbcloud.Observation) error {
 	if err := rt.setVerifier(ctx, primary, svc.PasswordVerifier); err != nil {
 		return err
 	}
@@ -298,7 +340,7 @@ func (rt *Runtime) servePrimary(ctx context.Context, svc *dbcloud.Service, prima
 	}
 	for _, a := range svc.Spec.Addons {
 		ext := a.Extension()
-		if err := rt.mgr.Exec(ctx, primary, "tsdb", "CREATE EXTENSION IF NOT EXISTS "+quoteIdent(ext)); err != nil {
+		if err := rt.instances.Exec(ctx, primary, "tsdb", "CREATE EXTENSION IF NOT EXISTS "+postgres.QuoteIdent(ext)); err != nil {
 			return fmt.Errorf("create extension %s in %s: %w", ext, primary.ID, err)
 		}
 	}
@@ -329,19 +371,25 @@ func (rt *Runtime) CheckService(ctx context.Context, svc *dbcloud.Service, measu
 		return nil, err
 	}
 	obs := &dbcloud.Observation{Instances: []dbcloud.Instance{{ID: spec.ID, Role: "primary"}}}
-	if _, ok := rt.mgr.Running(spec); !ok {
+	if _, ok := rt.instances.Running(spec); !ok {
 		obs.Reason = "The primary's postmaster is not running; restarting it."
 		return obs, nil
 	}
+	return rt.checkServing(svc, spec, obs, measure), nil
+}
+
+// checkServing is the end of every check of a running primary, HA or not:
+// the pooler must run too, and the primary's usage is measured if asked.
+func (rt *Runtime) checkServing(svc *dbcloud.Service, primary postgres.Spec, obs *dbcloud.Observation, measure bool) *dbcloud.Observation {
 	if svc.Spec.Pooler && !rt.poolerRunning(svc.ID) {
 		obs.Reason = "The connection pooler is not running; restarting it."
-		return obs, nil
+		return obs
 	}
 	obs.Running = true
 	if measure {
-		obs.Metrics = rt.metrics(svc.ID, spec)
+		obs.Metrics = rt.metrics(svc.ID, primary)
 	}
-	return obs, nil
+	return obs
 }
 
 // DeleteService stops the service's instances and removes its files.
@@ -365,15 +413,23 @@ func (rt *Runtime) DeleteService(ctx context.Context, svc *dbcloud.Service) erro
 		if _, err := strconv.Atoi(e.Name()); err != nil || !e.IsDir() {
 			continue // not an instance directory
 		}
-		spec := InstanceSpec{ID: svc.ID + "-" + e.Name(), Dir: filepath.Join(dir, e.Name())}
-		if err := rt.mgr.Destroy(ctx, spec); err != nil {
+		spec := postgres.Spec{ID: svc.ID + "-" + e.Name(), Dir: filepath.Join(dir, e.Name())}
+		if err := rt.instances.Destroy(ctx, spec); err != nil {
 			return fmt.Errorf("destroy %s: %w", spec.ID, err)
 		}
 	}
 	rt.mu.Lock()
 	delete(rt.cpu, svc.ID)
+	delete(rt.downSince, svc.ID)
 	rt.mu.Unlock()
-	return rt.removeServiceFiles(svc)
+	// A fork deleted before its restore finished releases its own hold on
+	// its parent.
+	if svc.Fork != nil {
+		if err := rt.backups.Release(rt.serviceDir(svc.Fork.ServiceID), svc.ID); err != nil {
+			return err
+		}
+	}
+	return rt.backups.RemoveService(rt.serviceDir(svc.ID))
 }
 
 // SetPassword makes the verifier tsdbadmin's password on the running primary.
@@ -387,54 +443,28 @@ func (rt *Runtime) SetPassword(ctx context.Context, svc *dbcloud.Service, verifi
 
 // setVerifier sends the SCRAM verifier, never a plaintext password, so the
 // password reaches neither PostgreSQL's logs nor any process list.
-func (rt *Runtime) setVerifier(ctx context.Context, spec InstanceSpec, verifier string) error {
+func (rt *Runtime) setVerifier(ctx context.Context, spec postgres.Spec, verifier string) error {
 	if !strings.HasPrefix(verifier, "SCRAM-SHA-256$") {
 		return dbcloud.Terminal(fmt.Errorf("instance %s: stored password is not a SCRAM verifier", spec.ID))
 	}
-	if err := rt.mgr.Exec(ctx, spec, "postgres", "ALTER ROLE tsdbadmin PASSWORD "+quoteLiteral(verifier)); err != nil {
+	if err := rt.instances.Exec(ctx, spec, "postgres", "ALTER ROLE tsdbadmin PASSWORD "+postgres.QuoteLiteral(verifier)); err != nil {
 		return fmt.Errorf("set password on %s: %w", spec.ID, err)
 	}
 	return nil
 }
 
 // checkEndpoint proves the endpoint serves TLS with the service's
-// certificate: it sends PostgreSQL's SSLRequest and completes a handshake
-// verified against the CA.
+// certificate, as a client with sslmode=verify-full would see it.
 func (rt *Runtime) checkEndpoint(ctx context.Context, ep *dbcloud.Endpoint) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	addr := net.JoinHostPort(ep.Host, strconv.Itoa(ep.Port))
-	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return fmt.Errorf("endpoint %s: %w", addr, err)
-	}
-	defer conn.Close()
-	if d, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(d)
-	}
-	req := make([]byte, 8)
-	binary.BigEndian.PutUint32(req[0:4], 8)
-	binary.BigEndian.PutUint32(req[4:8], 80877103) // SSLRequest code
-	if _, err := conn.Write(req); err != nil {
-		return fmt.Errorf("endpoint %s: %w", addr, err)
-	}
-	answer := make([]byte, 1)
-	if _, err := io.ReadFull(conn, answer); err != nil || answer[0] != 'S' {
-		return fmt.Errorf("endpoint %s does not offer TLS (answer %q, %v)", addr, answer, err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(rt.cfg.CA.Cert)
-	tc := tls.Client(conn, &tls.Config{RootCAs: pool, ServerName: ep.Host, MinVersion: tls.VersionTLS12})
-	if err := tc.HandshakeContext(ctx); err != nil {
-		return fmt.Errorf("endpoint %s TLS handshake: %w", addr, err)
-	}
-	return nil
+	return postgres.ProbeTLS(ctx, net.JoinHostPort(ep.Host, strconv.Itoa(ep.Port)), ep.Host, rt.roots)
 }
 
 // metrics reads usage: CPU as a rate since the last reading, memory as the
 // working set, storage as the data directory's size.
-func (rt *Runtime) metrics(serviceID string, spec InstanceSpec) *dbcloud.Metrics {
-	u, err := rt.mgr.Usage(spec)
+func (rt *Runtime) metrics(serviceID string, spec postgres.Spec) *dbcloud.Metrics {
+	u, err := rt.instances.Usage(spec)
 	if err != nil {
 		return nil
 	}
@@ -453,7 +483,7 @@ func (rt *Runtime) metrics(serviceID string, spec InstanceSpec) *dbcloud.Metrics
 // host has, all sizes together over the overcommitted memory, or a nearly
 // full disk.
 func (rt *Runtime) Admit(size dbcloud.Size, reserved []dbcloud.Size) error {
-	cpu, mem, disk, err := HostCapacity(rt.cfg.DataDir)
+	cpu, mem, disk, err := postgres.HostCapacity(rt.cfg.DataDir)
 	if err != nil {
 		return fmt.Errorf("host capacity: %w", err)
 	}
@@ -512,7 +542,3 @@ func (rt *Runtime) PortFree(port int) bool {
 func (rt *Runtime) Logs(ctx context.Context, svc *dbcloud.Service, q dbcloud.LogQuery) (*dbcloud.LogPage, error) {
 	return rt.readLogs(ctx, svc, q)
 }
-
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
-func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }

@@ -10,10 +10,10 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"sync"
 	"time"
 
 	"dbcloud"
+	"dbcloud/internal/atomicfile"
 	"dbcloud/pglog"
 )
 
@@ -58,7 +58,7 @@ func (r LogRetention) withDefaults() LogRetention {
 // is paused and after dbcloud restarts; they go when DeleteService removes
 // the service directory.
 func (rt *Runtime) readLogs(ctx context.Context, svc *dbcloud.Service, q dbcloud.LogQuery) (*dbcloud.LogPage, error) {
-	key, err := loadCursorKey(filepath.Join(rt.cfg.DataDir, cursorKeyFile))
+	key, err := rt.logCursorKey()
 	if err != nil {
 		return nil, fmt.Errorf("logs of %s: %w", svc.ID, err)
 	}
@@ -125,18 +125,27 @@ func instanceNodes(serviceDir string) ([]int, error) {
 	return nodes, nil
 }
 
-// cursorKeys caches keys by path: a key file never changes once made, and
-// logs requests should not read it every time.
-var cursorKeys sync.Map // path -> []byte
+// logCursorKey returns the key that signs this runtime's log cursors,
+// read (or made) once: a key file never changes once made, and logs
+// requests should not read it every time.
+func (rt *Runtime) logCursorKey() ([]byte, error) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.cursorKey == nil {
+		key, err := loadCursorKey(filepath.Join(rt.cfg.DataDir, cursorKeyFile))
+		if err != nil {
+			return nil, err
+		}
+		rt.cursorKey = key
+	}
+	return rt.cursorKey, nil
+}
 
 // loadCursorKey returns the key in path, making it (32 random bytes, mode
 // 0600) the first time. The file is written under a temporary name and
 // linked into place, so a crash leaves no short key and two makers agree
 // on the one that was linked first.
 func loadCursorKey(path string) ([]byte, error) {
-	if k, ok := cursorKeys.Load(path); ok {
-		return k.([]byte), nil
-	}
 	key, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		key, err = makeCursorKey(path)
@@ -147,8 +156,7 @@ func loadCursorKey(path string) ([]byte, error) {
 	if len(key) != 32 {
 		return nil, fmt.Errorf("cursor key %s has %d bytes, want 32; remove it to make a new one (open cursors become invalid)", path, len(key))
 	}
-	k, _ := cursorKeys.LoadOrStore(path, key)
-	return k.([]byte), nil
+	return key, nil
 }
 
 func makeCursorKey(path string) ([]byte, error) {
@@ -177,7 +185,7 @@ func makeCursorKey(path string) ([]byte, error) {
 	} else if err != nil {
 		return nil, err
 	}
-	return key, syncDir(filepath.Dir(path))
+	return key, atomicfile.SyncDir(filepath.Dir(path))
 }
 
 // PruneLogs applies the retention bound to the logs of every instance of

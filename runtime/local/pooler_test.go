@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -20,6 +19,9 @@ import (
 
 	"dbcloud"
 	"dbcloud/internal/pgbin"
+	"dbcloud/runtime/local/internal/localtest"
+	"dbcloud/runtime/local/internal/proc"
+	"dbcloud/runtime/local/postgres"
 	"dbcloud/tlsca"
 )
 
@@ -28,7 +30,7 @@ type poolerFixture struct {
 	rt       *Runtime
 	cfg      Config
 	svc      *dbcloud.Service
-	spec     InstanceSpec
+	spec     postgres.Spec
 	port     int
 	ep       *dbcloud.Endpoint
 	password string
@@ -40,16 +42,13 @@ type poolerFixture struct {
 // missing.
 func mustPooler(tb testing.TB, size dbcloud.Size) *poolerFixture {
 	tb.Helper()
-	if !PoolerAvailable() {
-		tb.Fatal("PgBouncer is not installed (apt-get install pgbouncer)")
-	}
 	ctx := context.Background()
-	base := testBase(tb)
+	base := localtest.Base(tb)
 	ca, err := tlsca.LoadOrCreateCA(filepath.Join(base, "ca"))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	logger := slog.New(slog.NewTextHandler(tbWriter{tb}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	logger := localtest.Logger(tb)
 	f := &poolerFixture{
 		cfg:      Config{BinDir: pgbin.Dir(), DataDir: filepath.Join(base, "data"), Host: "127.0.0.1", CA: ca, Logger: logger},
 		password: dbcloud.NewPassword(),
@@ -58,10 +57,13 @@ func mustPooler(tb testing.TB, size dbcloud.Size) *poolerFixture {
 	if f.rt, err = New(f.cfg); err != nil {
 		tb.Fatal(err)
 	}
+	if !f.rt.poolers.Available() {
+		tb.Fatal("PgBouncer is not installed (apt-get install pgbouncer)")
+	}
 	tb.Cleanup(func() { f.rt.Close() })
 	f.svc = &dbcloud.Service{
 		ID:               fmt.Sprintf("pool%d", os.Getpid()),
-		Endpoint:         &dbcloud.Endpoint{Host: "127.0.0.1", Port: freePort(tb)},
+		Endpoint:         &dbcloud.Endpoint{Host: "127.0.0.1", Port: localtest.FreePort(tb)},
 		Spec:             dbcloud.ServiceSpec{Size: size, Environment: dbcloud.EnvProd, Running: true},
 		PasswordVerifier: dbcloud.NewSCRAMVerifier(f.password),
 	}
@@ -76,13 +78,13 @@ func mustPooler(tb testing.TB, size dbcloud.Size) *poolerFixture {
 	if _, err := f.rt.EnsureService(ctx, f.svc); err != nil {
 		tb.Fatal(err)
 	}
-	if f.spec, err = f.rt.primary(f.svc); err != nil {
+	if f.spec, err = f.rt.preparePrimary(f.svc); err != nil {
 		tb.Fatal(err)
 	}
 	// Enabled after the service runs: the pooler's port is the domain's to
 	// claim (Service.PoolerPort); here it is passed directly.
 	f.svc.Spec.Pooler = true
-	f.port = freePort(tb)
+	f.port = localtest.FreePort(tb)
 	begin := time.Now()
 	if f.ep, err = f.rt.ensurePooler(ctx, f.svc, f.spec, f.spec, f.port); err != nil {
 		tb.Fatal(err)
@@ -97,7 +99,7 @@ func mustPooler(tb testing.TB, size dbcloud.Size) *poolerFixture {
 func (f *poolerFixture) dsn(user, password, db string, port int) string {
 	return fmt.Sprintf("host=127.0.0.1 port=%d user=%s password=%s dbname=%s sslmode=verify-full sslrootcert=%s "+
 		"connect_timeout=5 default_query_exec_mode=simple_protocol",
-		port, quoteDSN(user), quoteDSN(password), quoteDSN(db), quoteDSN(f.caFile))
+		port, postgres.QuoteDSN(user), postgres.QuoteDSN(password), postgres.QuoteDSN(db), postgres.QuoteDSN(f.caFile))
 }
 
 func (f *poolerFixture) connect(ctx context.Context, user, password, db string) (*pgx.Conn, error) {
@@ -106,7 +108,7 @@ func (f *poolerFixture) connect(ctx context.Context, user, password, db string) 
 
 func (f *poolerFixture) pid(tb testing.TB) int {
 	tb.Helper()
-	pid, ok := f.rt.runningPooler(poolerSpec{Dir: f.rt.poolerDir(f.svc.ID)})
+	pid, ok := f.rt.poolers.PID(f.rt.poolerDir(f.svc.ID))
 	if !ok {
 		tb.Fatal("no pooler runs")
 	}
@@ -179,7 +181,7 @@ func TestPooler(t *testing.T) {
 
 	t.Run("PeerRolesRefused", func(t *testing.T) {
 		mustFailLogin(t, f, "postgres", "x", "postgres", "superuser")
-		mustFailLogin(t, f, poolerRole, "x", "tsdb", "lookup role")
+		mustFailLogin(t, f, postgres.PoolerRole, "x", "tsdb", "lookup role")
 		mustFailLogin(t, f, "tsdbadmin", f.password, "pgbouncer", "admin console")
 		mustFailLogin(t, f, "tsdbadmin", "wrong", "tsdb", "wrong password")
 	})
@@ -193,7 +195,7 @@ func TestPooler(t *testing.T) {
 		for _, db := range []string{"template1", "postgres", "tsdb"} {
 			var owner, config string
 			var definer bool
-			err := superQueryRow(ctx, f.rt.mgr, f.spec, db, `SELECT pg_get_userbyid(p.proowner)::text, p.prosecdef, array_to_string(p.proconfig, ';')
+			err := superQueryRow(ctx, f.rt.instances, f.spec, db, `SELECT pg_get_userbyid(p.proowner)::text, p.prosecdef, array_to_string(p.proconfig, ';')
 				FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'pgbouncer' AND p.proname = 'get_auth'`, &owner, &definer, &config)
 			if err != nil || owner != "postgres" || !definer || config != "search_path=pg_catalog, pg_temp" {
 				t.Errorf("get_auth in %s: owner %q, security definer %v, config %q, %v", db, owner, definer, config, err)
@@ -218,7 +220,7 @@ func TestPooler(t *testing.T) {
 		// tsdbadmin's CREATEROLE reaches the lookup role in PostgreSQL 15;
 		// a membership it grants itself is revoked at the next ensure, and
 		// the function never answers for a superuser anyway.
-		if _, err := direct.Exec(ctx, `GRANT `+poolerRole+` TO tsdbadmin`); err != nil {
+		if _, err := direct.Exec(ctx, `GRANT `+postgres.PoolerRole+` TO tsdbadmin`); err != nil {
 			t.Fatal(err)
 		}
 		var n int
@@ -259,7 +261,7 @@ func TestPooler(t *testing.T) {
 			t.Fatal(err)
 		}
 		mustFailLogin(t, f, "postgres", "hijack", "evil", "superuser vouched for by a fake lookup")
-		mustFailLogin(t, f, poolerRole, "hijack", "evil", "lookup role vouched for by a fake lookup")
+		mustFailLogin(t, f, postgres.PoolerRole, "hijack", "evil", "lookup role vouched for by a fake lookup")
 		mustFailLogin(t, f, "tsdbadmin", "hijack", "evil", "tsdbadmin with a fake verifier (the server checks)")
 	})
 
@@ -292,7 +294,7 @@ func TestPooler(t *testing.T) {
 		if _, err := f.rt.ensurePooler(ctx, f.svc, changed, changed, f.port); err != nil {
 			t.Fatal(err)
 		}
-		ini, _ := os.ReadFile(filepath.Join(f.rt.poolerDir(f.svc.ID), poolerIniFile))
+		ini, _ := os.ReadFile(filepath.Join(f.rt.poolerDir(f.svc.ID), "pgbouncer.ini"))
 		if got := f.pid(t); got != pid || !strings.Contains(string(ini), "default_pool_size = 35\n") {
 			t.Errorf("after a pool size change: pid %d -> %d, ini has size 35: %v", pid, got, strings.Contains(string(ini), "default_pool_size = 35\n"))
 		}
@@ -315,7 +317,7 @@ func TestPooler(t *testing.T) {
 	t.Run("PortChangeRestarts", func(t *testing.T) {
 		pid := f.pid(t)
 		old := f.port
-		f.port = freePort(t)
+		f.port = localtest.FreePort(t)
 		if _, err := f.rt.ensurePooler(ctx, f.svc, f.spec, f.spec, f.port); err != nil {
 			t.Fatal(err)
 		}
@@ -339,7 +341,7 @@ func TestPooler(t *testing.T) {
 			if time.Now().After(deadline) {
 				t.Fatal("killed pooler still counts as running")
 			}
-			time.Sleep(pollInterval)
+			time.Sleep(proc.PollInterval)
 		}
 		if _, err := f.rt.ensurePooler(ctx, f.svc, f.spec, f.spec, f.port); err != nil {
 			t.Fatal(err)
@@ -358,13 +360,13 @@ func TestPooler(t *testing.T) {
 			c.Close()
 			t.Errorf("port %d still accepts after disable", f.port)
 		}
-		if processAlive(pid) {
+		if proc.Alive(pid) {
 			t.Errorf("pgbouncer %d still alive", pid)
 		}
 		if _, err := os.Stat(f.rt.poolerDir(f.svc.ID)); !os.IsNotExist(err) {
 			t.Errorf("pooler directory remains: %v", err)
 		}
-		if cg := f.rt.mgr.cgroupOf(f.svc.ID + "-pooler"); cg != nil && cg.exists() {
+		if cg := f.rt.cgroups.Of(f.svc.ID + "-pooler"); cg != nil && cg.Exists() {
 			t.Error("pooler cgroup remains")
 		}
 		// Direct connections are unaffected.
@@ -377,7 +379,7 @@ func TestPooler(t *testing.T) {
 }
 
 // connectQueryRow runs one query as the superuser on database db.
-func superQueryRow(ctx context.Context, m *Manager, s InstanceSpec, db, sql string, dest ...any) error {
+func superQueryRow(ctx context.Context, m *postgres.Instances, s postgres.Spec, db, sql string, dest ...any) error {
 	conn, err := m.Connect(ctx, s, db)
 	if err != nil {
 		return err

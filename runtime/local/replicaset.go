@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"dbcloud/runtime/local/postgres"
+
 	"dbcloud"
 )
 
@@ -25,12 +27,7 @@ import (
 // round-robin. A set lives in DATA/services/<set id>/ like a service: node
 // n in n/, and proxy/, pooler/, tls/ and replicaset.json.
 
-const (
-	replicaSetStateFile = "replicaset.json"
-	// slotDropTimeout bounds the wait for a stopped node's walsender to
-	// let go of its slot.
-	slotDropTimeout = 10 * time.Second
-)
+const replicaSetStateFile = "replicaset.json"
 
 var _ dbcloud.ReplicaSetProvisioner = (*Runtime)(nil)
 
@@ -46,17 +43,11 @@ type replicaSetState struct {
 	ParentSize dbcloud.Size `json:"parent_size"`
 }
 
-// hotStandbyMinimums are the settings a hot standby refuses to run with
-// below the primary's values (PostgreSQL 15, "Hot Standby" administrator's
-// overview); nodes get the larger of their own size's and the parent's.
-var hotStandbyMinimums = []string{"max_connections", "max_worker_processes", "max_wal_senders",
-	"max_prepared_transactions", "max_locks_per_transaction"}
-
 // nodeAppName and nodeSlot name node n of set in the primary's views.
 func nodeAppName(setID string, n int) string { return "rs_" + setID + "_" + strconv.Itoa(n) }
 func nodeSlot(setID string, n int) string    { return "dbcloud_" + nodeAppName(setID, n) }
 
-func upstreamKey(upstream InstanceSpec) string {
+func upstreamKey(upstream postgres.Spec) string {
 	return upstream.ID + "@" + strconv.Itoa(upstream.Port)
 }
 
@@ -79,13 +70,13 @@ func (rt *Runtime) saveReplicaSet(setID string, st *replicaSetState) error {
 // nodeSpec is node n's spec: the set's size, certificate and internal
 // port, following upstream. It is a pure function of its arguments, so
 // every Reload renders the same config.
-func (rt *Runtime) nodeSpec(set *dbcloud.Service, upstream InstanceSpec, st *replicaSetState, n int, certPEM, keyPEM []byte) InstanceSpec {
+func (rt *Runtime) nodeSpec(set *dbcloud.Service, upstream postgres.Spec, st *replicaSetState, n int, certPEM, keyPEM []byte) postgres.Spec {
 	res := ResourcesFor(set.Spec.Size)
 	settings := maps.Clone(res.Settings)
 	if settings == nil {
 		settings = map[string]string{}
 	}
-	for _, k := range hotStandbyMinimums {
+	for _, k := range postgres.HotStandbyMinimums() {
 		mine, _ := strconv.Atoi(settings[k])
 		if theirs, err := strconv.Atoi(upstream.Settings[k]); err == nil && theirs > mine {
 			settings[k] = upstream.Settings[k]
@@ -99,9 +90,9 @@ func (rt *Runtime) nodeSpec(set *dbcloud.Service, upstream InstanceSpec, st *rep
 	// second instead of every five.
 	settings["wal_retrieve_retry_interval"] = "1s"
 	settings["primary_conninfo"] = fmt.Sprintf("host=%s port=%d user=postgres application_name=%s",
-		quoteDSN(upstream.runDir()), upstream.Port, nodeAppName(set.ID, n))
+		postgres.QuoteDSN(upstream.RunDir()), upstream.Port, nodeAppName(set.ID, n))
 	settings["primary_slot_name"] = nodeSlot(set.ID, n)
-	return InstanceSpec{
+	return postgres.Spec{
 		ID: set.ID + "-" + strconv.Itoa(n), Dir: filepath.Join(rt.serviceDir(set.ID), strconv.Itoa(n)),
 		ListenAddr: rt.listenAddr(), Port: st.Ports[n], Settings: settings, CertPEM: certPEM, KeyPEM: keyPEM,
 		CPUMillis: res.CPUMillis, MemoryBytes: res.MemoryBytes,
@@ -109,33 +100,40 @@ func (rt *Runtime) nodeSpec(set *dbcloud.Service, upstream InstanceSpec, st *rep
 }
 
 // replicaSetBase is what every step needs: the set seen as a service (its
-// endpoint, size and pooler), the parent's current primary and the set's
-// certificate.
-func (rt *Runtime) replicaSetBase(parent *dbcloud.Service, set *dbcloud.ReadReplicaSet) (svc *dbcloud.Service, upstream InstanceSpec, cert, key []byte, err error) {
+// endpoint, size and pooler) and the parent's current primary. It writes
+// nothing; replicaSetCert makes the set's directory and certificate.
+func (rt *Runtime) replicaSetBase(parent *dbcloud.Service, set *dbcloud.ReadReplicaSet) (svc *dbcloud.Service, upstream postgres.Spec, err error) {
 	svc = set.AsService(parent)
 	if svc.Endpoint == nil {
-		return nil, InstanceSpec{}, nil, nil, dbcloud.Terminal(fmt.Errorf("read replica set %s has no endpoint", set.ID))
+		return nil, postgres.Spec{}, dbcloud.Terminal(fmt.Errorf("read replica set %s has no endpoint", set.ID))
 	}
 	if upstream, err = rt.primary(parent); err != nil {
-		return nil, InstanceSpec{}, nil, nil, err
+		return nil, postgres.Spec{}, err
 	}
-	if err := os.MkdirAll(rt.serviceDir(set.ID), 0o711); err != nil {
-		return nil, InstanceSpec{}, nil, nil, err
+	return svc, upstream, nil
+}
+
+// replicaSetCert makes the set's directory and returns its certificate,
+// issued once.
+func (rt *Runtime) replicaSetCert(svc *dbcloud.Service) (cert, key []byte, err error) {
+	if err := os.MkdirAll(rt.serviceDir(svc.ID), 0o711); err != nil {
+		return nil, nil, err
 	}
-	if cert, key, err = rt.serverCert(svc); err != nil {
-		return nil, InstanceSpec{}, nil, nil, err
-	}
-	return svc, upstream, cert, key, nil
+	return rt.serverCert(svc)
 }
 
 // EnsureReplicaSet makes the set's nodes, endpoint and pooler match its
 // spec, following the parent's current primary.
 func (rt *Runtime) EnsureReplicaSet(ctx context.Context, parent *dbcloud.Service, set *dbcloud.ReadReplicaSet) (*dbcloud.Observation, error) {
-	svc, upstream, cert, key, err := rt.replicaSetBase(parent, set)
+	svc, upstream, err := rt.replicaSetBase(parent, set)
 	if err != nil {
 		return nil, err
 	}
-	_, upstreamUp := rt.mgr.Running(upstream)
+	cert, key, err := rt.replicaSetCert(svc)
+	if err != nil {
+		return nil, err
+	}
+	_, upstreamUp := rt.instances.Running(upstream)
 	st, err := rt.loadReplicaSet(set.ID)
 	if err != nil {
 		return nil, err
@@ -175,11 +173,11 @@ func (rt *Runtime) EnsureReplicaSet(ctx context.Context, parent *dbcloud.Service
 		}
 		for _, n := range remove {
 			spec := rt.nodeSpec(svc, upstream, st, n, cert, key)
-			if err := rt.mgr.Destroy(ctx, spec); err != nil {
+			if err := rt.instances.Destroy(ctx, spec); err != nil {
 				return nil, fmt.Errorf("remove node %s: %w", spec.ID, err)
 			}
 			if upstreamUp {
-				if err := rt.dropSlots(ctx, upstream, nodeSlot(set.ID, n)); err != nil {
+				if err := rt.instances.DropSlots(ctx, upstream, nodeSlot(set.ID, n)); err != nil {
 					return nil, err
 				}
 			}
@@ -205,14 +203,14 @@ func (rt *Runtime) EnsureReplicaSet(ctx context.Context, parent *dbcloud.Service
 		// A node that does not reach the primary in time has diverged from
 		// it (it received WAL a failed-over primary never had) or lost the
 		// WAL it needs: it is copied afresh.
-		for _, n := range rt.notStreaming(ctx, upstream, set.ID, keep, streamingWait) {
+		for _, n := range rt.notStreaming(ctx, upstream, set.ID, keep, postgres.StreamingWait) {
 			spec := rt.nodeSpec(svc, upstream, st, n, cert, key)
 			rt.cfg.Logger.Warn("read replica does not follow its primary; copying it again", "instance", spec.ID, "primary", upstream.ID)
 			if err := rt.ensureNode(ctx, upstream, upstreamUp, spec, nodeAppName(set.ID, n), true); err != nil {
 				return nil, err
 			}
 		}
-		if late := rt.notStreaming(ctx, upstream, set.ID, keep, streamingWait); len(late) > 0 {
+		if late := rt.notStreaming(ctx, upstream, set.ID, keep, postgres.StreamingWait); len(late) > 0 {
 			return nil, fmt.Errorf("read replica set %s: nodes %v do not stream from %s", set.ID, late, upstream.ID)
 		}
 	}
@@ -242,44 +240,42 @@ func (rt *Runtime) EnsureReplicaSet(ctx context.Context, parent *dbcloud.Service
 // and its data is a copy of upstream's (made now if missing or if fresh
 // is set). Without a running upstream a node with data still starts and
 // serves what it has.
-func (rt *Runtime) ensureNode(ctx context.Context, upstream InstanceSpec, upstreamUp bool, spec InstanceSpec, app string, fresh bool) error {
-	_, statErr := os.Stat(filepath.Join(spec.pgdata(), "PG_VERSION"))
+func (rt *Runtime) ensureNode(ctx context.Context, upstream postgres.Spec, upstreamUp bool, spec postgres.Spec, app string, fresh bool) error {
+	_, statErr := os.Stat(filepath.Join(spec.PGData(), "PG_VERSION"))
 	if (statErr != nil || fresh) && !upstreamUp {
 		return fmt.Errorf("node %s waits for its primary %s to run", spec.ID, upstream.ID)
 	}
 	if upstreamUp {
-		if err := rt.mgr.Exec(ctx, upstream, "postgres",
-			`SELECT pg_create_physical_replication_slot($1, true)
-			 WHERE NOT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = $1)`, spec.Settings["primary_slot_name"]); err != nil {
-			return fmt.Errorf("slot for %s: %w", spec.ID, err)
+		if err := rt.instances.CreateSlot(ctx, upstream, spec.Settings["primary_slot_name"]); err != nil {
+			return err
 		}
 	}
 	if statErr != nil || fresh {
-		if err := rt.mgr.Stop(ctx, spec, 10*time.Second); err != nil {
+		if err := rt.instances.Stop(ctx, spec, 10*time.Second); err != nil {
 			return err
 		}
-		if err := rt.clone(ctx, upstream, spec, app); err != nil {
+		if err := rt.instances.Clone(ctx, upstream, spec, app); err != nil {
 			return err
 		}
 	}
-	if err := rt.writeStandbySignal(spec); err != nil {
+	if err := rt.instances.WriteStandbySignal(spec); err != nil {
 		return err
 	}
 	if upstreamUp {
-		if err := rt.restartpointPastParameters(ctx, upstream, spec); err != nil {
+		if err := rt.instances.RestartpointPastParameters(ctx, upstream, spec); err != nil {
 			return err
 		}
 	}
-	return rt.ensureInstance(ctx, spec)
+	return rt.instances.Ensure(ctx, spec)
 }
 
 // notStreaming returns the nodes that are not connected to upstream
 // (catching up counts as connected) after waiting up to wait for them.
-func (rt *Runtime) notStreaming(ctx context.Context, upstream InstanceSpec, setID string, nodes []int, wait time.Duration) []int {
+func (rt *Runtime) notStreaming(ctx context.Context, upstream postgres.Spec, setID string, nodes []int, wait time.Duration) []int {
 	deadline := time.Now().Add(wait)
 	for {
 		var late []int
-		senders, err := rt.walSenders(ctx, upstream)
+		senders, err := rt.instances.WALSenders(ctx, upstream)
 		for _, n := range nodes {
 			if s := senders[nodeAppName(setID, n)]; err != nil || (s != "streaming" && s != "catchup") {
 				late = append(late, n)
@@ -303,62 +299,11 @@ func (rt *Runtime) nodeTargets(st *replicaSetState, nodes []int) []string {
 	return out
 }
 
-// freePort picks a port the kernel has free on the instance host that is
-// not in used.
-func (rt *Runtime) freePort(used []int) (int, error) {
-	for range 20 {
-		l, err := net.Listen("tcp", net.JoinHostPort(rt.cfg.Host, "0"))
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if !slices.Contains(used, port) {
-			return port, nil
-		}
-	}
-	return 0, errors.New("no free internal port")
-}
-
-// dropSlots drops the named replication slots on primary; missing ones are
-// fine. A slot is still active for a moment after its standby stopped
-// (the walsender exits), so it waits for that, up to a bound.
-func (rt *Runtime) dropSlots(ctx context.Context, primary InstanceSpec, names ...string) error {
-	deadline := time.Now().Add(slotDropTimeout)
-	for {
-		conn, err := rt.mgr.Connect(ctx, primary, "postgres")
-		if err != nil {
-			return err
-		}
-		var left int
-		err = conn.QueryRow(ctx, `WITH dropped AS (
-				SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
-				WHERE slot_name = ANY($1) AND NOT active)
-			SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name = ANY($1) AND active)::int
-			FROM (SELECT count(*) FROM dropped) d`, names).Scan(&left)
-		conn.Close(context.WithoutCancel(ctx))
-		if err != nil {
-			return fmt.Errorf("drop slots %v on %s: %w", names, primary.ID, err)
-		}
-		if left == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("drop slots %v on %s: %d still in use after %v", names, primary.ID, left, slotDropTimeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
 // dropStaleSlots drops the slots of read replica nodes whose set is gone:
 // a set deleted while its parent was stopped could not drop them, and a
 // slot nobody reads from keeps WAL on the primary for ever.
-func (rt *Runtime) dropStaleSlots(ctx context.Context, primary InstanceSpec) error {
-	conn, err := rt.mgr.Connect(ctx, primary, "postgres")
+func (rt *Runtime) dropStaleSlots(ctx context.Context, primary postgres.Spec) error {
+	conn, err := rt.instances.Connect(ctx, primary, "postgres")
 	if err != nil {
 		return err
 	}
@@ -385,13 +330,13 @@ func (rt *Runtime) dropStaleSlots(ctx context.Context, primary InstanceSpec) err
 		return err
 	}
 	rt.cfg.Logger.Info("dropping slots of deleted read replicas", "instance", primary.ID, "slots", strings.Join(stale, ","))
-	return rt.dropSlots(ctx, primary, stale...)
+	return rt.instances.DropSlots(ctx, primary, stale...)
 }
 
 // CheckReplicaSet reports whether every node, the endpoint proxy and the
 // pooler run, and whether the nodes follow the parent's primary of now.
 func (rt *Runtime) CheckReplicaSet(ctx context.Context, parent *dbcloud.Service, set *dbcloud.ReadReplicaSet) (*dbcloud.Observation, error) {
-	svc, upstream, cert, key, err := rt.replicaSetBase(parent, set)
+	svc, upstream, err := rt.replicaSetBase(parent, set)
 	if err != nil {
 		return nil, err
 	}
@@ -416,7 +361,7 @@ func (rt *Runtime) CheckReplicaSet(ctx context.Context, parent *dbcloud.Service,
 		return obs, nil
 	}
 	for n := range set.Spec.Nodes {
-		if _, ok := rt.mgr.Running(rt.nodeSpec(svc, upstream, st, n, cert, key)); !ok {
+		if _, ok := rt.instances.Running(rt.nodeSpec(svc, upstream, st, n, nil, nil)); !ok {
 			obs.Reason = fmt.Sprintf("Node %s-%d is not running; restarting it.", set.ID, n)
 			return obs, nil
 		}
@@ -446,16 +391,16 @@ func (rt *Runtime) DeleteReplicaSet(ctx context.Context, parent *dbcloud.Service
 		if err != nil || !e.IsDir() {
 			continue
 		}
-		spec := InstanceSpec{ID: set.ID + "-" + e.Name(), Dir: filepath.Join(dir, e.Name())}
-		if err := rt.mgr.Destroy(ctx, spec); err != nil {
+		spec := postgres.Spec{ID: set.ID + "-" + e.Name(), Dir: filepath.Join(dir, e.Name())}
+		if err := rt.instances.Destroy(ctx, spec); err != nil {
 			return fmt.Errorf("destroy %s: %w", spec.ID, err)
 		}
 		slots = append(slots, nodeSlot(set.ID, n))
 	}
 	if parent != nil && parent.Endpoint != nil && len(slots) > 0 {
 		if upstream, err := rt.primary(parent); err == nil {
-			if _, up := rt.mgr.Running(upstream); up {
-				if err := rt.dropSlots(ctx, upstream, slots...); err != nil {
+			if _, up := rt.instances.Running(upstream); up {
+				if err := rt.instances.DropSlots(ctx, upstream, slots...); err != nil {
 					return err
 				}
 			}

@@ -1,4 +1,4 @@
-package local
+package postgres
 
 import (
 	"context"
@@ -16,6 +16,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"dbcloud/internal/atomicfile"
+	"dbcloud/runtime/local/internal/proc"
 )
 
 // Pool entries are directories in PoolDir. A cluster is prepared in
@@ -49,7 +52,7 @@ const (
 // Open removes half-made pool entries left by a crash and starts the
 // background loop that keeps PoolSize prepared clusters in PoolDir. The loop
 // runs until Close, not until ctx ends.
-func (m *Manager) Open(ctx context.Context) error {
+func (m *Instances) Open(ctx context.Context) error {
 	if err := os.MkdirAll(m.PoolDir, 0o755); err != nil {
 		return fmt.Errorf("open pool %s: %w", m.PoolDir, err)
 	}
@@ -79,7 +82,7 @@ func (m *Manager) Open(ctx context.Context) error {
 // Close stops the refill loop, abandoning (and removing) a cluster being
 // prepared. Running instances are left alone: they outlive the control
 // plane.
-func (m *Manager) Close() error {
+func (m *Instances) Close() error {
 	m.mu.Lock()
 	cancel := m.cancel
 	m.cancel = nil
@@ -94,7 +97,7 @@ func (m *Manager) Close() error {
 // cleanPool removes entries that are not usable: preparations cut short
 // by a crash, and ready entries whose cluster was taken but which were not
 // yet removed when the crash came.
-func (m *Manager) cleanPool() error {
+func (m *Instances) cleanPool() error {
 	entries, err := os.ReadDir(m.PoolDir)
 	if err != nil {
 		return err
@@ -117,7 +120,7 @@ func (m *Manager) cleanPool() error {
 }
 
 // readyEntries lists the complete pool entries, oldest name first.
-func (m *Manager) readyEntries() []string {
+func (m *Instances) readyEntries() []string {
 	entries, _ := os.ReadDir(m.PoolDir)
 	var ready []string
 	for _, e := range entries {
@@ -129,7 +132,7 @@ func (m *Manager) readyEntries() []string {
 	return ready
 }
 
-func (m *Manager) kickRefill() {
+func (m *Instances) kickRefill() {
 	select {
 	case m.refill <- struct{}{}:
 	default:
@@ -138,7 +141,7 @@ func (m *Manager) kickRefill() {
 
 // refillLoop prepares clusters one at a time until the pool is full, then
 // sleeps until a take wakes it (or poolRecheck passes).
-func (m *Manager) refillLoop(ctx context.Context) {
+func (m *Instances) refillLoop(ctx context.Context) {
 	backoff := poolBackoffMin
 	for {
 		if len(m.readyEntries()) < m.PoolSize {
@@ -174,7 +177,7 @@ func (m *Manager) refillLoop(ctx context.Context) {
 }
 
 // addToPool prepares one cluster in a .tmp- entry and publishes it.
-func (m *Manager) addToPool(ctx context.Context) (err error) {
+func (m *Instances) addToPool(ctx context.Context) (err error) {
 	begin := time.Now()
 	name := randomName()
 	work := filepath.Join(m.PoolDir, poolTmpPrefix+name)
@@ -189,7 +192,7 @@ func (m *Manager) addToPool(ctx context.Context) (err error) {
 	if err := os.Rename(work, filepath.Join(m.PoolDir, poolReadyPrefix+name)); err != nil {
 		return err
 	}
-	if err := syncDir(m.PoolDir); err != nil {
+	if err := atomicfile.SyncDir(m.PoolDir); err != nil {
 		return err
 	}
 	m.Logger.Info("pool cluster prepared", "entry", poolReadyPrefix+name, "ms", time.Since(begin).Milliseconds())
@@ -207,13 +210,13 @@ func randomName() string {
 // takeFromPool renames a prepared cluster to pgdata. It reports false when
 // the pool is empty, or on another filesystem (rename cannot cross), so the
 // caller prepares one inline.
-func (m *Manager) takeFromPool(pgdata string) (bool, error) {
+func (m *Instances) takeFromPool(pgdata string) (bool, error) {
 	for _, name := range m.readyEntries() {
 		entry := filepath.Join(m.PoolDir, name)
 		err := os.Rename(filepath.Join(entry, "pgdata"), pgdata)
 		switch {
 		case err == nil:
-			if err := syncDir(filepath.Dir(pgdata)); err != nil {
+			if err := atomicfile.SyncDir(filepath.Dir(pgdata)); err != nil {
 				return true, err
 			}
 			if err := os.RemoveAll(entry); err != nil {
@@ -242,22 +245,22 @@ func (m *Manager) takeFromPool(pgdata string) (bool, error) {
 // fsync (each cluster gets its own system identifier), one start on a
 // unix socket only, the SQL, a fast shutdown, and one syncfs instead of
 // initdb's per-file fsyncs.
-func (m *Manager) prepareCluster(ctx context.Context, work string) error {
+func (m *Instances) prepareCluster(ctx context.Context, work string) error {
 	if err := os.Mkdir(work, 0o755); err != nil {
 		return err
 	}
 	pgdata := filepath.Join(work, "pgdata")
 	// A throwaway spec gives the preparation run the same peer mapping as
 	// the instance will have.
-	s := InstanceSpec{ID: "pool", Dir: work, Port: 5432}
-	for _, dir := range []string{pgdata, s.runDir(), s.confDir()} {
-		if err := m.makeServerDir(dir); err != nil {
+	s := Spec{ID: "pool", Dir: work, Port: 5432}
+	for _, dir := range []string{pgdata, s.RunDir(), s.ConfDir()} {
+		if err := m.MakeServerDir(dir); err != nil {
 			return err
 		}
 	}
-	_, hba, ident := RenderConfig(s)
+	_, hba, ident := RenderConfig(s, m.osUser)
 	for name, data := range map[string]string{hbaFile: hba, identFile: ident} {
-		if err := m.writeFileAtomic(s.confPath(name), []byte(data), 0o600); err != nil {
+		if err := m.WriteServerFile(s.ConfPath(name), []byte(data), 0o600); err != nil {
 			return err
 		}
 	}
@@ -283,9 +286,9 @@ func (m *Manager) prepareCluster(ctx context.Context, work string) error {
 	c, logStart, err := m.spawnPostmaster(work, logPath, []string{"-D", pgdata,
 		"-c", "listen_addresses=",
 		"-c", "port=5432",
-		"-c", "unix_socket_directories=" + s.runDir(),
-		"-c", "hba_file=" + s.confPath(hbaFile),
-		"-c", "ident_file=" + s.confPath(identFile),
+		"-c", "unix_socket_directories=" + s.RunDir(),
+		"-c", "hba_file=" + s.ConfPath(hbaFile),
+		"-c", "ident_file=" + s.ConfPath(identFile),
 		"-c", "logging_collector=off",
 		"-c", "fsync=off", // synced once below
 		"-c", "shared_buffers=16MB",
@@ -297,17 +300,17 @@ func (m *Manager) prepareCluster(ctx context.Context, work string) error {
 	}
 	// Stopped whatever happens below, even when ctx is cancelled.
 	stopErr := func() error {
-		_ = syscall.Kill(c.pid, syscall.SIGINT)
-		if waitExit(context.Background(), c.pid, c, prepareStopTimeout) {
-			return c.err
+		_ = syscall.Kill(c.PID, syscall.SIGINT)
+		if m.sup.Wait(context.Background(), c.PID, prepareStopTimeout) {
+			return c.Err()
 		}
-		_ = syscall.Kill(c.pid, syscall.SIGKILL)
-		<-c.exited
-		return fmt.Errorf("preparation postmaster %d did not stop within %v", c.pid, prepareStopTimeout)
+		_ = syscall.Kill(c.PID, syscall.SIGKILL)
+		<-c.Exited()
+		return fmt.Errorf("preparation postmaster %d did not stop within %v", c.PID, prepareStopTimeout)
 	}
-	if err := m.waitReady(ctx, s, c.pid, c); err != nil {
+	if err := m.waitReady(ctx, s, c.PID, c); err != nil {
 		_ = stopErr()
-		return fmt.Errorf("%w%s", err, logTail(logPath, logStart))
+		return fmt.Errorf("%w%s", err, proc.LogTail(logPath, logStart))
 	}
 	if err := m.Exec(ctx, s, "postgres", "CREATE ROLE tsdbadmin LOGIN CREATEDB CREATEROLE"); err != nil {
 		_ = stopErr()
@@ -318,7 +321,7 @@ func (m *Manager) prepareCluster(ctx context.Context, work string) error {
 		return err
 	}
 	if err := stopErr(); err != nil {
-		return fmt.Errorf("stop preparation postmaster: %w%s", err, logTail(logPath, logStart))
+		return fmt.Errorf("stop preparation postmaster: %w%s", err, proc.LogTail(logPath, logStart))
 	}
 	return syncfs(work)
 }
@@ -328,17 +331,9 @@ func (m *Manager) prepareCluster(ctx context.Context, work string) error {
 // initdb's bootstrap backend) ran leaves that process alive, in its own
 // session, writing into the directory.
 func removeWorkDir(dir string) error {
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(pollInterval) {
-		pids := workProcesses(dir)
-		if len(pids) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("remove %s: processes %v survive SIGKILL", dir, pids)
-		}
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
+	find := func() ([]int, error) { return workProcesses(dir), nil }
+	if err := proc.KillAll(context.Background(), find, time.Now().Add(10*time.Second)); err != nil {
+		return fmt.Errorf("remove %s: %w", dir, err)
 	}
 	return os.RemoveAll(dir)
 }
@@ -353,20 +348,14 @@ func workProcesses(dir string) []int {
 		return nil
 	}
 	pgdata := filepath.Join(real, "pgdata")
-	var pids []int
-	for _, pid := range allProcesses() {
-		if pid == os.Getpid() {
-			continue
+	return proc.Find(func(pid int) bool {
+		base := filepath.Base(proc.Exe(pid))
+		if !strings.HasPrefix(base, "postgres") && !strings.HasPrefix(base, "initdb") {
+			return false
 		}
-		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-		if base := filepath.Base(exe); err != nil || (!strings.HasPrefix(base, "postgres") && !strings.HasPrefix(base, "initdb")) {
-			continue
-		}
-		if cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid)); err == nil && (cwd == real || cwd == pgdata) && processAlive(pid) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+		cwd := proc.Cwd(pid)
+		return cwd == real || cwd == pgdata
+	})
 }
 
 // syncfs flushes the whole filesystem holding dir: one call instead of an

@@ -1,14 +1,14 @@
-package local
+package postgres
 
 import (
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,39 +20,17 @@ import (
 
 	"dbcloud"
 	"dbcloud/internal/pgbin"
+	"dbcloud/runtime/local/internal/localtest"
+	"dbcloud/runtime/local/internal/proc"
 	"dbcloud/tlsca"
 )
 
-// testBase returns a fresh directory directly in os.TempDir() (whose
-// ancestors the postgres user can traverse), made traversable itself, and
-// removed at the end of the test.
-func testBase(tb testing.TB) string {
-	tb.Helper()
-	dir, err := os.MkdirTemp("", "dbcloud-local-")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
-type tbWriter struct{ tb testing.TB }
-
-func (w tbWriter) Write(p []byte) (int, error) {
-	w.tb.Helper()
-	w.tb.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
-}
-
-// mustManager returns a Manager over base/pool. It fails, not skips, when
+// mustInstances returns Instances over base/pool. It fails, not skips, when
 // PostgreSQL is missing: CI must not pass by not running these tests.
-func mustManager(tb testing.TB, base string, poolSize int) *Manager {
+func mustInstances(tb testing.TB, base string, poolSize int) *Instances {
 	tb.Helper()
-	logger := slog.New(slog.NewTextHandler(tbWriter{tb}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	m, err := NewManager(pgbin.Dir(), filepath.Join(base, "pool"), poolSize, logger)
+	logger := localtest.Logger(tb)
+	m, err := NewInstances(Config{BinDir: pgbin.Dir(), PoolDir: filepath.Join(base, "pool"), PoolSize: poolSize, Logger: logger})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -62,7 +40,7 @@ func mustManager(tb testing.TB, base string, poolSize int) *Manager {
 
 // mustSpec returns a spec for instance base/<id> with a certificate from a
 // test CA and a free loopback port.
-func mustSpec(tb testing.TB, base, id string) InstanceSpec {
+func mustSpec(tb testing.TB, base, id string) Spec {
 	tb.Helper()
 	ca, err := tlsca.LoadOrCreateCA(filepath.Join(base, "ca"))
 	if err != nil {
@@ -72,30 +50,20 @@ func mustSpec(tb testing.TB, base, id string) InstanceSpec {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return InstanceSpec{
+	return Spec{
 		ID:         fmt.Sprintf("test-%d-%s", os.Getpid(), id),
 		Dir:        filepath.Join(base, id),
 		ListenAddr: "127.0.0.1",
-		Port:       freePort(tb),
+		Port:       localtest.FreePort(tb),
 		Settings:   map[string]string{"shared_buffers": "32MB", "max_connections": "20"},
 		CertPEM:    certPEM,
 		KeyPEM:     keyPEM,
 	}
 }
 
-func freePort(tb testing.TB) int {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // mustCreate prepares and starts s, retrying on another port if a parallel
 // test took the free one first, and destroys it when the test ends.
-func mustCreate(tb testing.TB, m *Manager, s *InstanceSpec) int {
+func mustCreate(tb testing.TB, m *Instances, s *Spec) int {
 	tb.Helper()
 	ctx := context.Background()
 	tb.Cleanup(func() {
@@ -114,22 +82,22 @@ func mustCreate(tb testing.TB, m *Manager, s *InstanceSpec) int {
 		if attempt == 3 || !strings.Contains(err.Error(), "could not bind") {
 			tb.Fatal(err)
 		}
-		s.Port = freePort(tb)
+		s.Port = localtest.FreePort(tb)
 	}
 }
 
 // setPassword sets tsdbadmin's password the way the control plane does:
 // a SCRAM verifier computed here, so the plaintext never reaches the server.
-func setPassword(ctx context.Context, m *Manager, s InstanceSpec, password string) error {
+func setPassword(ctx context.Context, m *Instances, s Spec, password string) error {
 	verifier := dbcloud.NewSCRAMVerifier(password)
 	return m.Exec(ctx, s, "postgres", "ALTER ROLE tsdbadmin PASSWORD '"+strings.ReplaceAll(verifier, "'", "''")+"'")
 }
 
-func tcpDSN(s InstanceSpec, password, sslmode string) string {
+func tcpDSN(s Spec, password, sslmode string) string {
 	return fmt.Sprintf("postgres://tsdbadmin:%s@127.0.0.1:%d/tsdb?sslmode=%s&connect_timeout=5", password, s.Port, sslmode)
 }
 
-func queryInt(tb testing.TB, m *Manager, s InstanceSpec, db, sql string) int {
+func queryInt(tb testing.TB, m *Instances, s Spec, db, sql string) int {
 	tb.Helper()
 	ctx := context.Background()
 	conn, err := m.Connect(ctx, s, db)
@@ -144,7 +112,7 @@ func queryInt(tb testing.TB, m *Manager, s InstanceSpec, db, sql string) int {
 	return n
 }
 
-func queryString(tb testing.TB, m *Manager, s InstanceSpec, sql string) string {
+func queryString(tb testing.TB, m *Instances, s Spec, sql string) string {
 	tb.Helper()
 	ctx := context.Background()
 	conn, err := m.Connect(ctx, s, "postgres")
@@ -172,15 +140,15 @@ func readTrimmed(tb testing.TB, path string) string {
 // steps share it because each start costs an initdb-sized wait otherwise.
 func TestManager_Lifecycle(t *testing.T) {
 	ctx := context.Background()
-	base := testBase(t)
-	m := mustManager(t, base, 0)
+	base := localtest.Base(t)
+	m := mustInstances(t, base, 0)
 	s := mustSpec(t, base, "life")
 
 	begin := time.Now()
 	pid := mustCreate(t, m, &s)
 	t.Logf("inline prepare + start: %v (pid %d)", time.Since(begin), pid)
-	cg := m.cgroupOf(s.ID)
-	if cg != nil && !cg.exists() {
+	cg := m.cgroups.Of(s.ID)
+	if cg != nil && !cg.Exists() {
 		cg = nil
 	}
 	if cg == nil {
@@ -226,12 +194,12 @@ func TestManager_Lifecycle(t *testing.T) {
 			t.Errorf("second Start: got pid %d, want the running %d", again, pid)
 		}
 		// A fresh Manager (a restarted dbcloud) adopts it too.
-		other := mustManager(t, base, 0)
+		other := mustInstances(t, base, 0)
 		if got, err := other.Start(ctx, s); err != nil || got != pid {
 			t.Errorf("Start from a new Manager: got %d, %v; want %d", got, err, pid)
 		}
-		for _, p := range serverProcesses(s.pgdata()) {
-			if _, ppid, _ := processState(p); p != pid && ppid != pid {
+		for _, p := range serverProcesses(s.PGData()) {
+			if _, ppid, _ := proc.State(p); p != pid && ppid != pid {
 				t.Errorf("process %d (parent %d) is not the postmaster %d nor its child: a second postmaster?", p, ppid, pid)
 			}
 		}
@@ -241,16 +209,16 @@ func TestManager_Lifecycle(t *testing.T) {
 		if cg == nil {
 			t.Skip("cgroups not usable")
 		}
-		procs, err := cg.procs()
+		procs, err := cg.Procs()
 		if err != nil {
 			t.Fatal(err)
 		}
-		server := serverProcesses(s.pgdata())
+		server := serverProcesses(s.PGData())
 		if len(server) < 5 {
 			t.Errorf("only %d server processes: %v", len(server), server)
 		}
 		for _, p := range server {
-			if !containsInt(procs, p) {
+			if !slices.Contains(procs, p) {
 				t.Errorf("server process %d not in cgroup (members %v)", p, procs)
 			}
 		}
@@ -298,7 +266,7 @@ func TestManager_Lifecycle(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 		t.Logf("Running false %v after SIGKILL; server processes still alive then: %d",
-			time.Since(begin), len(serverProcesses(s.pgdata())))
+			time.Since(begin), len(serverProcesses(s.PGData())))
 		begin = time.Now()
 		newPID, err := m.Start(ctx, s)
 		if err != nil {
@@ -309,12 +277,12 @@ func TestManager_Lifecycle(t *testing.T) {
 			t.Errorf("Start after SIGKILL returned the dead pid %d", pid)
 		}
 		if cg != nil {
-			procs, err := cg.procs()
+			procs, err := cg.Procs()
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, p := range procs {
-				if _, ppid, _ := processState(p); p != newPID && ppid != newPID {
+				if _, ppid, _ := proc.State(p); p != newPID && ppid != newPID {
 					t.Errorf("cgroup member %d (parent %d) is not of the new postmaster %d", p, ppid, newPID)
 				}
 			}
@@ -334,9 +302,9 @@ func TestManager_Lifecycle(t *testing.T) {
 			t.Skip("cgroups not usable: limits not applied")
 		}
 		for file, want := range map[string]string{
-			filepath.Join(cg.dirs["cpu"], "cpu.cfs_period_us"):        "100000",
-			filepath.Join(cg.dirs["cpu"], "cpu.cfs_quota_us"):         "50000",
-			filepath.Join(cg.dirs["memory"], "memory.limit_in_bytes"): strconv.Itoa(512 << 20),
+			filepath.Join(cg.Dir("cpu"), "cpu.cfs_period_us"):        "100000",
+			filepath.Join(cg.Dir("cpu"), "cpu.cfs_quota_us"):         "50000",
+			filepath.Join(cg.Dir("memory"), "memory.limit_in_bytes"): strconv.Itoa(512 << 20),
 		} {
 			if got := readTrimmed(t, file); got != want {
 				t.Errorf("%s: got %s, want %s", file, got, want)
@@ -346,7 +314,7 @@ func TestManager_Lifecycle(t *testing.T) {
 		if err := m.SetLimits(s); err != nil {
 			t.Fatal(err)
 		}
-		if got := readTrimmed(t, filepath.Join(cg.dirs["cpu"], "cpu.cfs_quota_us")); got != "-1" {
+		if got := readTrimmed(t, filepath.Join(cg.Dir("cpu"), "cpu.cfs_quota_us")); got != "-1" {
 			t.Errorf("unlimited quota: got %s, want -1", got)
 		}
 	})
@@ -408,7 +376,7 @@ func TestManager_Lifecycle(t *testing.T) {
 		if _, ok := m.Running(s); ok {
 			t.Error("Running after a failed start")
 		}
-		if left := serverProcesses(s.pgdata()); len(left) > 0 {
+		if left := serverProcesses(s.PGData()); len(left) > 0 {
 			t.Errorf("processes left after a failed start: %v", left)
 		}
 		s.Port = good
@@ -438,31 +406,22 @@ func TestManager_Lifecycle(t *testing.T) {
 		if err := m.Destroy(ctx, s); err != nil {
 			t.Fatal(err)
 		}
-		if processAlive(pid) {
+		if proc.Alive(pid) {
 			t.Errorf("postmaster %d alive after Destroy", pid)
 		}
-		if left := serverProcesses(s.pgdata()); len(left) > 0 {
+		if left := serverProcesses(s.PGData()); len(left) > 0 {
 			t.Errorf("processes left: %v", left)
 		}
 		if _, err := os.Stat(s.Dir); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("dir after Destroy: %v", err)
 		}
-		if cg != nil && cg.exists() {
+		if cg != nil && cg.Exists() {
 			t.Error("cgroup left after Destroy")
 		}
 		if err := m.Destroy(ctx, s); err != nil {
 			t.Errorf("second Destroy: %v", err)
 		}
 	})
-}
-
-func containsInt(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // systemIdentifier reads the first 8 bytes of global/pg_control.
@@ -477,8 +436,8 @@ func systemIdentifier(tb testing.TB, pgdata string) uint64 {
 
 func TestManager_Pool(t *testing.T) {
 	ctx := context.Background()
-	base := testBase(t)
-	m := mustManager(t, base, 2)
+	base := localtest.Base(t)
+	m := mustInstances(t, base, 2)
 
 	// Leftovers of a crash: a half-made entry and a taken one.
 	for _, dir := range []string{".tmp-dead/pgdata", "ready-taken"} {
@@ -517,7 +476,7 @@ func TestManager_Pool(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("Prepare from pool: %v", time.Since(begin))
-	if got := systemIdentifier(t, s.pgdata()); got != a {
+	if got := systemIdentifier(t, s.PGData()); got != a {
 		t.Errorf("instance system identifier %d, want the first pool entry's %d", got, a)
 	}
 	if _, err := os.Stat(filepath.Join(m.PoolDir, ready[0])); !errors.Is(err, os.ErrNotExist) {
@@ -527,7 +486,7 @@ func TestManager_Pool(t *testing.T) {
 	if err := m.Prepare(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	if got := systemIdentifier(t, s.pgdata()); got != a {
+	if got := systemIdentifier(t, s.PGData()); got != a {
 		t.Errorf("second Prepare replaced the data directory")
 	}
 	mustCreate(t, m, &s)
@@ -560,8 +519,8 @@ func TestManager_Pool(t *testing.T) {
 // pool is outside the timer.
 func BenchmarkCreateFromPool(b *testing.B) {
 	ctx := context.Background()
-	base := testBase(b)
-	m := mustManager(b, base, 0)
+	base := localtest.Base(b)
+	m := mustInstances(b, base, 0)
 	if err := os.MkdirAll(m.PoolDir, 0o755); err != nil {
 		b.Fatal(err)
 	}

@@ -1,12 +1,12 @@
-package local
+package postgres
 
 import (
 	"strings"
 	"testing"
 )
 
-func goldenSpec() InstanceSpec {
-	return InstanceSpec{
+func goldenSpec() Spec {
+	return Spec{
 		ID:         "svc-0",
 		Dir:        "/srv/dbcloud/svc-0",
 		ListenAddr: "127.0.0.1",
@@ -95,7 +95,7 @@ dbcloud_pooler    postgres  dbcloud_pooler
 
 func TestRenderConfig(t *testing.T) {
 	t.Run("Golden", func(t *testing.T) {
-		conf, hba, ident := renderConfig(goldenSpec(), "root")
+		conf, hba, ident := RenderConfig(goldenSpec(), "root")
 		for _, c := range []struct{ name, got, want string }{
 			{"postgresql.conf", conf, goldenConf},
 			{"pg_hba.conf", hba, goldenHBA},
@@ -107,9 +107,9 @@ func TestRenderConfig(t *testing.T) {
 		}
 	})
 	t.Run("Deterministic", func(t *testing.T) {
-		a, _, _ := renderConfig(goldenSpec(), "root")
+		a, _, _ := RenderConfig(goldenSpec(), "root")
 		for range 20 {
-			if b, _, _ := renderConfig(goldenSpec(), "root"); b != a {
+			if b, _, _ := RenderConfig(goldenSpec(), "root"); b != a {
 				t.Fatal("two renders of one spec differ")
 			}
 		}
@@ -117,7 +117,7 @@ func TestRenderConfig(t *testing.T) {
 	t.Run("FixedSettingsNotOverridden", func(t *testing.T) {
 		s := goldenSpec()
 		s.Settings = map[string]string{"port": "1", "SSL": "off", "bad name": "x"}
-		conf, _, _ := renderConfig(s, "root")
+		conf, _, _ := RenderConfig(s, "root")
 		if strings.Count(conf, "\nport = ") != 1 || !strings.Contains(conf, "\nport = 5433\n") ||
 			strings.Contains(conf, "ssl = 'off'") || strings.Contains(conf, "bad name") {
 			t.Errorf("fixed settings overridden or invalid name rendered:\n%s", conf)
@@ -126,7 +126,7 @@ func TestRenderConfig(t *testing.T) {
 	t.Run("NoArchiveDirNoArchiving", func(t *testing.T) {
 		s := goldenSpec()
 		s.ArchiveDir = ""
-		conf, _, _ := renderConfig(s, "root")
+		conf, _, _ := RenderConfig(s, "root")
 		if strings.Contains(conf, "archive") {
 			t.Errorf("archive settings without an archive dir:\n%s", conf)
 		}
@@ -134,17 +134,17 @@ func TestRenderConfig(t *testing.T) {
 	t.Run("RecoverySettingsNeverRendered", func(t *testing.T) {
 		s := goldenSpec()
 		s.RecoverySettings = map[string]string{"restore_command": "cp x %p", "recovery_target": "immediate"}
-		conf, _, _ := renderConfig(s, "root")
+		conf, _, _ := RenderConfig(s, "root")
 		if strings.Contains(conf, "restore_command") || strings.Contains(conf, "recovery_target") {
 			t.Errorf("recovery settings rendered into the config file:\n%s", conf)
 		}
 	})
 	t.Run("IdentForPostgresUser", func(t *testing.T) {
-		_, _, ident := renderConfig(goldenSpec(), "postgres")
+		_, _, ident := RenderConfig(goldenSpec(), "postgres")
 		if strings.Count(ident, "dbcloud ") != 1 || !strings.Contains(ident, "dbcloud    postgres  postgres\n") {
 			t.Errorf("ident for OS user postgres:\n%s", ident)
 		}
-		_, _, ident = renderConfig(goldenSpec(), "/evil")
+		_, _, ident = RenderConfig(goldenSpec(), "/evil")
 		if !strings.Contains(ident, `"/evil"`) {
 			t.Errorf("a user name starting with / must be quoted (else it is a regexp):\n%s", ident)
 		}

@@ -1,4 +1,4 @@
-package local
+package backup
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"dbcloud/internal/atomicfile"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -21,6 +23,15 @@ import (
 // costs about a millisecond of system time), and a few files in flight hide
 // that latency; more would only contend on two cores.
 const copyWorkers = 4
+
+// CopyOptions says how a backup or a snapshot is copied.
+type CopyOptions struct {
+	// Owner, when set, owns every copied entry (PostgreSQL refuses a data
+	// directory it does not own).
+	Owner *syscall.Credential
+	// Sync fsyncs everything before the copy returns (see copyOptions).
+	Sync bool
+}
 
 // copyOptions says how copyTree copies.
 type copyOptions struct {
@@ -181,7 +192,7 @@ func copyTree(ctx context.Context, src, dst string, opt copyOptions) (copyStats,
 	}
 	if opt.sync {
 		for i := len(dirs) - 1; i >= 0; i-- {
-			if err := syncDir(dirs[i]); err != nil {
+			if err := atomicfile.SyncDir(dirs[i]); err != nil {
 				return stats, err
 			}
 		}

@@ -1,4 +1,4 @@
-package local
+package backup
 
 import (
 	"os"
@@ -11,15 +11,15 @@ import (
 const segSize16MB = 16 << 20
 
 func TestParseLSN(t *testing.T) {
-	for in, want := range map[string]lsn{"0/0": 0, "0/1A2B": 0x1A2B, "16/B374D848": 0x16_B374D848, "FFFFFFFF/FFFFFFFF": ^lsn(0)} {
-		got, err := parseLSN(in)
+	for in, want := range map[string]LSN{"0/0": 0, "0/1A2B": 0x1A2B, "16/B374D848": 0x16_B374D848, "FFFFFFFF/FFFFFFFF": ^LSN(0)} {
+		got, err := ParseLSN(in)
 		if err != nil || got != want || got.String() != in && in != "0/0" {
-			t.Errorf("parseLSN(%q) = %v (%s), %v; want %v", in, uint64(got), got, err, uint64(want))
+			t.Errorf("ParseLSN(%q) = %v (%s), %v; want %v", in, uint64(got), got, err, uint64(want))
 		}
 	}
 	for _, bad := range []string{"", "12", "x/1", "1/x", "100000000/0"} {
-		if _, err := parseLSN(bad); err == nil {
-			t.Errorf("parseLSN(%q) accepted", bad)
+		if _, err := ParseLSN(bad); err == nil {
+			t.Errorf("ParseLSN(%q) accepted", bad)
 		}
 	}
 }
@@ -29,7 +29,7 @@ func TestWALSegmentNames(t *testing.T) {
 	// "xlogid".
 	for _, c := range []struct {
 		tli  uint32
-		l    lsn
+		l    LSN
 		want string
 	}{
 		{1, 0x0, "000000010000000000000000"},
@@ -108,9 +108,9 @@ func TestPruneArchive(t *testing.T) {
 func TestExpiredSnapshots(t *testing.T) {
 	day := 24 * time.Hour
 	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
-	var snaps []snapshot
+	var snaps []Snapshot
 	for d := 9; d >= 0; d-- { // one a day, the newest today
-		snaps = append(snaps, snapshot{Name: now.Add(-time.Duration(d) * day).Format(snapshotNameLayout), Finished: now.Add(-time.Duration(d) * day)})
+		snaps = append(snaps, Snapshot{Name: now.Add(-time.Duration(d) * day).Format(snapshotNameLayout), Finished: now.Add(-time.Duration(d) * day)})
 	}
 	// 7 days kept: the snapshot 7 days old stays (so 7 days back stays
 	// restorable); the two older go.

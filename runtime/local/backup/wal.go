@@ -1,4 +1,4 @@
-package local
+package backup
 
 import (
 	"bufio"
@@ -13,7 +13,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -23,11 +22,11 @@ import (
 // the WAL of both.
 const archiveDirName = "archive"
 
-// lsn is a PostgreSQL WAL location.
-type lsn uint64
+// LSN is a PostgreSQL WAL location.
+type LSN uint64
 
-// parseLSN reads PostgreSQL's text form, "16/B374D848".
-func parseLSN(s string) (lsn, error) {
+// ParseLSN reads PostgreSQL's text form, "16/B374D848".
+func ParseLSN(s string) (LSN, error) {
 	hi, lo, ok := strings.Cut(strings.TrimSpace(s), "/")
 	if !ok {
 		return 0, fmt.Errorf("LSN %q: want HI/LO", s)
@@ -40,10 +39,10 @@ func parseLSN(s string) (lsn, error) {
 	if err != nil {
 		return 0, fmt.Errorf("LSN %q: %w", s, err)
 	}
-	return lsn(h<<32 | l), nil
+	return LSN(h<<32 | l), nil
 }
 
-func (l lsn) String() string { return fmt.Sprintf("%X/%X", uint64(l)>>32, uint64(l)&0xFFFFFFFF) }
+func (l LSN) String() string { return fmt.Sprintf("%X/%X", uint64(l)>>32, uint64(l)&0xFFFFFFFF) }
 
 // walSegment names one WAL segment file: timeline and segment number.
 type walSegment struct {
@@ -52,7 +51,7 @@ type walSegment struct {
 }
 
 // segmentOf is the segment holding the byte at l (XLByteToSeg).
-func segmentOf(tli uint32, l lsn, segSize uint64) walSegment {
+func segmentOf(tli uint32, l LSN, segSize uint64) walSegment {
 	return walSegment{tli: tli, segNo: uint64(l) / segSize}
 }
 
@@ -104,9 +103,9 @@ func segmentPosition(name string) (string, bool) {
 	return base[8:], true
 }
 
-// waitArchived waits until the segment file is in the archive: the
+// WaitArchived waits until the segment file is in the archive: the
 // archiver copies segments in order, so every earlier one is there too.
-func waitArchived(ctx context.Context, archiveDir, segment string, bound time.Duration) error {
+func WaitArchived(ctx context.Context, archiveDir, segment string, bound time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	for {
@@ -149,28 +148,21 @@ func pruneArchive(archiveDir, keepFrom string) (removed int, err error) {
 	return removed, nil
 }
 
-// archivedCommit is the last transaction end found in an archive.
-type archivedCommit struct {
+// ArchivedCommit is the last transaction end found in an archive.
+type ArchivedCommit struct {
 	Time time.Time
 	// LSN is where the commit (or abort) record starts; recovering with
 	// recovery_target_lsn at it, inclusive, stops right after it.
-	LSN lsn
+	LSN LSN
 }
 
-// lastCommits caches lastArchivedCommit per archive and newest segment: an
-// archive that gained no segment has the same answer.
-var lastCommits = struct {
-	sync.Mutex
-	m map[string]*archivedCommit
-}{m: map[string]*archivedCommit{}}
-
-// lastArchivedCommit finds the last commit or abort record in the archive
+// LastArchivedCommit finds the last commit or abort record in the archive
 // at or after segment from, by reading segments newest first with
 // pg_waldump. A point-in-time recovery can only stop at such a record, and
 // fails ("recovery ended before configured recovery target was reached")
 // when none follows the target; so for a stopped service this is the end
 // of its recovery window. It returns nil when there is none.
-func lastArchivedCommit(ctx context.Context, binDir, archiveDir, from string, segSize uint64) (*archivedCommit, error) {
+func (b *Backups) LastArchivedCommit(ctx context.Context, archiveDir, from string, segSize uint64) (*ArchivedCommit, error) {
 	start, ok := segmentPosition(from)
 	if !ok {
 		return nil, fmt.Errorf("%q is not a WAL segment", from)
@@ -195,30 +187,31 @@ func lastArchivedCommit(ctx context.Context, binDir, archiveDir, from string, se
 		return segs[i][:8] < segs[j][:8]
 	})
 	key := archiveDir + "\x00" + from + "\x00" + segs[len(segs)-1]
-	lastCommits.Lock()
-	cached, hit := lastCommits.m[key]
-	lastCommits.Unlock()
+	// An archive that gained no segment has the same answer.
+	b.mu.Lock()
+	cached, hit := b.commits[key]
+	b.mu.Unlock()
 	if hit {
 		return cached, nil
 	}
-	var found *archivedCommit
+	var found *ArchivedCommit
 	for i := len(segs) - 1; i >= 0 && found == nil; i-- {
-		if found, err = segmentLastCommit(ctx, binDir, archiveDir, segs[i]); err != nil {
+		if found, err = segmentLastCommit(ctx, b.binDir, archiveDir, segs[i]); err != nil {
 			return nil, err
 		}
 	}
-	lastCommits.Lock()
-	if len(lastCommits.m) >= 1024 {
-		clear(lastCommits.m) // answers for archives that changed since
+	b.mu.Lock()
+	if len(b.commits) >= 1024 {
+		clear(b.commits) // answers for archives that changed since
 	}
-	lastCommits.m[key] = found
-	lastCommits.Unlock()
+	b.commits[key] = found
+	b.mu.Unlock()
 	return found, nil
 }
 
 // segmentLastCommit runs pg_waldump over one archived segment and returns
 // its last transaction commit or abort.
-func segmentLastCommit(ctx context.Context, binDir, archiveDir, segment string) (*archivedCommit, error) {
+func segmentLastCommit(ctx context.Context, binDir, archiveDir, segment string) (*ArchivedCommit, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "pg_waldump"), "--path", archiveDir,
 		"--rmgr", "Transaction", segment, segment)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "LANG=C", "TZ=UTC"}
@@ -234,7 +227,7 @@ func segmentLastCommit(ctx context.Context, binDir, archiveDir, segment string) 
 		!bytes.Contains(stderr.Bytes(), []byte("could not find a valid record")) {
 		return nil, fmt.Errorf("pg_waldump %s: %w: %s", segment, runErr, strings.TrimSpace(stderr.String()))
 	}
-	var last *archivedCommit
+	var last *ArchivedCommit
 	sc := bufio.NewScanner(&stdout)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
@@ -248,10 +241,10 @@ func segmentLastCommit(ctx context.Context, binDir, archiveDir, segment string) 
 // parseWaldumpCommit reads a pg_waldump line of a commit or abort record:
 // "rmgr: Transaction len (rec/tot): 34/34, tx: 735, lsn: 0/0155A4E8, prev
 // 0/0155A4B0, desc: COMMIT 2026-01-02 15:04:05.123456 UTC; ...".
-func parseWaldumpCommit(line string) (archivedCommit, bool) {
+func parseWaldumpCommit(line string) (ArchivedCommit, bool) {
 	_, desc, ok := strings.Cut(line, "desc: ")
 	if !ok {
-		return archivedCommit{}, false
+		return ArchivedCommit{}, false
 	}
 	var rest string
 	if r, ok := strings.CutPrefix(desc, "COMMIT "); ok {
@@ -259,21 +252,21 @@ func parseWaldumpCommit(line string) (archivedCommit, bool) {
 	} else if r, ok := strings.CutPrefix(desc, "ABORT "); ok {
 		rest = r
 	} else {
-		return archivedCommit{}, false
+		return ArchivedCommit{}, false
 	}
 	ts, _, _ := strings.Cut(rest, ";")
 	t, err := time.Parse("2006-01-02 15:04:05.999999 MST", strings.TrimSpace(ts))
 	if err != nil {
-		return archivedCommit{}, false
+		return ArchivedCommit{}, false
 	}
 	_, after, ok := strings.Cut(line, "lsn: ")
 	if !ok {
-		return archivedCommit{}, false
+		return ArchivedCommit{}, false
 	}
 	text, _, _ := strings.Cut(after, ",")
-	l, err := parseLSN(text)
+	l, err := ParseLSN(text)
 	if err != nil {
-		return archivedCommit{}, false
+		return ArchivedCommit{}, false
 	}
-	return archivedCommit{Time: t.UTC(), LSN: l}, true
+	return ArchivedCommit{Time: t.UTC(), LSN: l}, true
 }

@@ -1,4 +1,4 @@
-package local
+package postgres
 
 import (
 	"fmt"
@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 )
 
 // Names of the files an instance keeps in Dir/conf. They live outside the
@@ -23,26 +22,32 @@ const (
 	keyFile   = "server.key"
 )
 
+// PoolerRole is the role PgBouncer runs auth_query as. It has no password:
+// pg_hba.conf lets it in only by peer identity over the unix socket, which
+// only the server's OS user (PgBouncer's) can reach, and PgBouncer's own
+// HBA refuses it (and the superuser) to clients.
+const PoolerRole = "dbcloud_pooler"
+
 // identMap is the pg_ident.conf map that lets the OS user dbcloud runs as
 // log in as the superuser over the unix socket, so no superuser password
 // exists anywhere.
 const identMap = "dbcloud"
 
-// fixedSettings are the settings dbcloud owns: the log reader, the endpoint
-// and crash handling depend on them, so InstanceSpec.Settings may not
-// change them. Names are lower case, as PostgreSQL compares them.
-var fixedSettings = map[string]bool{
-	"listen_addresses": true, "port": true, "unix_socket_directories": true,
-	"cluster_name": true, "ssl": true, "ssl_cert_file": true, "ssl_key_file": true,
-	"password_encryption": true, "logging_collector": true, "log_destination": true,
-	"log_directory": true, "log_filename": true, "log_rotation_age": true,
-	"log_rotation_size": true, "log_truncate_on_rotation": true, "log_timezone": true,
-	"restart_after_crash": true, "data_directory": true, "config_file": true,
-	"hba_file": true, "ident_file": true, "external_pid_file": true,
-	"include": true, "include_if_exists": true, "include_dir": true,
-	"archive_mode": true, "archive_library": true, "archive_command": true,
-	"basic_archive.archive_directory": true, "archive_timeout": true,
-	"restore_command": true,
+// fixedSetting reports whether a setting is one dbcloud owns: the log
+// reader, the endpoint and crash handling depend on them, so Spec.Settings
+// may not change them. Names are lower case, as PostgreSQL compares them.
+func fixedSetting(name string) bool {
+	switch name {
+	case "listen_addresses", "port", "unix_socket_directories", "cluster_name", "ssl",
+		"ssl_cert_file", "ssl_key_file", "password_encryption", "logging_collector", "log_destination",
+		"log_directory", "log_filename", "log_rotation_age", "log_rotation_size",
+		"log_truncate_on_rotation", "log_timezone", "restart_after_crash", "data_directory",
+		"config_file", "hba_file", "ident_file", "external_pid_file", "include", "include_if_exists",
+		"include_dir", "archive_mode", "archive_library", "archive_command",
+		"basic_archive.archive_directory", "archive_timeout", "restore_command":
+		return true
+	}
+	return false
 }
 
 // archiveTimeout forces a WAL segment switch on a quiet service, so its
@@ -57,17 +62,19 @@ const archiveTimeout = "60s"
 // restart-only, so they are on from the start for later standbys and forks,
 // with room for the quota's standbys (2 HA replicas and 5 read replica sets
 // of 10 nodes) plus copies in progress.
-var defaultSettings = map[string]string{
-	"wal_level":                  "replica",
-	"max_wal_senders":            "64",
-	"max_replication_slots":      "64",
-	"timezone":                   "UTC",
-	"datestyle":                  "iso, mdy",
-	"lc_messages":                "C",
-	"lc_monetary":                "C",
-	"lc_numeric":                 "C",
-	"lc_time":                    "C",
-	"default_text_search_config": "pg_catalog.english",
+func defaultSettings() map[string]string {
+	return map[string]string{
+		"wal_level":                  "replica",
+		"max_wal_senders":            "64",
+		"max_replication_slots":      "64",
+		"timezone":                   "UTC",
+		"datestyle":                  "iso, mdy",
+		"lc_messages":                "C",
+		"lc_monetary":                "C",
+		"lc_numeric":                 "C",
+		"lc_time":                    "C",
+		"default_text_search_config": "pg_catalog.english",
+	}
 }
 
 // settingName is what PostgreSQL accepts as a parameter name in a
@@ -83,7 +90,7 @@ func validateSettings(settings map[string]string) error {
 		if !settingName.MatchString(name) {
 			return fmt.Errorf("setting %q is not a valid parameter name", k)
 		}
-		if fixedSettings[name] {
+		if fixedSetting(name) {
 			return fmt.Errorf("setting %q is managed by dbcloud and cannot be set", k)
 		}
 		if other, dup := seen[name]; dup {
@@ -95,16 +102,12 @@ func validateSettings(settings map[string]string) error {
 }
 
 // RenderConfig returns the contents of an instance's postgresql.conf,
-// pg_hba.conf and pg_ident.conf. It is a pure function of the spec (and of
-// the OS user this process runs as, which the ident map names), so equal
+// pg_hba.conf and pg_ident.conf. It is a pure function of the spec and of
+// osUser, the OS user dbcloud runs as, which the ident map names; so equal
 // specs give byte-equal files and a changed file means a changed spec.
 // Settings that fail validateSettings are left out; Prepare and Reload
 // report them as errors before rendering.
-func RenderConfig(s InstanceSpec) (postgresqlConf, hbaConf, identConf string) {
-	return renderConfig(s, currentOSUser())
-}
-
-func renderConfig(s InstanceSpec, osUser string) (postgresqlConf, hbaConf, identConf string) {
+func RenderConfig(s Spec, osUser string) (postgresqlConf, hbaConf, identConf string) {
 	conf := filepath.Join(s.Dir, "conf")
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Written by dbcloud for instance %s; rewritten on every change, do not edit.\n", s.ID)
@@ -143,14 +146,15 @@ func renderConfig(s InstanceSpec, osUser string) (postgresqlConf, hbaConf, ident
 	settings := map[string]string{}
 	for k, v := range s.Settings {
 		name := strings.ToLower(k)
-		if settingName.MatchString(name) && !fixedSettings[name] {
+		if settingName.MatchString(name) && !fixedSetting(name) {
 			settings[name] = v
 		}
 	}
 	b.WriteString("\n# Defaults\n")
-	for _, name := range sortedKeys(defaultSettings) {
+	defaults := defaultSettings()
+	for _, name := range sortedKeys(defaults) {
 		if _, overridden := settings[name]; !overridden {
-			writeSetting(&b, name, quoteValue(defaultSettings[name]))
+			writeSetting(&b, name, quoteValue(defaults[name]))
 		}
 	}
 	if len(settings) > 0 {
@@ -172,7 +176,7 @@ func renderHBA() string {
 # TYPE  DATABASE     USER      ADDRESS       METHOD
 local   all          postgres                peer map=` + identMap + `
 local   replication  postgres                peer map=` + identMap + `
-local   all          ` + poolerRole + `          peer map=` + poolerRole + `
+local   all          ` + PoolerRole + `          peer map=` + PoolerRole + `
 local   all          all                     scram-sha-256
 hostssl all          all       0.0.0.0/0     scram-sha-256
 hostssl all          all       ::/0          scram-sha-256
@@ -193,9 +197,9 @@ func renderIdent(osUser string) string {
 		fmt.Fprintf(&b, "%s    %s  postgres\n", identMap, pgOSUser)
 	}
 	// PgBouncer runs as the server's OS user; its lookup role enters by peer.
-	fmt.Fprintf(&b, "%s    %s  %s\n", poolerRole, identToken(osUser), poolerRole)
+	fmt.Fprintf(&b, "%s    %s  %s\n", PoolerRole, identToken(osUser), PoolerRole)
 	if osUser != pgOSUser {
-		fmt.Fprintf(&b, "%s    %s  %s\n", poolerRole, pgOSUser, poolerRole)
+		fmt.Fprintf(&b, "%s    %s  %s\n", PoolerRole, pgOSUser, PoolerRole)
 	}
 	return b.String()
 }
@@ -233,13 +237,11 @@ func sortedKeys(m map[string]string) []string {
 	return keys
 }
 
-var osUserName = sync.OnceValue(func() string {
+// CurrentOSUser names the OS user this process runs as, which peer
+// authentication sees on the unix socket.
+func CurrentOSUser() string {
 	if u, err := user.Current(); err == nil {
 		return u.Username
 	}
 	return strconv.Itoa(os.Geteuid())
-})
-
-// currentOSUser names the OS user this process runs as, which peer
-// authentication sees on the unix socket.
-func currentOSUser() string { return osUserName() }
+}

@@ -1,31 +1,35 @@
-package local
+// Package proxy is a service's stable endpoint: a small L4 proxy process
+// that forwards every TCP connection, bytes untouched (TLS and SCRAM stay
+// end to end with PostgreSQL), to the current primary, or round-robin to
+// the nodes of a read replica set. It runs as a process of its own, so
+// client connections survive a restart of the control plane; the
+// Controller starts it, points it elsewhere and stops it.
+package proxy
 
 import (
 	"context"
-	"dbcloud/internal/atomicfile"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"dbcloud/internal/atomicfile"
 )
 
-// ProxyCommand is the hidden first argument that makes the dbcloud binary
-// run one service's endpoint proxy (RunProxy) instead of its usual
-// commands. The runtime starts the proxy with os.Executable(), so the data
-// plane needs no other binary.
-const ProxyCommand = "__endpoint-proxy"
+// Command is the hidden first argument that makes the dbcloud binary run
+// one endpoint proxy (Run) instead of its usual commands. The controller
+// starts the proxy with os.Executable(), so the data plane needs no other
+// binary.
+const Command = "__endpoint-proxy"
 
 // Files of a proxy, in DATA/services/<id>/proxy.
 const (
@@ -59,14 +63,14 @@ type proxyConfig struct {
 	Targets []string `json:"targets"`
 }
 
-// RunProxy runs the endpoint proxy whose files are in args[0] until ctx
+// Run runs the endpoint proxy whose files are in args[0] until ctx
 // ends (SIGTERM). SIGHUP, or a changed proxy.json seen by polling, applies
 // a new config: connections to a target that is no longer listed are
 // closed, so no client stays on a fenced or demoted primary or on a removed
 // replica.
-func RunProxy(ctx context.Context, args []string) error {
+func Run(ctx context.Context, args []string) error {
 	if len(args) != 1 || !filepath.IsAbs(args[0]) {
-		return fmt.Errorf("usage: dbcloud %s ABSOLUTE_PROXY_DIR", ProxyCommand)
+		return fmt.Errorf("usage: dbcloud %s ABSOLUTE_PROXY_DIR", Command)
 	}
 	p := &proxy{dir: args[0], listeners: map[string]net.Listener{}, conns: map[net.Conn]string{}}
 	hup := make(chan os.Signal, 1)
@@ -229,160 +233,4 @@ func (p *proxy) closeAll() {
 	for c := range p.conns {
 		c.Close()
 	}
-}
-
-// --- the runtime's side ---
-
-func (rt *Runtime) proxyDir(serviceID string) string {
-	return filepath.Join(rt.serviceDir(serviceID), "proxy")
-}
-
-// proxyChildren are the proxies this process started: it reaps them.
-var proxyChildren sync.Map // pid -> chan struct{} (closed at exit)
-
-// runningProxy returns the PID of the live proxy of dir, checked against
-// its command line so a reused PID is not taken for it.
-func runningProxy(dir string) (int, bool) {
-	raw, err := os.ReadFile(filepath.Join(dir, proxyPidFile))
-	if err != nil {
-		return 0, false
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-	if err != nil || pid <= 1 || !processAlive(pid) {
-		return 0, false
-	}
-	if ch, ok := proxyChildren.Load(pid); ok {
-		select {
-		case <-ch.(chan struct{}):
-			return 0, false
-		default:
-		}
-	}
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return 0, false
-	}
-	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-	if len(args) != 3 || args[1] != ProxyCommand || args[2] != dir {
-		return 0, false
-	}
-	return pid, true
-}
-
-func (rt *Runtime) proxyRunning(serviceID string) bool {
-	_, ok := runningProxy(rt.proxyDir(serviceID))
-	return ok
-}
-
-// setProxy makes the proxy of a service (or read replica set) listen on
-// listen and forward to targets (none: refuse), starting it if it does not
-// run, and returns once the proxy has applied exactly this config.
-func (rt *Runtime) setProxy(ctx context.Context, serviceID string, listen []string, targets ...string) error {
-	dir := rt.proxyDir(serviceID)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	cfg := proxyConfig{Generation: time.Now().UnixNano(), Listen: listen, Targets: targets}
-	data, _ := json.Marshal(cfg)
-	if err := atomicfile.Write(filepath.Join(dir, proxyConfigFile), data, 0o600); err != nil {
-		return err
-	}
-	pid, ok := runningProxy(dir)
-	if ok {
-		if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
-			return fmt.Errorf("signal proxy %d: %w", pid, err)
-		}
-	} else {
-		var err error
-		if pid, err = rt.spawnProxy(dir); err != nil {
-			return err
-		}
-	}
-	deadline := time.Now().Add(proxyApplyTimeout)
-	for {
-		raw, _ := os.ReadFile(filepath.Join(dir, proxyAppliedFile))
-		if g, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64); err == nil && g == cfg.Generation {
-			if _, ok := runningProxy(dir); ok {
-				rt.cfg.Logger.Info("endpoint proxy set", "service", serviceID, "pid", pid, "targets", strings.Join(targets, ","))
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("proxy of %s did not apply its config within %v%s", serviceID, proxyApplyTimeout,
-				logTail(filepath.Join(dir, proxyLogFile), 0))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(pollInterval):
-		}
-	}
-}
-
-// spawnProxy starts the proxy in its own session, so it outlives dbcloud
-// and keeps client connections open across a restart of the control plane.
-func (rt *Runtime) spawnProxy(dir string) (int, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return 0, fmt.Errorf("start proxy: %w", err)
-	}
-	_ = os.Remove(filepath.Join(dir, proxyPidFile))
-	logFile, err := os.OpenFile(filepath.Join(dir, proxyLogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return 0, err
-	}
-	defer logFile.Close()
-	cmd := exec.Command(exe, ProxyCommand, dir)
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("start proxy: %w", err)
-	}
-	exited := make(chan struct{})
-	proxyChildren.Store(cmd.Process.Pid, exited)
-	go func() {
-		cmd.Wait()
-		proxyChildren.Delete(cmd.Process.Pid)
-		close(exited)
-	}()
-	return cmd.Process.Pid, nil
-}
-
-// stopProxy stops the service's proxy by PID (SIGTERM, then SIGKILL) and
-// removes its files. It is idempotent.
-func (rt *Runtime) stopProxy(ctx context.Context, serviceID string) error {
-	dir := rt.proxyDir(serviceID)
-	if pid, ok := runningProxy(dir); ok {
-		_ = syscall.Kill(pid, syscall.SIGTERM)
-		deadline := time.Now().Add(5 * time.Second)
-		for proxyAlive(pid) {
-			if time.Now().After(deadline) {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-				deadline = time.Now().Add(5 * time.Second)
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(pollInterval):
-			}
-		}
-	}
-	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	return nil
-}
-
-func proxyAlive(pid int) bool {
-	if ch, ok := proxyChildren.Load(pid); ok {
-		select {
-		case <-ch.(chan struct{}):
-			return false
-		default:
-			return true
-		}
-	}
-	return processAlive(pid)
 }

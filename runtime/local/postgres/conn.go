@@ -1,0 +1,85 @@
+package postgres
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Connect returns a superuser connection over the unix socket in Dir/run:
+// peer authentication maps the OS user dbcloud runs as to the postgres
+// role, so no superuser password exists. The caller closes it.
+func (m *Instances) Connect(ctx context.Context, s Spec, db string) (*pgx.Conn, error) {
+	dsn := fmt.Sprintf("host=%s port=%d user=postgres dbname=%s sslmode=disable application_name=dbcloud connect_timeout=10",
+		QuoteDSN(s.RunDir()), s.Port, QuoteDSN(db))
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("connect to instance %s: %w", s.ID, err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to instance %s: %w", s.ID, err)
+	}
+	return conn, nil
+}
+
+// QuoteDSN quotes a keyword/value connection string value.
+func QuoteDSN(v string) string {
+	v = strings.ReplaceAll(v, `\`, `\\`)
+	return "'" + strings.ReplaceAll(v, `'`, `\'`) + "'"
+}
+
+// Exec runs SQL as the superuser on database db (see Connect).
+func (m *Instances) Exec(ctx context.Context, s Spec, db, sql string, args ...any) error {
+	conn, err := m.Connect(ctx, s, db)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, sql, args...); err != nil {
+		return fmt.Errorf("exec on instance %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+// QuoteLiteral quotes a string as an SQL literal (standard_conforming_strings on).
+func QuoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// QuoteIdent quotes an SQL identifier.
+func QuoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// ProbeTLS proves that addr serves PostgreSQL over TLS with a certificate
+// for serverName from roots: it sends PostgreSQL's SSLRequest and completes
+// a verified handshake, as a client with sslmode=verify-full would.
+func ProbeTLS(ctx context.Context, addr, serverName string, roots *x509.CertPool) error {
+	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("endpoint %s: %w", addr, err)
+	}
+	defer conn.Close()
+	if d, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(d)
+	}
+	req := make([]byte, 8)
+	binary.BigEndian.PutUint32(req[0:4], 8)
+	binary.BigEndian.PutUint32(req[4:8], 80877103) // SSLRequest code
+	if _, err := conn.Write(req); err != nil {
+		return fmt.Errorf("endpoint %s: %w", addr, err)
+	}
+	answer := make([]byte, 1)
+	if _, err := io.ReadFull(conn, answer); err != nil || answer[0] != 'S' {
+		return fmt.Errorf("endpoint %s does not offer TLS (answer %q, %v)", addr, answer, err)
+	}
+	tc := tls.Client(conn, &tls.Config{RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS12})
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return fmt.Errorf("endpoint %s TLS handshake: %w", addr, err)
+	}
+	return nil
+}

@@ -1,0 +1,250 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"dbcloud/internal/atomicfile"
+	"dbcloud/runtime/local/internal/cgroup"
+	"dbcloud/runtime/local/internal/proc"
+)
+
+// pgOSUser is the unprivileged OS user PostgreSQL runs as when dbcloud runs
+// as root: initdb and postgres refuse to run as root.
+const pgOSUser = "postgres"
+
+const (
+	// readyTimeout bounds a start: recovery after a crash can take a while,
+	// but a server not accepting connections after this is broken.
+	readyTimeout = 30 * time.Second
+	// recoveryTimeout bounds a start that recovers a fork, which replays
+	// WAL before it accepts connections: up to a day's WAL for PITR.
+	recoveryTimeout = time.Hour
+	// reloadTimeout bounds how long Reload waits to observe the reload.
+	reloadTimeout = 10 * time.Second
+	// defaultStopTimeout is used by Destroy and when Stop gets no bound.
+	defaultStopTimeout = 30 * time.Second
+	// maxSocketPath is the longest unix socket path Linux accepts
+	// (sizeof(sun_path) - 1).
+	maxSocketPath = 107
+)
+
+// Instances runs the PostgreSQL instances of this host: it prepares data
+// directories (from a pool of clusters made ahead of time), starts, adopts,
+// stops and reconfigures postmasters, and confines each instance to its own
+// cgroups. Instances outlive it: a new Instances adopts postmasters that
+// are already running.
+type Instances struct {
+	// BinDir holds the PostgreSQL binaries (initdb, postgres).
+	BinDir string
+	// PoolDir is where prepared clusters wait. It must be on the same
+	// filesystem as the instance directories, so taking one is a rename.
+	PoolDir string
+	// PoolSize is how many prepared clusters to keep; 0 disables the pool.
+	PoolSize int
+	Logger   *slog.Logger
+
+	cred      *syscall.Credential // nil: PostgreSQL runs as the current user
+	osUser    string              // the OS user dbcloud runs as, which the ident map names
+	sup       *proc.Supervisor
+	cgroups   *cgroup.Hierarchy
+	exdevWarn sync.Once
+	oomWarn   sync.Once
+
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex // per instance Dir
+
+	refill chan struct{} // wakes the pool loop after a take
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Config says where the PostgreSQL binaries and the pool are and what the
+// instances share with the rest of the runtime.
+type Config struct {
+	BinDir   string
+	PoolDir  string
+	PoolSize int
+	Logger   *slog.Logger
+	// Supervisor starts and reaps the postmasters; Cgroups confines them.
+	// Either may be nil for a private one.
+	Supervisor *proc.Supervisor
+	Cgroups    *cgroup.Hierarchy
+}
+
+// NewInstances returns Instances using the PostgreSQL binaries in
+// cfg.BinDir and keeping cfg.PoolSize prepared clusters in cfg.PoolDir
+// (after Open).
+func NewInstances(cfg Config) (*Instances, error) {
+	for _, bin := range []string{"postgres", "initdb"} {
+		if fi, err := os.Stat(filepath.Join(cfg.BinDir, bin)); err != nil || !fi.Mode().IsRegular() {
+			return nil, fmt.Errorf("PostgreSQL binary %s not found in %s (set --pg-bin-dir)", bin, cfg.BinDir)
+		}
+	}
+	poolDir, err := filepath.Abs(cfg.PoolDir)
+	if err != nil {
+		return nil, fmt.Errorf("pool dir: %w", err)
+	}
+	if cfg.PoolSize < 0 {
+		return nil, fmt.Errorf("pool size %d must not be negative", cfg.PoolSize)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Supervisor == nil {
+		cfg.Supervisor = proc.NewSupervisor()
+	}
+	if cfg.Cgroups == nil {
+		cfg.Cgroups = cgroup.NewHierarchy(cfg.Logger)
+	}
+	cred, err := serverCredential()
+	if err != nil {
+		return nil, err
+	}
+	return &Instances{
+		BinDir:   cfg.BinDir,
+		PoolDir:  poolDir,
+		PoolSize: cfg.PoolSize,
+		Logger:   cfg.Logger,
+		cred:     cred,
+		osUser:   CurrentOSUser(),
+		sup:      cfg.Supervisor,
+		cgroups:  cfg.Cgroups,
+		locks:    map[string]*sync.Mutex{},
+		refill:   make(chan struct{}, 1),
+	}, nil
+}
+
+// Credential is the OS identity the instances run as (nil: dbcloud's own).
+func (m *Instances) Credential() *syscall.Credential { return m.cred }
+
+// serverCredential returns the identity PostgreSQL runs as: nil (the
+// current user) normally, or the postgres OS user when we are root.
+func serverCredential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup(pgOSUser)
+	if err != nil {
+		return nil, fmt.Errorf("running as root, so PostgreSQL must run as OS user %q, but looking it up failed: %w", pgOSUser, err)
+	}
+	uid, err := strconv.ParseUint(u.Uid, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("parse uid %q of %s: %w", u.Uid, pgOSUser, err)
+	}
+	gid, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("parse gid %q of %s: %w", u.Gid, pgOSUser, err)
+	}
+	// No supplementary groups: the server gets its own uid and gid only.
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
+}
+
+// Lock serializes the operations on one directory (an instance's, or a
+// pooler's that reaches it); call the returned function to unlock.
+func (m *Instances) Lock(dir string) func() {
+	m.mu.Lock()
+	l, ok := m.locks[dir]
+	if !ok {
+		l = &sync.Mutex{}
+		m.locks[dir] = l
+	}
+	m.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// Prepare makes Dir/pgdata if it does not exist, by taking a prepared
+// cluster from the pool (a rename, so it is instant) or, if the pool is
+// empty, by preparing one now; then it (always) writes the config files in
+// Dir/conf atomically. It is idempotent.
+func (m *Instances) Prepare(ctx context.Context, s Spec) error {
+	if err := s.validate(); err != nil {
+		return fmt.Errorf("prepare instance %s: %w", s.ID, err)
+	}
+	defer m.Lock(s.Dir)()
+	if err := m.prepare(ctx, s); err != nil {
+		return fmt.Errorf("prepare instance %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+func (m *Instances) prepare(ctx context.Context, s Spec) error {
+	// The instance root is ours: make it traversable (os.MkdirTemp makes
+	// 0700) so the postgres user can reach the directories inside.
+	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.Chmod(s.Dir, 0o755); err != nil {
+		return err
+	}
+	if err := m.checkTraversable(s.Dir); err != nil {
+		return err
+	}
+	if _, err := os.Lstat(s.PGData()); errors.Is(err, fs.ErrNotExist) {
+		if err := m.makeDataDir(ctx, s); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	// Left by a crash during an inline preparation that an earlier Prepare
+	// did not get to redo (the data directory came from elsewhere since).
+	if err := removeWorkDir(filepath.Join(s.Dir, ".prepare")); err != nil {
+		return err
+	}
+	for _, dir := range []string{s.RunDir(), s.LogDir()} {
+		if err := m.MakeServerDir(dir); err != nil {
+			return err
+		}
+	}
+	if s.ArchiveDir != "" {
+		if err := m.MakeServerDir(s.ArchiveDir); err != nil {
+			return err
+		}
+	}
+	return m.writeConfig(s)
+}
+
+// makeDataDir puts a fresh cluster at Dir/pgdata: from the pool if it has
+// one, else made now.
+func (m *Instances) makeDataDir(ctx context.Context, s Spec) error {
+	start := time.Now()
+	took, err := m.takeFromPool(s.PGData())
+	if err != nil {
+		return err
+	}
+	if took {
+		m.Logger.Info("instance data directory taken from pool", "instance", s.ID, "ms", time.Since(start).Milliseconds())
+		return nil
+	}
+	// Inline: prepare in Dir/.prepare, which shares Dir's filesystem, and
+	// rename into place only when complete, so a crash leaves no half-made
+	// pgdata (the next Prepare starts over).
+	work := filepath.Join(s.Dir, ".prepare")
+	if err := removeWorkDir(work); err != nil {
+		return err
+	}
+	defer removeWorkDir(work)
+	if err := m.prepareCluster(ctx, work); err != nil {
+		return err
+	}
+	if err := os.Rename(filepath.Join(work, "pgdata"), s.PGData()); err != nil {
+		return err
+	}
+	if err := atomicfile.SyncDir(s.Dir); err != nil {
+		return err
+	}
+	m.Logger.Info("instance data directory prepared inline (pool empty)", "instance", s.ID, "ms", time.Since(start).Milliseconds())
+	return nil
+}
