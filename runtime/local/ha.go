@@ -41,8 +41,7 @@ type haState struct {
 	Primary int `json:"primary"`
 	// Members are the instance numbers, primary included, ascending.
 	Members []int `json:"members"`
-	// Ports are the internal ports, by instance number.
-	Ports map[int]int `json:"ports"`
+	instancePorts
 	// Sync are the standbys named in synchronous_standby_names and
 	// SyncCount the n of 'ANY n (...)': only standbys seen streaming.
 	Sync      []int `json:"sync,omitempty"`
@@ -52,37 +51,13 @@ type haState struct {
 	Rebuild []int `json:"rebuild,omitempty"`
 }
 
-// primaryDown records that the service's primary is seen dead now, unless
-// it already was, and returns since when.
-func (rt *Runtime) primaryDown(serviceID string) time.Time {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	since, ok := rt.downSince[serviceID]
-	if !ok {
-		since = time.Now()
-		rt.downSince[serviceID] = since
-	}
-	return since
-}
-
-// primaryUp forgets that the service's primary was seen dead.
-func (rt *Runtime) primaryUp(serviceID string) {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	delete(rt.downSince, serviceID)
-}
-
 func (rt *Runtime) haPath(serviceID string) string {
 	return filepath.Join(rt.serviceDir(serviceID), haStateFile)
 }
 
 // loadHA returns the service's HA state, nil if it never had replicas.
 func (rt *Runtime) loadHA(serviceID string) (*haState, error) {
-	st, err := readState[haState](rt.haPath(serviceID))
-	if st != nil && st.Ports == nil {
-		st.Ports = map[int]int{}
-	}
-	return st, err
+	return readState[haState](rt.haPath(serviceID))
 }
 
 func (rt *Runtime) saveHA(serviceID string, st *haState) error {
@@ -187,7 +162,7 @@ func (rt *Runtime) ensureHA(ctx context.Context, svc *dbcloud.Service) (*dbcloud
 		return nil, err
 	}
 	if st == nil {
-		st = &haState{Primary: 0, Members: []int{0}, Ports: map[int]int{}}
+		st = &haState{Primary: 0, Members: []int{0}, instancePorts: newInstancePorts()}
 	}
 	// Members: the primary plus Replicas standbys; new ones take the
 	// lowest free numbers, removed ones are the highest standbys.
@@ -327,144 +302,6 @@ func (rt *Runtime) ensureHA(ctx context.Context, svc *dbcloud.Service) (*dbcloud
 func (rt *Runtime) running(spec postgres.Spec) bool {
 	_, ok := rt.instances.Running(spec)
 	return ok
-}
-
-// recoverPrimary handles a primary whose postmaster is not running. With
-// no standby to take over (a new service, a stopped one), the primary is
-// simply started again by the caller. Otherwise it gets failoverGrace to
-// come back (its data directory gone: no grace), then a standby takes over.
-func (rt *Runtime) recoverPrimary(ctx context.Context, svc *dbcloud.Service, base postgres.Spec, st *haState) error {
-	pspec := rt.haSpec(svc, base, st, st.Primary)
-	_, statErr := os.Stat(filepath.Join(pspec.PGData(), "PG_VERSION"))
-	dataGone := statErr != nil
-	// Standbys that are stopped but intact are started first: they are
-	// safe (read-only) and may be the only copy of the data.
-	var candidates []int
-	for _, n := range st.Members {
-		if n == st.Primary || slices.Contains(st.Rebuild, n) {
-			continue
-		}
-		spec := rt.haSpec(svc, base, st, n)
-		if _, err := os.Stat(filepath.Join(spec.PGData(), "standby.signal")); err != nil {
-			continue // never built, or not a standby
-		}
-		if _, ok := rt.instances.Running(spec); !ok {
-			if err := rt.instances.Ensure(ctx, spec); err != nil {
-				rt.cfg.Logger.Warn("start standby", "instance", spec.ID, "error", err)
-				continue
-			}
-		}
-		candidates = append(candidates, n)
-	}
-	// With synchronous replicas asked for, a client was told a commit is
-	// durable once a synchronous standby had it; any other standby may lack
-	// it (while one is being built, or right after a failover, none is
-	// synchronous and commits do not wait). Promoting one would lose
-	// acknowledged commits that the old primary's intact data still holds:
-	// that primary is started again instead.
-	if !dataGone && svc.Spec.SyncReplicas > 0 {
-		candidates = slices.DeleteFunc(candidates, func(n int) bool {
-			return st.SyncCount == 0 || !slices.Contains(st.Sync, n)
-		})
-	}
-	if len(candidates) == 0 {
-		return nil
-	}
-	if !dataGone {
-		since := rt.primaryDown(svc.ID)
-		for time.Since(since) < failoverGrace {
-			if _, ok := rt.instances.Running(pspec); ok {
-				return nil // it came back
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}
-	return rt.failover(ctx, svc, base, st, candidates)
-}
-
-// failover promotes the most advanced candidate standby. Order matters:
-// the endpoint refuses connections first, then the old primary is fenced
-// (nothing of it runs any more), and only then is a standby promoted and
-// the endpoint pointed at it, so the endpoint never reaches two primaries.
-func (rt *Runtime) failover(ctx context.Context, svc *dbcloud.Service, base postgres.Spec, st *haState, candidates []int) error {
-	begin := time.Now()
-	old := st.Primary
-	oldSpec := rt.haSpec(svc, base, st, old)
-	rt.cfg.Logger.Warn("primary down; failing over", "service", svc.ID, "primary", oldSpec.ID)
-	if rt.proxyRunning(svc.ID) {
-		if err := rt.setProxy(ctx, svc.ID, rt.proxyListen(svc)); err != nil {
-			return fmt.Errorf("failover of %s: close endpoint: %w", svc.ID, err)
-		}
-	}
-	// Fence: Stop kills whatever is left in the instance's cgroup (and in
-	// its data directory) and waits until nothing is, which also covers a
-	// postmaster still running on a deleted data directory.
-	if err := rt.instances.Stop(ctx, oldSpec, 5*time.Second); err != nil {
-		return fmt.Errorf("failover of %s: fence %s: %w", svc.ID, oldSpec.ID, err)
-	}
-	if cg := rt.cgroups.Of(oldSpec.ID); cg != nil && cg.Exists() {
-		if pids, err := cg.Procs(); err != nil || len(pids) > 0 {
-			return fmt.Errorf("failover of %s: fence %s: processes %v remain (%v)", svc.ID, oldSpec.ID, pids, err)
-		}
-	}
-	// The most advanced standby by WAL received (flushed): with ANY n, every
-	// acknowledged commit is on at least one standby, hence on this one.
-	best, bestLSN := -1, int64(-1)
-	for _, n := range candidates {
-		spec := rt.haSpec(svc, base, st, n)
-		lsn, err := rt.instances.ReceivedLSN(ctx, spec)
-		if err != nil {
-			rt.cfg.Logger.Warn("read standby position", "instance", spec.ID, "error", err)
-			continue
-		}
-		if lsn > bestLSN {
-			best, bestLSN = n, lsn
-		}
-	}
-	if best < 0 {
-		return fmt.Errorf("failover of %s: no standby answers", svc.ID)
-	}
-	newSpec := rt.haSpec(svc, base, st, best)
-	conn, err := rt.instances.Connect(ctx, newSpec, "postgres")
-	if err != nil {
-		return fmt.Errorf("failover of %s: %w", svc.ID, err)
-	}
-	var promoted bool
-	err = conn.QueryRow(ctx, "SELECT pg_promote(true, 60)").Scan(&promoted)
-	conn.Close(context.WithoutCancel(ctx))
-	if err != nil || !promoted {
-		return fmt.Errorf("failover of %s: promote %s: %v (promoted %v)", svc.ID, newSpec.ID, err, promoted)
-	}
-	st.Primary = best
-	st.Sync, st.SyncCount = nil, 0 // until the others stream from it
-	if !slices.Contains(st.Rebuild, old) {
-		st.Rebuild = append(st.Rebuild, old)
-	}
-	if err := rt.saveHA(svc.ID, st); err != nil {
-		return err
-	}
-	newSpec = rt.haSpec(svc, base, st, best)
-	if _, err := rt.instances.Reload(ctx, newSpec); err != nil {
-		return fmt.Errorf("failover of %s: reconfigure %s: %w", svc.ID, newSpec.ID, err)
-	}
-	if err := rt.setProxy(ctx, svc.ID, rt.proxyListen(svc), net.JoinHostPort(rt.cfg.Host, strconv.Itoa(newSpec.Port))); err != nil {
-		return fmt.Errorf("failover of %s: open endpoint: %w", svc.ID, err)
-	}
-	rt.cfg.Logger.Warn("failed over", "service", svc.ID, "from", oldSpec.ID, "to", newSpec.ID,
-		"ms", time.Since(begin).Milliseconds())
-	rt.primaryUp(svc.ID)
-	// pg_rewind reads the new timeline from the control file, which the
-	// first checkpoint after promotion writes.
-	if err := rt.instances.Exec(ctx, newSpec, "postgres", "CHECKPOINT"); err != nil {
-		rt.cfg.Logger.Warn("checkpoint after promotion", "instance", newSpec.ID, "error", err)
-	}
-	// The other standbys follow the new primary (the callers' ensureStandby
-	// creates their slots and reloads their primary_conninfo).
-	return nil
 }
 
 // ensureStandby makes instance n a running standby of the current primary:

@@ -33,8 +33,7 @@ var _ dbcloud.ReplicaSetProvisioner = (*Runtime)(nil)
 
 // replicaSetState is what the nodes were last configured for.
 type replicaSetState struct {
-	// Ports are the nodes' internal ports, by node number.
-	Ports map[int]int `json:"ports"`
+	instancePorts
 	// Upstream is the parent instance the nodes follow ("<id>@<port>");
 	// ParentSize is the parent size their settings were raised to. When
 	// either changes (a failover, a resize of the parent), the nodes are
@@ -56,11 +55,7 @@ func (rt *Runtime) replicaSetStatePath(setID string) string {
 }
 
 func (rt *Runtime) loadReplicaSet(setID string) (*replicaSetState, error) {
-	st, err := readState[replicaSetState](rt.replicaSetStatePath(setID))
-	if st != nil && st.Ports == nil {
-		st.Ports = map[int]int{}
-	}
-	return st, err
+	return readState[replicaSetState](rt.replicaSetStatePath(setID))
 }
 
 func (rt *Runtime) saveReplicaSet(setID string, st *replicaSetState) error {
@@ -139,7 +134,7 @@ func (rt *Runtime) EnsureReplicaSet(ctx context.Context, parent *dbcloud.Service
 		return nil, err
 	}
 	if st == nil {
-		st = &replicaSetState{Ports: map[int]int{}}
+		st = &replicaSetState{instancePorts: newInstancePorts()}
 	}
 	used := slices.Collect(maps.Values(st.Ports))
 	for n := range set.Spec.Nodes {
