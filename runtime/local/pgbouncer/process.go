@@ -167,16 +167,14 @@ func (ps *Poolers) spawn(p Spec, cg *cgroup.Group) (int, error) {
 	if err := os.Remove(p.path(poolerPidFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return 0, err
 	}
-	var joinCgroup []string
-	if cg != nil {
-		joinCgroup = cg.ProcsFiles()
-	}
-	c, _, err := ps.sup.Spawn(proc.Spec{
+	spec := proc.Spec{
 		Path: ps.binary, Args: []string{p.path(poolerIniFile)}, Dir: p.Dir,
 		Env:        []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C"},
 		Credential: ps.instances.Credential(), LogPath: p.path(poolerLogFile),
-		JoinCgroups: joinCgroup, NoFile: poolerNoFile,
-	})
+		NoFile: poolerNoFile,
+	}
+	cg.Confine(&spec)
+	c, _, err := ps.sup.Spawn(spec)
 	if err != nil {
 		return 0, fmt.Errorf("run pgbouncer: %w", err)
 	}

@@ -125,6 +125,10 @@ func NewInstances(cfg Config) (*Instances, error) {
 	}, nil
 }
 
+// LimitsEnforced says whether the instances' CPU and memory limits are
+// enforced (by cgroups) on this host, and if not, why.
+func (m *Instances) LimitsEnforced() (bool, error) { return m.cgroups.Enforced() }
+
 // Credential is the OS identity the instances run as (nil: dbcloud's own).
 func (m *Instances) Credential() *syscall.Credential { return m.cred }
 

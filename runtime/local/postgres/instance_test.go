@@ -147,12 +147,15 @@ func TestManager_Lifecycle(t *testing.T) {
 	begin := time.Now()
 	pid := mustCreate(t, m, &s)
 	t.Logf("inline prepare + start: %v (pid %d)", time.Since(begin), pid)
-	cg := m.cgroups.Of(s.ID)
-	if cg != nil && !cg.Exists() {
-		cg = nil
-	}
-	if cg == nil {
-		t.Log("cgroups not usable on this host: cgroup assertions are skipped")
+	// Where the runtime enforces limits, the instance must have its group;
+	// only a host where it says it cannot are the cgroup checks skipped.
+	enforced, why := m.LimitsEnforced()
+	cg := m.cgroups.Existing(s.ID)
+	switch {
+	case enforced && cg == nil:
+		t.Fatalf("limits are enforced on this host (cgroup v%d), but instance %s has no group", m.cgroups.Version(), s.ID)
+	case !enforced:
+		t.Logf("limits are not enforced on this host (%v): cgroup checks are skipped", why)
 	}
 
 	t.Run("TLSLogin", func(t *testing.T) {
@@ -206,8 +209,8 @@ func TestManager_Lifecycle(t *testing.T) {
 	})
 
 	t.Run("InCgroup", func(t *testing.T) {
-		if cg == nil {
-			t.Skip("cgroups not usable")
+		if !enforced {
+			t.Skipf("limits not enforced on this host: %v", why)
 		}
 		procs, err := cg.Procs()
 		if err != nil {
@@ -298,14 +301,23 @@ func TestManager_Lifecycle(t *testing.T) {
 		if err := m.SetLimits(s); err != nil {
 			t.Fatal(err)
 		}
-		if cg == nil {
-			t.Skip("cgroups not usable: limits not applied")
+		if !enforced {
+			t.Skipf("limits not enforced on this host: %v", why)
 		}
-		for file, want := range map[string]string{
+		want := map[string]string{
 			filepath.Join(cg.Dir("cpu"), "cpu.cfs_period_us"):        "100000",
 			filepath.Join(cg.Dir("cpu"), "cpu.cfs_quota_us"):         "50000",
 			filepath.Join(cg.Dir("memory"), "memory.limit_in_bytes"): strconv.Itoa(512 << 20),
-		} {
+		}
+		unlimited := map[string]string{filepath.Join(cg.Dir("cpu"), "cpu.cfs_quota_us"): "-1"}
+		if m.cgroups.Version() == 2 {
+			want = map[string]string{
+				filepath.Join(cg.Dir("cpu"), "cpu.max"):       "50000 100000",
+				filepath.Join(cg.Dir("memory"), "memory.max"): strconv.Itoa(512 << 20),
+			}
+			unlimited = map[string]string{filepath.Join(cg.Dir("cpu"), "cpu.max"): "max 100000"}
+		}
+		for file, want := range want {
 			if got := readTrimmed(t, file); got != want {
 				t.Errorf("%s: got %s, want %s", file, got, want)
 			}
@@ -314,8 +326,10 @@ func TestManager_Lifecycle(t *testing.T) {
 		if err := m.SetLimits(s); err != nil {
 			t.Fatal(err)
 		}
-		if got := readTrimmed(t, filepath.Join(cg.Dir("cpu"), "cpu.cfs_quota_us")); got != "-1" {
-			t.Errorf("unlimited quota: got %s, want -1", got)
+		for file, want := range unlimited {
+			if got := readTrimmed(t, file); got != want {
+				t.Errorf("unlimited: %s = %s, want %s", file, got, want)
+			}
 		}
 	})
 

@@ -87,11 +87,7 @@ func (m *Instances) start(ctx context.Context, s Spec) (int, error) {
 	for _, name := range sortedKeys(s.RecoverySettings) {
 		args = append(args, "-c", name+"="+s.RecoverySettings[name])
 	}
-	var joinCgroup []string
-	if cg != nil {
-		joinCgroup = cg.ProcsFiles()
-	}
-	c, logStart, err := m.spawnPostmaster(s.Dir, logPath, args, joinCgroup)
+	c, logStart, err := m.spawnPostmaster(s.Dir, logPath, args, cg)
 	if err != nil {
 		return 0, err
 	}
@@ -132,10 +128,10 @@ func (m *Instances) start(ctx context.Context, s Spec) (int, error) {
 
 // spawnPostmaster runs postgres with args through the supervisor: in its
 // own session as the server's OS user, output appended to logPath, and
-// inside the cgroups whose cgroup.procs files joinCgroup lists before it
-// runs at all. It returns the child and the log offset of its output.
-func (m *Instances) spawnPostmaster(dir, logPath string, args, joinCgroup []string) (*proc.Child, int64, error) {
-	return m.sup.Spawn(proc.Spec{
+// inside cg (when not nil) before it runs at all. It returns the child and
+// the log offset of its output.
+func (m *Instances) spawnPostmaster(dir, logPath string, args []string, cg *cgroup.Group) (*proc.Child, int64, error) {
+	spec := proc.Spec{
 		Path: filepath.Join(m.BinDir, "postgres"), Args: args, Dir: dir,
 		Env: []string{
 			"PATH=/usr/local/bin:/usr/bin:/bin",
@@ -144,8 +140,10 @@ func (m *Instances) spawnPostmaster(dir, logPath string, args, joinCgroup []stri
 			"PG_OOM_ADJUST_FILE=/proc/self/oom_score_adj",
 			"PG_OOM_ADJUST_VALUE=0",
 		},
-		Credential: m.cred, LogPath: logPath, JoinCgroups: joinCgroup,
-	})
+		Credential: m.cred, LogPath: logPath,
+	}
+	cg.Confine(&spec)
+	return m.sup.Spawn(spec)
 }
 
 // waitReady polls postmaster.pid until the postmaster of pid reports that

@@ -1,8 +1,10 @@
 // Package cgroup confines the runtime's processes: one group per instance
 // (postmaster, PgBouncer) with a CPU quota and a memory limit, and the
-// usage read back from it. It speaks cgroup v1 with the cpu, cpuacct and
-// memory controllers, mounted together or apart; a v2-only host has no
-// usable hierarchy here and its instances run without limits (logged once).
+// usage read back from it. It speaks both cgroup versions: v1 with the cpu,
+// cpuacct and memory controllers mounted together or apart (what these
+// hosts run), and v2, the unified hierarchy most current distributions boot
+// with, where a process is spawned straight into its group. A host with
+// neither has no groups: its instances run without limits (logged once).
 package cgroup
 
 import (
@@ -10,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -20,8 +21,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"dbcloud/runtime/local/internal/proc"
 )
 
 // Parent is the group under which every instance gets its own group, at
@@ -38,13 +37,16 @@ const cfsPeriod = 100000
 // quota, cpuacct for CPU usage, memory for the limit and the working set.
 func controllers() []string { return []string{"cpu", "cpuacct", "memory"} }
 
-// Mounts maps a controller to the mount point of its hierarchy.
+// Mounts says where the hierarchies are: a v1 controller's mount point by
+// controller name, and the v2 (unified) mount point under the key "".
 type Mounts map[string]string
 
-// FindMounts reads the cgroup v1 mount point of every controller a group
-// needs from /proc/self/mountinfo. Controllers mounted together
-// (cpu,cpuacct) share a mount point. A controller missing from the result
-// is not mounted as cgroup v1.
+// unified is the key of the v2 mount in Mounts.
+const unified = ""
+
+// FindMounts reads, from /proc/self/mountinfo, the cgroup v1 mount point of
+// every controller a group needs and the mount point of the v2 hierarchy.
+// Controllers mounted together (cpu,cpuacct) share a mount point.
 func FindMounts(mountinfo io.Reader) Mounts {
 	mounts := Mounts{}
 	wanted := controllers()
@@ -56,13 +58,20 @@ func FindMounts(mountinfo io.Reader) Mounts {
 			continue
 		}
 		fields, postFields := strings.Fields(pre), strings.Fields(post)
-		if len(fields) < 5 || len(postFields) < 3 || postFields[0] != "cgroup" {
+		if len(fields) < 5 || len(postFields) < 3 {
 			continue
 		}
-		for _, opt := range strings.Split(postFields[2], ",") {
-			if slices.Contains(wanted, opt) {
-				if _, dup := mounts[opt]; !dup {
-					mounts[opt] = unescapeMountPath(fields[4])
+		switch postFields[0] {
+		case "cgroup2":
+			if _, dup := mounts[unified]; !dup {
+				mounts[unified] = unescapeMountPath(fields[4])
+			}
+		case "cgroup":
+			for _, opt := range strings.Split(postFields[2], ",") {
+				if slices.Contains(wanted, opt) {
+					if _, dup := mounts[opt]; !dup {
+						mounts[opt] = unescapeMountPath(fields[4])
+					}
 				}
 			}
 		}
@@ -89,11 +98,16 @@ func unescapeMountPath(p string) string {
 	return b.String()
 }
 
-// Hierarchy is the host's cgroup mounts, where groups are made.
+// Hierarchy is where this host's groups are made: the v1 hierarchies of
+// cpu, cpuacct and memory when all are mounted, else the v2 hierarchy.
 type Hierarchy struct {
-	mounts Mounts
+	v1     Mounts // controller -> mount point; nil when v1 is not used
+	v2     string // the unified mount point; "" when v2 is not used
 	logger *slog.Logger
 	warn   sync.Once
+
+	mu       sync.Mutex
+	unusable error // why groups could not be made, once they could not
 }
 
 // NewHierarchy reads the mounts of this host.
@@ -106,31 +120,63 @@ func NewHierarchy(logger *slog.Logger) *Hierarchy {
 	return NewHierarchyAt(mounts, logger)
 }
 
-// NewHierarchyAt uses the given mounts (tests).
+// NewHierarchyAt uses the given mounts: v1 when its three controllers are
+// all there (v1 controllers are then not in the v2 hierarchy), else v2 if
+// it is mounted.
 func NewHierarchyAt(mounts Mounts, logger *slog.Logger) *Hierarchy {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Hierarchy{mounts: mounts, logger: logger}
-}
-
-// Group is one instance's group, dbcloud/<id>, in each hierarchy.
-type Group struct {
-	dirs   map[string]string // controller -> directory
-	mounts Mounts
-}
-
-// Of returns the group's paths without creating anything, or nil when the
-// controllers are not all mounted.
-func (h *Hierarchy) Of(id string) *Group {
-	if len(h.mounts) != len(controllers()) {
-		return nil
-	}
-	g := &Group{dirs: map[string]string{}, mounts: h.mounts}
+	h := &Hierarchy{logger: logger}
+	v1 := Mounts{}
 	for _, c := range controllers() {
-		g.dirs[c] = filepath.Join(h.mounts[c], Parent, id)
+		if dir, ok := mounts[c]; ok {
+			v1[c] = dir
+		}
 	}
-	return g
+	switch {
+	case len(v1) == len(controllers()):
+		h.v1 = v1
+	case mounts[unified] != "":
+		h.v2 = mounts[unified]
+	}
+	return h
+}
+
+// Version is the cgroup version groups are made in: 1, 2, or 0 for none.
+func (h *Hierarchy) Version() int {
+	switch {
+	case h.v1 != nil:
+		return 1
+	case h.v2 != "":
+		return 2
+	}
+	return 0
+}
+
+// Group is one instance's group, dbcloud/<id>: a directory in each v1
+// hierarchy, or one directory in the v2 hierarchy.
+type Group struct {
+	dirs   map[string]string // v1: controller -> directory
+	mounts Mounts            // v1
+	dir    string            // v2
+	root   string            // v2: the mount point dir is under
+}
+
+// Of returns the group's paths without creating anything, or nil when
+// there is no hierarchy to make groups in.
+func (h *Hierarchy) Of(id string) *Group {
+	switch h.Version() {
+	case 1:
+		g := &Group{dirs: map[string]string{}, mounts: h.v1}
+		for _, c := range controllers() {
+			g.dirs[c] = filepath.Join(h.v1[c], Parent, id)
+		}
+		return g
+	case 2:
+		return &Group{dir: filepath.Join(h.v2, Parent, id), root: h.v2}
+	}
+	return nil
 }
 
 // Existing returns the group when it was created, else nil.
@@ -141,43 +187,64 @@ func (h *Hierarchy) Existing(id string) *Group {
 	return nil
 }
 
-// Ensure creates the group in every hierarchy and lets owner (nil: only
-// dbcloud's user) write its cgroup.procs, so a process started as owner
-// can join the group itself before it runs. It returns nil, having logged
-// once, when cgroups cannot be used on this host: instances then run
-// without limits rather than not at all.
+// Ensure creates the group and lets owner (nil: only dbcloud's user)
+// write its cgroup.procs, so that on v1 a process started as owner can
+// join the group itself before it runs. It returns nil, having logged once,
+// when cgroups cannot be used on this host: instances then run without
+// limits rather than not at all.
 func (h *Hierarchy) Ensure(id string, owner *syscall.Credential) *Group {
 	g := h.Of(id)
-	if g == nil {
+	var err error
+	switch {
+	case g == nil:
+		err = fmt.Errorf("neither cgroup v1 (cpu, cpuacct and memory) nor cgroup v2 is mounted (found %v)", h.v1)
+	case g.dir != "":
+		err = h.ensureV2(g, owner)
+	default:
+		err = g.ensureV1(owner)
+	}
+	if err != nil {
+		h.mu.Lock()
+		h.unusable = err
+		h.mu.Unlock()
 		h.warn.Do(func() {
-			h.logger.Warn("cgroup v1 cpu, cpuacct and memory controllers not all mounted; instances run without CPU and memory limits",
-				"found", fmt.Sprint(h.mounts))
+			h.logger.Warn("cgroups unusable; instances run without CPU and memory limits", "error", err)
 		})
 		return nil
-	}
-	for _, dir := range g.uniqueDirs() {
-		err := os.MkdirAll(dir, 0o755)
-		if err == nil && owner != nil {
-			err = os.Chown(filepath.Join(dir, "cgroup.procs"), int(owner.Uid), int(owner.Gid))
-		}
-		if err != nil {
-			h.warn.Do(func() {
-				h.logger.Warn("cgroups not writable; instances run without CPU and memory limits", "error", err)
-			})
-			return nil
-		}
 	}
 	return g
 }
 
-// Exists reports whether the group was created (in the memory hierarchy,
-// the one that matters for reading usage).
-func (g *Group) Exists() bool {
-	_, err := os.Stat(g.dirs["memory"])
-	return err == nil
+// Enforced says whether CPU and memory limits are enforced on this host,
+// and if not, why: there is a hierarchy and no group has failed to be
+// made in it.
+func (h *Hierarchy) Enforced() (bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.Version() == 0 {
+		return false, errors.New("neither cgroup v1 (cpu, cpuacct and memory) nor cgroup v2 is mounted")
+	}
+	return h.unusable == nil, h.unusable
+}
+
+// SpawnDir is the v2 group directory a process can be spawned straight
+// into (clone3 with CLONE_INTO_CGROUP); "" on v1, where a process joins
+// its groups itself.
+func (g *Group) SpawnDir() string { return g.dir }
+
+// Dir is the group's directory in the hierarchy of controller ("cpu",
+// "cpuacct" or "memory"); on v2 there is one directory for all.
+func (g *Group) Dir(controller string) string {
+	if g.dir != "" {
+		return g.dir
+	}
+	return g.dirs[controller]
 }
 
 func (g *Group) uniqueDirs() []string {
+	if g.dir != "" {
+		return []string{g.dir}
+	}
 	var dirs []string
 	for _, c := range controllers() {
 		if !slices.Contains(dirs, g.dirs[c]) {
@@ -185,6 +252,13 @@ func (g *Group) uniqueDirs() []string {
 		}
 	}
 	return dirs
+}
+
+// Exists reports whether the group was created (on v1, in the memory
+// hierarchy, the one that matters for reading usage).
+func (g *Group) Exists() bool {
+	_, err := os.Stat(g.Dir("memory"))
+	return err == nil
 }
 
 // ProcsFiles lists the cgroup.procs file of every hierarchy.
@@ -196,118 +270,23 @@ func (g *Group) ProcsFiles() []string {
 	return files
 }
 
-// Add moves a process (all its threads) into the group. Its later children
-// are born inside; children it already has are not moved.
-func (g *Group) Add(pid int) error {
-	for _, f := range g.ProcsFiles() {
-		if err := proc.WriteControlFile(f, strconv.Itoa(pid)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// Contains reports whether pid is in the group of every hierarchy, from
-// /proc/PID/cgroup ("4:memory:/dbcloud/x").
-func (g *Group) Contains(pid int) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-	if err != nil {
-		return false
-	}
-	in := map[string]bool{}
-	for _, line := range strings.Split(string(data), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		for _, c := range strings.Split(parts[1], ",") {
-			if dir, ok := g.dirs[c]; ok && filepath.Join(g.mounts[c], parts[2]) == dir {
-				in[c] = true
-			}
-		}
-	}
-	return len(in) == len(g.dirs)
-}
-
-// Procs returns the live processes in the group, in any hierarchy. Zombies
-// are left out: they hold no resources and cannot be killed again.
-func (g *Group) Procs() ([]int, error) {
-	var pids []int
-	for _, f := range g.ProcsFiles() {
-		data, err := os.ReadFile(f)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		for _, field := range strings.Fields(string(data)) {
-			pid, err := strconv.Atoi(field)
-			if err == nil && !slices.Contains(pids, pid) && proc.Alive(pid) {
-				pids = append(pids, pid)
-			}
-		}
-	}
-	return pids, nil
-}
-
 // SetLimits applies a CPU quota and a memory limit; zero means unlimited.
 // Both take effect immediately for running processes.
 func (g *Group) SetLimits(cpuMillis int, memoryBytes int64) error {
-	cpu := g.dirs["cpu"]
-	quota, shares := "-1", "1024"
-	if cpuMillis > 0 {
-		quota = strconv.Itoa(cpuMillis * cfsPeriod / 1000)
-		shares = strconv.Itoa(max(2, cpuMillis*1024/1000))
+	if g.dir != "" {
+		return g.setLimitsV2(cpuMillis, memoryBytes)
 	}
-	limit := "-1"
-	if memoryBytes > 0 {
-		limit = strconv.FormatInt(memoryBytes, 10)
-	}
-	for _, w := range []struct{ file, value string }{
-		{filepath.Join(cpu, "cpu.cfs_period_us"), strconv.Itoa(cfsPeriod)},
-		{filepath.Join(cpu, "cpu.cfs_quota_us"), quota},
-		{filepath.Join(cpu, "cpu.shares"), shares},
-		{filepath.Join(g.dirs["memory"], "memory.limit_in_bytes"), limit},
-	} {
-		if err := proc.WriteControlFile(w.file, w.value); err != nil {
-			return err
-		}
-	}
-	return nil
+	return g.setLimitsV1(cpuMillis, memoryBytes)
 }
 
 // Usage reads the CPU time consumed by the group so far and its memory
 // working set: usage minus inactive page cache, which the kernel reclaims
 // before it would OOM-kill anything (what kubelet and cAdvisor report).
 func (g *Group) Usage() (cpuNanos uint64, memoryBytes int64, err error) {
-	raw, err := os.ReadFile(filepath.Join(g.dirs["cpuacct"], "cpuacct.usage"))
-	if err != nil {
-		return 0, 0, err
+	if g.dir != "" {
+		return g.usageV2()
 	}
-	if cpuNanos, err = strconv.ParseUint(strings.TrimSpace(string(raw)), 10, 64); err != nil {
-		return 0, 0, fmt.Errorf("parse cpuacct.usage: %w", err)
-	}
-	mem := g.dirs["memory"]
-	raw, err = os.ReadFile(filepath.Join(mem, "memory.usage_in_bytes"))
-	if err != nil {
-		return 0, 0, err
-	}
-	used, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
-	if err != nil {
-		return 0, 0, fmt.Errorf("parse memory.usage_in_bytes: %w", err)
-	}
-	stat, err := os.ReadFile(filepath.Join(mem, "memory.stat"))
-	if err != nil {
-		return 0, 0, err
-	}
-	var inactive int64
-	for _, line := range strings.Split(string(stat), "\n") {
-		if v, ok := strings.CutPrefix(line, "total_inactive_file "); ok {
-			inactive, _ = strconv.ParseInt(v, 10, 64)
-		}
-	}
-	return cpuNanos, max(0, used-inactive), nil
+	return g.usageV1()
 }
 
 // Remove deletes the group from every hierarchy. The group must be empty;
@@ -322,12 +301,35 @@ func (g *Group) Remove(deadline time.Time) error {
 			if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
 				return fmt.Errorf("remove cgroup %s: %w", dir, err)
 			}
-			time.Sleep(proc.PollInterval)
+			time.Sleep(5 * time.Millisecond)
 		}
 	}
 	return nil
 }
 
-// Dir is the group's directory in the hierarchy of controller ("cpu",
-// "cpuacct" or "memory").
-func (g *Group) Dir(controller string) string { return g.dirs[controller] }
+// statValue reads one "key value" line of a stat file (memory.stat,
+// cpu.stat); missing keys read as 0.
+func statValue(path, key string) (int64, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, key+" "); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, nil
+}
+
+func readInt(path string) (int64, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse %s: %w", path, err)
+	}
+	return v, nil
+}

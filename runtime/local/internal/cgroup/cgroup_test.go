@@ -1,8 +1,16 @@
 package cgroup
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"dbcloud/runtime/local/internal/proc"
 )
 
 func TestFindMounts(t *testing.T) {
@@ -15,7 +23,8 @@ func TestFindMounts(t *testing.T) {
 41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
 `
 		got := FindMounts(strings.NewReader(mountinfo))
-		want := Mounts{"cpu": "/sys/fs/cgroup/cpu", "cpuacct": "/sys/fs/cgroup/cpuacct", "memory": "/sys/fs/cgroup/memory"}
+		want := Mounts{"cpu": "/sys/fs/cgroup/cpu", "cpuacct": "/sys/fs/cgroup/cpuacct", "memory": "/sys/fs/cgroup/memory",
+			unified: "/sys/fs/cgroup/unified"}
 		if len(got) != len(want) {
 			t.Fatalf("got %v, want %v", got, want)
 		}
@@ -23,6 +32,11 @@ func TestFindMounts(t *testing.T) {
 			if got[c] != p {
 				t.Errorf("%s: got %q, want %q", c, got[c], p)
 			}
+		}
+		// The v1 controllers are all there, so v1 is used (on such a host
+		// cpu and memory cannot be in the v2 hierarchy too).
+		if v := NewHierarchyAt(got, nil).Version(); v != 1 {
+			t.Errorf("version = %d, want 1", v)
 		}
 	})
 	t.Run("Combined", func(t *testing.T) {
@@ -41,14 +55,137 @@ func TestFindMounts(t *testing.T) {
 	})
 	t.Run("V2Only", func(t *testing.T) {
 		got := FindMounts(strings.NewReader("30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"))
-		if len(got) != 0 {
-			t.Errorf("got %v, want none", got)
+		h := NewHierarchyAt(got, nil)
+		if h.Version() != 2 {
+			t.Fatalf("version = %d, want 2", h.Version())
 		}
-		if g := NewHierarchyAt(got, nil).Of("x"); g != nil {
-			t.Error("Of without v1 mounts: want nil")
+		g := h.Of("x")
+		if g == nil || g.SpawnDir() != "/sys/fs/cgroup/dbcloud/x" || len(g.ProcsFiles()) != 1 {
+			t.Errorf("v2 group: %+v, want one directory /sys/fs/cgroup/dbcloud/x", g)
+		}
+	})
+	t.Run("None", func(t *testing.T) {
+		h := NewHierarchyAt(FindMounts(strings.NewReader("")), nil)
+		if h.Version() != 0 || h.Of("x") != nil || h.Ensure("x", nil) != nil {
+			t.Error("no hierarchy: want version 0 and no groups")
 		}
 	})
 	if got := unescapeMountPath(`/a\040b`); got != "/a b" {
 		t.Errorf("unescape: got %q", got)
+	}
+}
+
+// fakeV2 lays out the files the kernel would show in a v2 hierarchy that
+// offers cpu and memory, with group x already made (the kernel fills a new
+// directory with its files; a plain directory does not).
+func fakeV2(t *testing.T) (root string, g *Group) {
+	t.Helper()
+	root = t.TempDir()
+	for _, dir := range []string{root, filepath.Join(root, Parent), filepath.Join(root, Parent, "x")} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for name, content := range map[string]string{"cgroup.controllers": "cpuset cpu io memory pids\n", "cgroup.subtree_control": ""} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for name, content := range map[string]string{
+		"cpu.max": "max 100000\n", "cpu.weight": "100\n", "memory.max": "max\n", "cgroup.procs": "",
+		"cpu.stat":       "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n",
+		"memory.current": "104857600\n",
+		"memory.stat":    "anon 1000\nfile 60000000\nactive_file 20000000\ninactive_file 41943040\n",
+	} {
+		if err := os.WriteFile(filepath.Join(root, Parent, "x", name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := NewHierarchyAt(Mounts{unified: root}, nil)
+	if g = h.Ensure("x", nil); g == nil {
+		t.Fatal("Ensure on a v2 hierarchy offering cpu and memory: nil group")
+	}
+	return root, g
+}
+
+// On v2 the limits are cpu.max, cpu.weight and memory.max, and usage comes
+// from cpu.stat and memory.current less inactive_file: checked on the
+// files the kernel would show, since this host's kernel binds cpu and
+// memory to v1.
+func TestGroup_V2Files(t *testing.T) {
+	root, g := fakeV2(t)
+	if got, _ := os.ReadFile(filepath.Join(root, Parent, "cgroup.subtree_control")); !strings.Contains(string(got), "+") {
+		t.Errorf("Parent's subtree_control = %q, want the controllers enabled", got)
+	}
+	if err := g.SetLimits(500, 512<<20); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"cpu.max": "50000 100000", "cpu.weight": "20", "memory.max": "536870912"} {
+		if got, _ := os.ReadFile(filepath.Join(g.SpawnDir(), name)); !strings.HasPrefix(string(got), want) {
+			t.Errorf("%s = %q, want %q", name, got, want)
+		}
+	}
+	if err := g.SetLimits(0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(g.SpawnDir(), "cpu.max")); !strings.HasPrefix(string(got), "max 100000") {
+		t.Errorf("unlimited cpu.max = %q, want max 100000", got)
+	}
+	cpu, mem, err := g.Usage()
+	if err != nil || cpu != 2_500_000_000 || mem != 104857600-41943040 {
+		t.Errorf("usage = %d ns, %d bytes, %v; want 2500000000 ns, %d bytes", cpu, mem, err, 104857600-41943040)
+	}
+}
+
+// A v2 hierarchy that does not offer cpu and memory (this host's: they are
+// bound to v1) cannot hold limits, so no group is used: Ensure says so
+// rather than pretend.
+func TestHierarchy_V2WithoutControllers(t *testing.T) {
+	root := t.TempDir()
+	os.WriteFile(filepath.Join(root, "cgroup.controllers"), []byte("hugetlb\n"), 0o644)
+	if g := NewHierarchyAt(Mounts{unified: root}, nil).Ensure("x", nil); g != nil {
+		t.Errorf("Ensure without cpu and memory controllers: got a group, want nil")
+	}
+}
+
+// A process spawned with a v2 group's directory runs in that group from
+// its start, with no wrapper: shown on a real cgroup2 mount made for the
+// test (this host boots with v1, where cgroup2 can still be mounted, with
+// no cpu or memory controller in it).
+func TestSpawnIntoV2Group(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting cgroup2 needs root")
+	}
+	root := t.TempDir()
+	if err := syscall.Mount("none", root, "cgroup2", 0, ""); err != nil {
+		t.Fatalf("mount cgroup2 at %s: %v (this kernel should allow it)", root, err)
+	}
+	t.Cleanup(func() { syscall.Unmount(root, syscall.MNT_DETACH) })
+	h := NewHierarchyAt(Mounts{unified: root}, nil)
+	g := h.Of("spawn-test")
+	if err := os.MkdirAll(g.SpawnDir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Remove(time.Now().Add(10 * time.Second)) })
+	sup := proc.NewSupervisor()
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _, err := sup.Spawn(proc.Spec{Path: sleep, Args: []string{"60"}, Dir: "/", CgroupDir: g.SpawnDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(c.PID, syscall.SIGKILL)
+		<-c.Exited()
+	})
+	if !g.Contains(c.PID) {
+		raw, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(c.PID), "cgroup"))
+		t.Fatalf("spawned process not in %s; /proc/PID/cgroup:\n%s", g.SpawnDir(), raw)
+	}
+	procs, err := g.Procs()
+	if err != nil || len(procs) != 1 || procs[0] != c.PID {
+		t.Errorf("group procs = %v, %v; want [%d]", procs, err, c.PID)
 	}
 }

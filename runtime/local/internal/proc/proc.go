@@ -79,6 +79,10 @@ type Spec struct {
 	// it), so everything it forks is confined from birth: cgroup v1 has no
 	// way to spawn straight into a group.
 	JoinCgroups []string
+	// CgroupDir, when set, is a cgroup v2 directory the process is spawned
+	// straight into (clone3 with CLONE_INTO_CGROUP): confined from its
+	// first instruction, with no wrapper. It excludes JoinCgroups.
+	CgroupDir string
 	// NoFile, when set, raises the open-file limit (to the hard limit when
 	// that is lower); Go would otherwise hand down its original soft limit.
 	NoFile int
@@ -125,6 +129,14 @@ func (s *Supervisor) Spawn(spec Spec) (*Child, int64, error) {
 		cmd.Stdout, cmd.Stderr = logFile, logFile
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: spec.Credential}
+	if spec.CgroupDir != "" {
+		cg, err := os.Open(spec.CgroupDir)
+		if err != nil {
+			return nil, 0, fmt.Errorf("run %s: %w", spec.Path, err)
+		}
+		defer cg.Close()
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, 0, fmt.Errorf("run %s: %w", spec.Path, err)
 	}
