@@ -143,9 +143,12 @@ func TestRuntime_Forks(t *testing.T) {
 	time.Sleep(20 * time.Millisecond)
 	mustExec(t, parent, "parent-password", "INSERT INTO t VALUES ('3 after target')")
 
+	// A running parent is restorable up to now: the window ends at the
+	// moment of the call.
+	before := time.Now()
 	w, err := rt.RecoveryWindow(ctx, parent)
-	if err != nil || w.From != snaps[0].Finished || w.Stopped || time.Since(w.To) > time.Second {
-		t.Fatalf("window of the running parent: %+v, %v", w, err)
+	if err != nil || w.From != snaps[0].Finished || w.Stopped || w.To.Before(before) || w.To.After(time.Now()) {
+		t.Fatalf("window of the running parent: %+v, %v; want from %v to a moment during the call", w, err, snaps[0].Finished)
 	}
 
 	forks := map[dbcloud.ForkStrategy][]string{
@@ -277,6 +280,32 @@ func TestRuntime_Forks(t *testing.T) {
 		}
 		if s, _ := rt.backups.Snapshots(rt.serviceDir(now.ID)); len(s) != 1 {
 			t.Errorf("the fork's own snapshots: %d", len(s))
+		}
+	})
+
+	// With several snapshots, LAST_SNAPSHOT restores the newest: its rows
+	// are there, and none written after it.
+	t.Run("LastSnapshotIsNewest", func(t *testing.T) {
+		mustExec(t, now, "fork-password", "INSERT INTO t VALUES ('5 before the newest snapshot')")
+		src, ok := rt.runningPrimary(now.ID)
+		if !ok {
+			t.Fatal("the NOW fork's primary is not running")
+		}
+		newest, err := rt.backups.Take(ctx, rt.serviceDir(now.ID), src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustExec(t, now, "fork-password", "INSERT INTO t VALUES ('6 after the newest snapshot')")
+		snaps, _ := rt.backups.Snapshots(rt.serviceDir(now.ID))
+		if len(snaps) < 2 || snaps[len(snaps)-1].Name != newest.Name {
+			t.Fatalf("snapshots %+v: want at least two, the newest %s last", snaps, newest.Name)
+		}
+		fork := newTestService(t, rt, "lastnewest", "fork-password",
+			&dbcloud.ForkSource{ServiceID: now.ID, Strategy: dbcloud.ForkLastSnapshot})
+		mustEnsure(t, rt, fork)
+		want := []string{"1 before snapshot", "2 after snapshot", "3 after target", "4 in fork", "5 before the newest snapshot"}
+		if got := rows(t, fork, "fork-password"); !slices.Equal(got, want) {
+			t.Errorf("LAST_SNAPSHOT with %d snapshots: rows %q, want %q (the newest snapshot's)", len(snaps), got, want)
 		}
 	})
 }

@@ -112,6 +112,29 @@ func (w *ackWriter) firstOKAfter(t time.Time, notPort int) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// waitAcks waits until at least n writes were acknowledged after t by
+// another instance than the one on notPort (0: any), so a test goes on
+// once the writer has done something rather than after a fixed time.
+func (w *ackWriter) waitAcks(tb testing.TB, n int, t time.Time, notPort int) {
+	tb.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		w.mu.Lock()
+		got := 0
+		for i, ok := range w.ok {
+			if ok.After(t) && w.port[i] != notPort {
+				got++
+			}
+		}
+		w.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%d writes acknowledged after %v within 60 s, want %d", got, t, n)
+		}
+	}
+}
+
 // healthLoop does what the engine does: check every second, repair
 // (EnsureService) when not running, until stop is closed.
 func healthLoop(t *testing.T, rt *Runtime, svc *dbcloud.Service, stop chan struct{}) chan struct{} {
@@ -218,7 +241,7 @@ func TestRuntime_HA(t *testing.T) {
 		w := startWriter(t, svc, password, from)
 		stop := make(chan struct{})
 		loop := healthLoop(t, rt, svc, stop)
-		time.Sleep(1500 * time.Millisecond)
+		w.waitAcks(t, 20, time.Time{}, 0)
 		killed := time.Now()
 		breakPrimary(old)
 		var firstOK time.Time
@@ -232,7 +255,7 @@ func TestRuntime_HA(t *testing.T) {
 			}
 		}
 		t.Logf("failover: failure to first acknowledged write through the endpoint: %v", firstOK.Sub(killed))
-		time.Sleep(500 * time.Millisecond)
+		w.waitAcks(t, 20, killed, old.Port)
 		acked := w.finish()
 		// Wait for the repair to end with every instance back.
 		var obs *dbcloud.Observation
@@ -490,4 +513,66 @@ func TestRuntime_HARepairsDeadSyncStandby(t *testing.T) {
 		t.Fatalf("after the repair: running %v, instances %s", obs.Running, roles(obs))
 	}
 	mustExec(t, svc, password, "CREATE TABLE after_repair (v int)")
+}
+
+// TestRuntime_HAPromotesMostAdvanced: with standbys that lag unevenly, a
+// failover promotes the one that received the most WAL, and no
+// acknowledged commit is lost. Standby 1 (the lower number, which a
+// first-come choice would take) is stopped while rows are committed with
+// standby 2 as the synchronous one, and is behind when the primary dies.
+func TestRuntime_HAPromotesMostAdvanced(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts several PostgreSQL instances")
+	}
+	rt := mustRuntime(t, localtest.Base(t))
+	const password = "ha-advanced-pw"
+	svc := newTestService(t, rt, "haadv", password, nil)
+	t.Cleanup(func() { rt.stopProxy(context.Background(), svc.ID) }) // before DeleteService
+	ctx := context.Background()
+	mustEnsure(t, rt, svc)
+	mustExec(t, svc, password, "CREATE TABLE acked (id int PRIMARY KEY)")
+	svc.Spec.Replicas, svc.Spec.SyncReplicas = 2, 1
+	if _, err := rt.ensureHA(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := rt.loadHA(svc.ID)
+	base, _ := rt.preparedBase(svc)
+	if st.Primary != 0 || !slices.Equal(st.Sync, []int{1, 2}) {
+		t.Fatalf("HA state %+v: want primary 0 and both standbys synchronous", st)
+	}
+	lagging := rt.haSpec(svc, base, st, 1)
+	if err := rt.instances.Stop(ctx, lagging, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, svc, password, "INSERT INTO acked SELECT generate_series(1, 500)")
+	pspec := rt.haSpec(svc, base, st, st.Primary)
+	pid, ok := rt.instances.Running(pspec)
+	if !ok {
+		t.Fatal("primary not running")
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, ok := rt.instances.Running(pspec); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the killed primary still runs")
+		}
+	}
+	if _, err := rt.ensureHA(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	st2, _ := rt.loadHA(svc.ID)
+	if st2.Primary != 2 {
+		t.Errorf("promoted instance %d, want 2, the standby that received the most WAL", st2.Primary)
+	}
+	c, err := connectTLS(t, svc, password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var n int
+	if err := c.QueryRow(ctx, "SELECT count(*) FROM acked").Scan(&n); err != nil || n != 500 {
+		t.Errorf("%d of 500 acknowledged rows on the new primary (%v)", n, err)
+	}
 }
