@@ -289,7 +289,11 @@ func TestEngine_LeaseHeldElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.engine(t, "a")
-	time.Sleep(200 * time.Millisecond) // several polls: none may touch the service
+	// The engine has polled the leased service's pending create, and worked,
+	// once a service created after it started is READY: every dispatch
+	// offers both.
+	other, _ := f.cloud.CreateService(f.ctx, f.pid, dbcloud.ServiceCreate{Name: "other"})
+	f.waitStatus(t, other.Service.ID, dbcloud.StatusReady)
 	if n := f.prov.count(id); n != 0 {
 		t.Fatalf("worked on a resource leased by another process (%d calls)", n)
 	}

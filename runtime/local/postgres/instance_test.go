@@ -259,14 +259,13 @@ func TestManager_Lifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 		begin := time.Now()
-		for {
+		for deadline := begin.Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
 			if _, ok := m.Running(s); !ok {
 				break
 			}
-			if time.Since(begin) > time.Second {
-				t.Fatal("Running still true 1s after SIGKILL")
+			if time.Now().After(deadline) {
+				t.Fatal("Running still true 30 s after SIGKILL")
 			}
-			time.Sleep(time.Millisecond)
 		}
 		t.Logf("Running false %v after SIGKILL; server processes still alive then: %d",
 			time.Since(begin), len(serverProcesses(s.PGData())))
@@ -509,10 +508,17 @@ func TestManager_Pool(t *testing.T) {
 	}
 
 	// Close abandons a refill in progress and leaves no half-made entry
-	// and no preparation server behind.
-	// The take woke the loop, which refills after poolRefillDelay; by now
-	// initdb is most likely running.
-	time.Sleep(poolRefillDelay + 300*time.Millisecond)
+	// and no preparation server behind. The take woke the loop: Close comes
+	// once its preparation has begun (a .tmp- entry exists).
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		entries, _ := os.ReadDir(m.PoolDir)
+		if slices.ContainsFunc(entries, func(e os.DirEntry) bool { return strings.HasPrefix(e.Name(), poolTmpPrefix) }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no pool refill began within 60 s of a take")
+		}
+	}
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
