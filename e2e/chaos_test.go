@@ -72,9 +72,14 @@ func TestChaos(t *testing.T) {
 	}
 	if len(c.violations) > 0 {
 		// The data directory goes with the test; its log is the evidence.
-		keep := filepath.Join(os.TempDir(), fmt.Sprintf("dbcloud-chaos-%d.log", seed))
-		if raw, err := os.ReadFile(filepath.Join(s.dir, "server.log")); err == nil && os.WriteFile(keep, raw, 0o600) == nil {
-			t.Logf("dbcloud's log is kept in %s", keep)
+		// A file of this run's own: runs in parallel (two checkouts)
+		// must not overwrite each other's evidence.
+		if f, err := os.CreateTemp("", fmt.Sprintf("dbcloud-chaos-%d-*.log", seed)); err == nil {
+			raw, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
+			if _, err := f.Write(raw); err == nil {
+				t.Logf("dbcloud's log is kept in %s", f.Name())
+			}
+			f.Close()
 		}
 	}
 }

@@ -29,9 +29,7 @@ func BenchmarkFork_1GiB(b *testing.B) {
 	if testing.Short() {
 		scale, rounds = "2", 1
 	}
-	// A port range of its own: e2e processes running at the same time
-	// (other packages' tests) otherwise allocate the same ports.
-	s := newServer(b, "--port-min", "47000", "--port-max", "47049")
+	s := newServer(b)
 	created := s.create(map[string]any{"name": "bench-parent", "cpu_millis": "2000", "memory_gbs": "8"})
 	parent := s.waitStatus(created.ServiceID, "READY", 60*time.Second)
 	s.waitSnapshot(parent.ServiceID, time.Time{}, 60*time.Second)

@@ -141,8 +141,16 @@ func killPrimary(t testing.TB, dir string) {
 // removePrimaryData removes the instance's data directory under its
 // running postmaster, as a lost disk would.
 func removePrimaryData(t testing.TB, dir string) {
-	if err := os.RemoveAll(filepath.Join(dir, "pgdata")); err != nil {
-		t.Fatal(err)
+	// The postmaster goes on creating files while they are removed, which
+	// RemoveAll reports as "directory not empty": remove until it is gone.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		err := os.RemoveAll(filepath.Join(dir, "pgdata"))
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -213,14 +221,10 @@ func (s *server) failover(t testing.TB, svc service, password string, from int, 
 		}
 	}
 	primary, oldPort := s.haPrimary(svc.ServiceID)
-	broken := time.Now()
+	broken, offset := time.Now(), s.logOffset()
 	breakPrimary(t, filepath.Join(s.dir, "runtime", "services", svc.ServiceID, strconv.Itoa(primary)))
 	var firstOK time.Time
-	sawUnstable := false
 	for deadline := time.Now().Add(60 * time.Second); firstOK.IsZero(); time.Sleep(10 * time.Millisecond) {
-		if got, _ := s.get(svc.ServiceID); got.Status == "UNSTABLE" {
-			sawUnstable = true
-		}
 		mu.Lock()
 		for _, a := range acks {
 			if a.at.After(broken) && a.port != oldPort {
@@ -234,7 +238,24 @@ func (s *server) failover(t testing.TB, svc service, password string, from int, 
 			t.Fatal("no write through the endpoint within 60 s of the failure")
 		}
 	}
-	time.Sleep(300 * time.Millisecond) // a few writes on the new primary too
+	// A few writes on the new primary too.
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		n := 0
+		for _, a := range acks {
+			if a.at.After(firstOK) {
+				n++
+			}
+		}
+		mu.Unlock()
+		if n >= 10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			close(stop)
+			t.Fatalf("%d writes acknowledged by the new primary within 60 s, want 10", n)
+		}
+	}
 	close(stop)
 	<-done
 	// READY again with every instance: the old primary is rebuilt.
@@ -276,13 +297,16 @@ func (s *server) failover(t testing.TB, svc service, password string, from int, 
 	if len(missing) > 0 {
 		t.Fatalf("%d of %d acknowledged commits lost: %v", len(missing), len(acks), missing)
 	}
+	// The engine showed the service UNSTABLE during the failover, however
+	// briefly: its log line comes after the status change committed.
+	sawUnstable := len(s.logLines(offset, "service unhealthy", svc.ServiceID)) > 0
 	return failoverResult{took: firstOK.Sub(broken), acked: len(acks), sawUnstable: sawUnstable}
 }
 
 type failoverResult struct {
 	took        time.Duration // break to the first write acknowledged by the new primary
 	acked       int           // commits acknowledged, all found on the new primary
-	sawUnstable bool          // the API showed the service UNSTABLE meanwhile
+	sawUnstable bool          // the service was shown UNSTABLE meanwhile
 }
 
 // instancesRunning counts the instances of a service with a live

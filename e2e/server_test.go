@@ -11,17 +11,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"dbcloud"
+
+	"dbcloud/internal/testports"
+	"dbcloud/sqlite"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -43,46 +46,24 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// portBlocks hands each server its own range of endpoint ports, so tests in
-// parallel never compete for one.
-var portBlocks struct {
-	sync.Mutex
-	next int
+// portRange hands each server its own range of endpoint ports, which no
+// other test on this machine holds, in this process or another checkout's.
+func portRange(t testing.TB) (int, int) {
+	t.Helper()
+	lo, err := testports.Block()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lo, lo + testports.BlockSize - 1
 }
 
-func portRange() (int, int) {
-	portBlocks.Lock()
-	defer portBlocks.Unlock()
-	// Test binaries of other packages may run at the same time: each
-	// process starts at its own offset in 31000-46999.
-	lo := 31000 + (os.Getpid()%16)*1000 + (portBlocks.next%20)*50
-	portBlocks.next++
-	return lo, lo + 49
-}
-
-// apiPorts is where servers' API ports come from: below the kernel's
-// ephemeral range (32768 and up), in a window of this process's own. A
-// restarted server binds its port again, and an ephemeral port left free
-// meanwhile may be taken as the local end of any outgoing connection.
-var apiPorts struct {
-	sync.Mutex
-	next int
-}
-
+// apiPort is a server's API port: claimed for this process, and below the
+// kernel's ephemeral range, since a restarted server binds it again and an
+// ephemeral port left free meanwhile may be taken as the local end of any
+// outgoing connection.
 func apiPort(t testing.TB) int {
 	t.Helper()
-	apiPorts.Lock()
-	defer apiPorts.Unlock()
-	for range 100 {
-		p := 22000 + (os.Getpid()%16)*100 + apiPorts.next%100
-		apiPorts.next++
-		if ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err == nil {
-			ln.Close()
-			return p
-		}
-	}
-	t.Fatal("no free port for the API in this process's window")
-	return 0
+	return testports.MustPort(t)
 }
 
 // server is one dbcloud process over a data directory that outlives it.
@@ -116,7 +97,7 @@ func newServer(t testing.TB, args ...string) *server {
 	if err := os.Chmod(dir, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	lo, hi := portRange()
+	lo, hi := portRange(t)
 	s := &server{t: t, dir: dir, listen: "127.0.0.1:" + strconv.Itoa(apiPort(t)),
 		args: append([]string{"--port-min", strconv.Itoa(lo), "--port-max", strconv.Itoa(hi)}, args...)}
 	t.Cleanup(func() {
@@ -491,6 +472,82 @@ func removeCgroups(dir string) {
 					time.Sleep(20 * time.Millisecond) // processes still leaving
 				}
 			}
+		}
+	}
+}
+
+// waitMeasured waits until the engine has measured the service after t
+// (read from the store, as the engine wrote it): its health and metrics
+// loops have looked at the service since then.
+func (s *server) waitMeasured(id string, after time.Time, within time.Duration) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	st, err := sqlite.Open(ctx, filepath.Join(s.dir, "dbcloud.db"))
+	if err != nil {
+		s.t.Fatalf("open the store: %v", err)
+	}
+	defer st.Close()
+	for {
+		var measured time.Time
+		err := st.View(ctx, func(tx dbcloud.Tx) error {
+			svc, err := tx.FindService(s.boot.ProjectID, id)
+			if err == nil && svc.Metrics != nil {
+				measured = svc.Metrics.Measured
+			}
+			return err
+		})
+		if err == nil && measured.After(after) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			s.t.Fatalf("service %s not measured after %v within %v (last %v, %v)", id, after, within, measured, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// logOffset is where the server's log ends now: logLines after it shows
+// only what the server wrote since.
+func (s *server) logOffset() int64 {
+	fi, err := os.Stat(filepath.Join(s.dir, "server.log"))
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// logLines returns the server's structured log lines written after
+// offset whose message is msg and whose service is id.
+func (s *server) logLines(offset int64, msg, id string) []map[string]any {
+	raw, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
+	if int64(len(raw)) < offset {
+		offset = 0
+	}
+	var out []map[string]any
+	for _, line := range bytes.Split(raw[offset:], []byte("\n")) {
+		var entry map[string]any
+		if json.Unmarshal(line, &entry) == nil && entry["msg"] == msg && entry["service"] == id {
+			out = append(out, entry)
+		}
+	}
+	return out
+}
+
+// waitUnhealthy waits for the engine's log line that it showed the
+// service UNSTABLE (written after the status change committed), after
+// offset, and returns the reason it gave: the event itself, however
+// briefly the API showed the status before the repair.
+func (s *server) waitUnhealthy(id string, offset int64, within time.Duration) string {
+	s.t.Helper()
+	for deadline := time.Now().Add(within); ; time.Sleep(20 * time.Millisecond) {
+		if lines := s.logLines(offset, "service unhealthy", id); len(lines) > 0 {
+			reason, _ := lines[0]["reason"].(string)
+			return reason
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("service %s not shown UNSTABLE within %v (no \"service unhealthy\" line in the log)", id, within)
 		}
 	}
 }

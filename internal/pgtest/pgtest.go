@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"dbcloud/internal/pgbin"
+	"dbcloud/internal/testports"
 )
 
 // EnvBinDir names the environment variable that overrides BinDir, for hosts
@@ -240,16 +241,8 @@ func portTaken(logPath string, offset int64) bool {
 	return strings.Contains(log, "could not bind") || strings.Contains(log, "Address already in use")
 }
 
-// freePort asks the kernel for an unused loopback port. The port is free
-// only until someone else binds it, hence the retry in Start.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort returns a loopback port no other test on this machine holds.
+func freePort() (int, error) { return testports.Port() }
 
 // serverCredential returns the identity to run PostgreSQL as: nil (the
 // current user) normally, or the "postgres" OS user when running as root,

@@ -7,8 +7,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
+
+	"dbcloud/internal/testports"
 )
 
 // backend is a loopback TCP server that greets every connection with its
@@ -77,12 +80,7 @@ func greet(t *testing.T, addr string) (string, net.Conn) {
 
 func freeLoopbackAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return "127.0.0.1:" + strconv.Itoa(testports.MustPort(t))
 }
 
 // TestProxy_Balancing: a read replica set's endpoint spreads connections

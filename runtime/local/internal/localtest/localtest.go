@@ -5,10 +5,11 @@ package localtest
 
 import (
 	"log/slog"
-	"net"
 	"os"
 	"strings"
 	"testing"
+
+	"dbcloud/internal/testports"
 )
 
 // Base returns a fresh directory directly in os.TempDir() (whose ancestors
@@ -40,14 +41,9 @@ func Logger(tb testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(tbWriter{tb}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
-// FreePort returns a loopback port that was free a moment ago; a test that
-// binds it retries on another when a parallel test took it first.
+// FreePort returns a loopback port that no other test on this machine
+// holds (see testports).
 func FreePort(tb testing.TB) int {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return testports.MustPort(tb)
 }
