@@ -14,14 +14,78 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// cgroupValue reads a control file of an instance's cgroup, or "" when the
-// host has no writable cgroup v1 hierarchy for it.
-func cgroupValue(controller, instance, file string) string {
-	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", controller, "dbcloud", instance, file))
+// hostCgroups says which cgroup version dbcloud enforces limits with on
+// this host, as the runtime decides it: v1 when its cpu, cpuacct and memory
+// controllers are mounted, else v2 when the unified hierarchy offers cpu
+// and memory; 0 when limits cannot be enforced here. It returns the mount
+// points by controller (v2: under "").
+func hostCgroups(t *testing.T) (int, map[string]string) {
+	t.Helper()
+	raw, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		return ""
+		t.Fatal(err)
 	}
-	return strings.TrimSpace(string(b))
+	mounts := map[string]string{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		fields, postFields := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(fields) < 5 || len(postFields) < 3 {
+			continue
+		}
+		switch postFields[0] {
+		case "cgroup":
+			for _, c := range strings.Split(postFields[2], ",") {
+				if c == "cpu" || c == "cpuacct" || c == "memory" {
+					mounts[c] = fields[4]
+				}
+			}
+		case "cgroup2":
+			mounts[""] = fields[4]
+		}
+	}
+	if mounts["cpu"] != "" && mounts["cpuacct"] != "" && mounts["memory"] != "" {
+		return 1, mounts
+	}
+	if ctl, err := os.ReadFile(filepath.Join(mounts[""], "cgroup.controllers")); mounts[""] != "" && err == nil &&
+		strings.Contains(" "+string(ctl)+" ", " cpu ") && strings.Contains(" "+strings.TrimSpace(string(ctl))+" ", " memory ") {
+		return 2, mounts
+	}
+	return 0, mounts
+}
+
+// instanceLimits reads an instance's CPU quota (µs per 100 ms; -1 for none)
+// and memory limit (bytes; -1 for none) from its cgroup, failing the test
+// when this host enforces limits and the instance has no group.
+func instanceLimits(t *testing.T, instance string) (quota, memory int64, enforced bool) {
+	t.Helper()
+	version, mounts := hostCgroups(t)
+	read := func(path string) string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("limits are enforced on this host (cgroup v%d), but %v", version, err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	num := func(v string) int64 {
+		if v == "max" || v == "-1" {
+			return -1
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Fatalf("cgroup value %q: %v", v, err)
+		}
+		return n
+	}
+	switch version {
+	case 1:
+		return num(read(filepath.Join(mounts["cpu"], "dbcloud", instance, "cpu.cfs_quota_us"))),
+			num(read(filepath.Join(mounts["memory"], "dbcloud", instance, "memory.limit_in_bytes"))), true
+	case 2:
+		dir := filepath.Join(mounts[""], "dbcloud", instance)
+		q, _, _ := strings.Cut(read(filepath.Join(dir, "cpu.max")), " ")
+		return num(q), num(read(filepath.Join(dir, "memory.max"))), true
+	}
+	return 0, 0, false
 }
 
 func TestService_Lifecycle(t *testing.T) {
@@ -85,15 +149,10 @@ func TestService_Lifecycle(t *testing.T) {
 		if sb != "1GB" || mc != "50" {
 			t.Errorf("after resize to 1000/4: shared_buffers %s, max_connections %s; want 1GB, 50", sb, mc)
 		}
-		inst := svc.ServiceID + "-0"
-		if q := cgroupValue("cpu", inst, "cpu.cfs_quota_us"); q != "" && q != "100000" {
-			t.Errorf("cpu.cfs_quota_us = %s, want 100000 (1000 millicores)", q)
-		}
-		if m := cgroupValue("memory", inst, "memory.limit_in_bytes"); m != "" && m != strconv.Itoa(4<<30) {
-			t.Errorf("memory.limit_in_bytes = %s, want %d", m, 4<<30)
-		}
-		if cgroupValue("cpu", inst, "cpu.cfs_quota_us") == "" {
-			t.Log("no cgroup v1 cpu hierarchy on this host: limits not checked")
+		if quota, memory, enforced := instanceLimits(t, svc.ServiceID+"-0"); !enforced {
+			t.Log("this host cannot enforce limits (no cgroup v1 cpu and memory, no cgroup v2 offering them): not checked")
+		} else if quota != 100000 || memory != 4<<30 {
+			t.Errorf("limits after resize to 1000/4: CPU quota %d µs per 100 ms, memory %d bytes; want 100000 and %d", quota, memory, int64(4)<<30)
 		}
 		var v string
 		if err := c.QueryRow(ctx, `SELECT v FROM kept`).Scan(&v); err != nil {

@@ -2,9 +2,12 @@ package http_test
 
 import (
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
 
 	"dbcloud"
 	"dbcloud/http"
@@ -62,7 +65,10 @@ func TestAuth(t *testing.T) {
 		})
 		t.Run("Logout", func(t *testing.T) {
 			e := e.with(t)
+			e.want(401, "UNAUTHORIZED", req{Method: "POST", Path: "/auth/logout", NoAuth: true})
 			e.want(204, "", req{Method: "POST", Path: "/auth/logout"})
+			// An API key has no session to end: it stays valid until revoked.
+			e.want(200, "", req{Method: "GET", Path: "/auth/info"})
 		})
 		t.Run("ProjectsSeesOwnOnly", func(t *testing.T) {
 			e := e.with(t)
@@ -139,7 +145,22 @@ func TestWire(t *testing.T) {
 			if err != nil || res.StatusCode != 200 {
 				t.Fatalf("GET openapi.yaml: %v %v", res, err)
 			}
+			raw, err := io.ReadAll(res.Body)
 			res.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// What is served parses as OpenAPI 3 and describes every route
+			// the server has.
+			doc, err := openapi3.NewLoader().LoadFromData(raw)
+			if err != nil {
+				t.Fatalf("served openapi.yaml does not parse: %v", err)
+			}
+			for _, rt := range (&http.Handler{}).Routes() {
+				if item := doc.Paths.Find(rt.Path); item == nil || item.GetOperation(rt.Method) == nil {
+					t.Errorf("served openapi.yaml lacks %s %s", rt.Method, rt.Path)
+				}
+			}
 		})
 		t.Run("Health", func(t *testing.T) {
 			e := e.with(t)
@@ -646,8 +667,11 @@ func TestIdempotency(t *testing.T) {
 		if res.Header.Get("Idempotent-Replayed") != "true" {
 			t.Error("replay without Idempotent-Replayed: true")
 		}
-		if first.ServiceID != second.ServiceID || first.InitialPassword != second.InitialPassword {
-			t.Errorf("replay gave another service: %s vs %s", first.ServiceID, second.ServiceID)
+		if second.ServiceID != first.ServiceID {
+			t.Errorf("replay gave service %s, want the first response's %s", second.ServiceID, first.ServiceID)
+		}
+		if first.InitialPassword == "" || second.InitialPassword != first.InitialPassword {
+			t.Errorf("replay's initial_password %q, want the first response's %q", second.InitialPassword, first.InitialPassword)
 		}
 		var list []service
 		e.want(200, "", req{Method: "GET", Path: services}).decode(t, &list)
