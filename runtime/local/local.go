@@ -163,7 +163,7 @@ func (rt *Runtime) primary(svc *dbcloud.Service) (InstanceSpec, error) {
 	}
 	spec := InstanceSpec{
 		ID: svc.ID + "-0", Dir: filepath.Join(rt.serviceDir(svc.ID), "0"), ListenAddr: listen,
-		Port: svc.Endpoint.Port, Settings: res.Settings, CertPEM: certPEM, KeyPEM: keyPEM,
+		Port: svc.Endpoint.Port, Settings: addonSettings(res, svc.Spec.Addons), CertPEM: certPEM, KeyPEM: keyPEM,
 		CPUMillis: res.CPUMillis, MemoryBytes: res.MemoryBytes, ArchiveDir: rt.archiveDir(svc.ID),
 	}
 	// With HA replicas the primary may be another instance, on an internal
