@@ -413,3 +413,48 @@ func TestPgvector(t *testing.T) {
 	}
 	checkNearest(t, rc, "read replica")
 }
+
+// TestTimescaleDB_HAFailover fails the primary of a TIMESERIESDB service
+// with two standbys (one synchronous): every member preloads TimescaleDB,
+// so the promoted standby answers the hypertable's aggregate and takes new
+// chunks, and no acknowledged commit is lost.
+func TestTimescaleDB_HAFailover(t *testing.T) {
+	requireExtension(t, "timescaledb")
+	t.Parallel()
+	s := newServer(t)
+	ctx := context.Background()
+	created := s.createTyped(map[string]any{"name": "ha-metrics", "addons": []string{"time-series"}, "cpu_millis": "shared",
+		"environment_tag": "PROD", "replica_count": 2}, "TIMESERIESDB")
+	svc := s.waitStatus(created.ServiceID, "READY", 2*time.Minute)
+	pw := created.InitialPassword
+	if code := s.call("POST", s.services()+"/"+svc.ServiceID+"/setHA", map[string]int{"replica_count": 2, "sync_replica_count": 1}, nil); code != 202 {
+		t.Fatalf("setHA: %d", code)
+	}
+	svc = s.waitStatus(svc.ServiceID, "READY", time.Minute)
+	db := s.mustConnect(svc, pw)
+	if _, err := db.Exec(ctx, fmt.Sprintf(`CREATE TABLE acked (id int PRIMARY KEY); INSERT INTO acked VALUES (-1);
+		CREATE TABLE m (t timestamptz NOT NULL, v bigint NOT NULL);
+		SELECT create_hypertable('m', by_range('t', INTERVAL '1 day'));
+		INSERT INTO m SELECT timestamptz '%s' + i * INTERVAL '864 ms', i FROM generate_series(0, %d) i`, tsStart, tsRows-1)); err != nil {
+		t.Fatal(err)
+	}
+	// Shared size: 4 workers, 4 TimescaleDB workers and the launcher.
+	primary, _ := s.haPrimary(svc.ServiceID)
+	standby := (primary + 1) % 3
+	s.waitTimescaleSettings(t, svc.ServiceID, standby, []string{"preload=timescaledb", "launcher=0", "max_background_workers=4",
+		"max_worker_processes=9", "telemetry_level=off"})
+
+	r := s.failover(t, svc, pw, 0, killPrimary)
+	t.Logf("failover to the first acknowledged write: %v; %d acknowledged commits, all on the new primary", r.took, r.acked)
+	now, _ := s.haPrimary(svc.ServiceID)
+	s.waitTimescaleSettings(t, svc.ServiceID, now, []string{"preload=timescaledb", "launcher=1", "max_background_workers=4",
+		"max_worker_processes=9", "telemetry_level=off"})
+	c := s.mustConnect(svc, pw)
+	checkBuckets(t, c, 0, "after failover")
+	if _, err := c.Exec(ctx, `INSERT INTO m VALUES ('2027-01-01', 1)`); err != nil {
+		t.Errorf("insert into a new chunk after failover: %v", err)
+	}
+	if chunks := queryValues(t, c, `SELECT show_chunks('m')::text`); len(chunks) != tsDays+1 {
+		t.Errorf("show_chunks after failover lists %d chunks, want %d", len(chunks), tsDays+1)
+	}
+}
