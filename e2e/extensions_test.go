@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -270,6 +271,26 @@ func TestTimescaleDB(t *testing.T) {
 		checkBuckets(t, rc, 0, "read replica")
 		s.call("DELETE", s.replicaSets(svc.ServiceID)+"/"+rs.ID, nil, nil)
 		s.waitReplicaSet(svc.ServiceID, rs.ID, "gone", time.Minute)
+	})
+
+	t.Run("PoolerAndLogs", func(t *testing.T) {
+		if code := s.call("POST", s.services()+"/"+svc.ServiceID+"/enablePooler", nil, nil); code != 200 {
+			t.Fatalf("enablePooler: %d", code)
+		}
+		pc, err := pgxConnect(ctx, s.poolerDSN(s.waitPooler(svc.ServiceID, true, time.Minute), pw))
+		if err != nil {
+			t.Fatalf("connect through the pooler: %v", err)
+		}
+		defer pc.Close(ctx)
+		checkBuckets(t, pc, 0, "through the pooler")
+		// Policies are not in the Apache-2 edition; the refusal reaches
+		// the service's logs like any error.
+		if _, err := pc.Exec(ctx, `SELECT add_retention_policy('m', INTERVAL '7 days')`); err == nil || !strings.Contains(err.Error(), `"apache" license`) {
+			t.Errorf("add_retention_policy: %v, want it refused under the apache license", err)
+		}
+		s.waitLogs(svc.ServiceID, url.Values{"search": {"add_retention_policy"}, "severities": {"ERROR"}}, 1)
+		s.call("POST", s.services()+"/"+svc.ServiceID+"/disablePooler", nil, nil)
+		s.waitPooler(svc.ServiceID, false, time.Minute)
 	})
 
 	t.Run("Retention", func(t *testing.T) {
