@@ -62,10 +62,24 @@ if [ "$(id -u)" -ne 0 ]; then
 	exec sudo -n "$0" "$@"
 fi
 
+# install copies the build into place. Each file is unlinked first, never
+# overwritten: running postmasters have the old libraries mapped, and
+# writing into a mapped library would crash them.
+install_build() { cp -a --remove-destination "$dir/root/." /; }
+
+# One build at a time on a host: another run may be building this very
+# version; once it is done there is nothing left to do.
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.lock"
+flock 9
+if installed; then
+	exit 0
+fi
+
 dir="$CACHE/$pkg-$srcver"
 if [ -f "$dir/complete" ]; then
 	log "installing the cached build from $dir"
-	cp -a "$dir/root/." /
+	install_build
 	installed && exit 0
 	log "the cached build does not install the pinned version; building again"
 	rm -rf "$dir"
@@ -118,6 +132,7 @@ mkdir -p "$dir/src"
 cd "$dir/src"
 log "fetching the source package"
 apt-get source -qq --download-only "$pkg=$srcver" >>"$buildlog" 2>&1 || fail "apt-get source $pkg=$srcver failed"
+# apt checked the files against the signed Sources index already.
 dpkg-source -x --no-check ./*.dsc tree >>"$buildlog" 2>&1 || fail "unpacking the source failed"
 cd tree
 
@@ -138,7 +153,7 @@ pgvector)
 	;;
 esac
 
-cp -a "$dir/root/." /
+install_build
 installed || fail "the build did not install $ext $upver"
 rm -rf "$dir/src"
 touch "$dir/complete"
