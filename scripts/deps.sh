@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Installs what dbcloud needs on Debian 12, only when it is missing:
-# PostgreSQL 15 (the local runtime's server binaries) and PgBouncer (the
-# connection pooler). Addons whose extension the host lacks (Debian 12 ships
-# neither pgvector nor TimescaleDB) answer ADDON_UNAVAILABLE. Go must be on PATH or in
-# /usr/local/go. Safe to run again: it changes nothing that is in place.
+# PostgreSQL 15 (the local runtime's server binaries), PgBouncer (the
+# connection pooler), and the extensions behind the addons, TimescaleDB
+# (time-series) and pgvector (ai), which Debian 12 does not ship: they are
+# built from Debian 13 source packages by scripts/extensions.sh (versions
+# pinned in scripts/extensions.env; about a minute and a half once, then
+# cached). If they cannot be built, dbcloud still runs and answers those
+# addons with ADDON_UNAVAILABLE. Go must be on PATH or in /usr/local/go.
+# Safe to run again: it changes nothing that is in place.
 set -euo pipefail
 
 need=()
@@ -22,6 +26,12 @@ if [ "${#need[@]}" -gt 0 ]; then
 	echo "create_main_cluster = false" | $SUDO tee /etc/postgresql-common/createcluster.d/dbcloud.conf >/dev/null
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
+
+for ext in timescaledb pgvector; do
+	if ! "$(dirname "$0")/extensions.sh" "$ext"; then
+		echo "dbcloud: WARNING: could not build the $ext extension; services with its addon will answer ADDON_UNAVAILABLE" >&2
+	fi
+done
 
 if ! command -v go >/dev/null 2>&1; then
 	if [ -x /usr/local/go/bin/go ]; then

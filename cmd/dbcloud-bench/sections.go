@@ -88,6 +88,21 @@ func sections() []section {
 				"too, so that one is noisy and can even come out negative). Short mode: 2 services.",
 		},
 		{
+			ID: "timescale", Title: "TimescaleDB: hypertable beside a plain table; idle memory by service type",
+			Test: goTest{Pkg: "./e2e/", Bench: "^BenchmarkTimescale$", Benchtime: "1x", Timeout: "30m"},
+			Columns: cols("hyper-rows/s", "COPY into hypertable rows/s", "plain-rows/s", "COPY into plain table rows/s",
+				"ingest-hyper/plain", "ingest hypertable/plain", "all-bucket-ms", "time_bucket 10 days ms", "all-trunc-ms", "date_trunc 10 days ms",
+				"day-bucket-ms", "time_bucket 1 day ms", "day-trunc-ms", "date_trunc 1 day ms", "rows", "rows", "chunks", "chunks",
+				"tsdb-idle-MB", "idle TIMESERIESDB MB", "pg-idle-MB", "idle POSTGRES MB", "services-of-each", "services of each"),
+			About: "hypertable: a TIMESERIESDB service of 1000 millicores and 4 GB; COPY (pgx, binary) of 1,000,000 rows " +
+				"(10 days, so 10 daily chunks) into a hypertable and into a plain table with the same time index, " +
+				"alternating which goes first, 3 rounds, median rows/s; then an hourly count/avg over all rows and over one " +
+				"day, time_bucket on the hypertable and date_trunc on the plain table, answers compared, 5 runs each " +
+				"alternating, median ms. idle: 3 shared TIMESERIESDB and 3 shared POSTGRES services created alternately, " +
+				"idle for two metrics rounds, median memory as their metrics show it (cgroup working set). " +
+				"Short mode: 20,000 rows, 1 round, 2 queries, 1 service of each.",
+		},
+		{
 			ID: "api", Title: "API beside a minimal HTTPS server",
 			Test: goTest{Pkg: "./http/", Bench: "^BenchmarkAPI$", Benchtime: "1x", Timeout: "30m"},
 			Columns: cols("req/s", "req/s", "p50-ms", "p50 ms", "p99-ms", "p99 ms", "min-req/s", "minimal req/s",

@@ -98,10 +98,7 @@ func (rt *Runtime) haSpec(svc *dbcloud.Service, base postgres.Spec, st *haState,
 	s.Dir = filepath.Join(rt.serviceDir(svc.ID), strconv.Itoa(n))
 	s.Port = st.Ports[n]
 	s.ListenAddr = rt.listenAddr() // the proxy serves the VPC address
-	s.Settings = maps.Clone(ResourcesFor(svc.Spec.Size).Settings)
-	if s.Settings == nil {
-		s.Settings = map[string]string{}
-	}
+	s.Settings = addonSettings(ResourcesFor(svc.Spec.Size), svc.Spec.Addons)
 	s.Settings["wal_log_hints"] = "on" // pg_rewind of a former primary
 	s.Settings["hot_standby"] = "on"
 	if n == st.Primary {

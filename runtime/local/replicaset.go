@@ -77,6 +77,11 @@ func (rt *Runtime) nodeSpec(set *dbcloud.Service, upstream postgres.Spec, st *re
 			settings[k] = upstream.Settings[k]
 		}
 	}
+	for _, k := range preloadSettings() {
+		if v, ok := upstream.Settings[k]; ok {
+			settings[k] = v
+		}
+	}
 	settings["hot_standby"] = "on"
 	// Queries on a node may hold back cleanup on the primary rather than be
 	// cancelled by it: reads are what the set is for.

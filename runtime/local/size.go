@@ -2,6 +2,8 @@ package local
 
 import (
 	"fmt"
+	"maps"
+	"strconv"
 
 	"dbcloud"
 )
@@ -61,4 +63,47 @@ func ResourcesFor(size dbcloud.Size) Resources {
 			"autovacuum_max_workers":           "3",
 		},
 	}
+}
+
+// addonSettings returns a size's settings (res.Settings, not changed) with
+// what the service's addons need. The time-series addon's TimescaleDB only
+// works preloaded, so only such services pay for its library and
+// background workers: timescaledb.max_background_workers (its scheduler for
+// each database plus the jobs they run, such as retention) grows with the
+// CPUs, from 4 to timescaledb-tune's 16, and max_worker_processes is raised
+// by those plus its launcher (runtime-notes.md section 7), so parallel
+// queries keep the workers they had. Telemetry is compiled out of the
+// build (scripts/extensions.sh); timescaledb.telemetry_level is still set
+// off, so a build with telemetry would not phone out either, and SHOW
+// answers what users of the original expect. pgvector (the ai addon)
+// needs no setting.
+func addonSettings(res Resources, addons []dbcloud.Addon) map[string]string {
+	settings := maps.Clone(res.Settings)
+	if settings == nil {
+		settings = map[string]string{}
+	}
+	for _, a := range addons {
+		if a != dbcloud.AddonTimeSeries {
+			continue
+		}
+		cpus := max(1, (res.CPUMillis+999)/1000)
+		bgWorkers := min(16, max(4, 4*cpus))
+		workers, _ := strconv.Atoi(settings["max_worker_processes"])
+		if workers <= 0 {
+			workers = 8 // PostgreSQL's default
+		}
+		settings["shared_preload_libraries"] = "timescaledb"
+		settings["timescaledb.max_background_workers"] = strconv.Itoa(bgWorkers)
+		settings["max_worker_processes"] = strconv.Itoa(workers + bgWorkers + 1)
+		settings["timescaledb.telemetry_level"] = "off"
+	}
+	return settings
+}
+
+// preloadSettings are the settings a hot standby takes from its primary
+// as they are: the WAL it replays was written by a server with those
+// libraries, and a library such as TimescaleDB only answers queries when
+// preloaded.
+func preloadSettings() []string {
+	return []string{"shared_preload_libraries", "timescaledb.max_background_workers", "timescaledb.telemetry_level"}
 }

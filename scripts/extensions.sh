@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# Builds and installs one PostgreSQL extension for the host's PostgreSQL 15
+# from a Debian 13 source package, when the installed one is missing or not
+# the pinned version. Usage: scripts/extensions.sh timescaledb|pgvector
+#
+# Debian 12 ships neither TimescaleDB nor pgvector for PostgreSQL 15, and
+# Debian 13's binary packages need a newer libc, so the sources come from
+# Debian 13's archive on the mirror the host already uses (a deb-src line in
+# its own file), fetched by `apt-get source`, never as tarballs from
+# elsewhere. The versions are pinned in scripts/extensions.env. A finished
+# build is kept under $DBCLOUD_EXT_CACHE/<package>-<version> and copied
+# into place again when PostgreSQL was reinstalled; an installed extension
+# of the pinned version costs no work at all.
+#
+# TimescaleDB is built as its Apache-2 edition (-DAPACHE_ONLY=ON) with
+# telemetry compiled out (-DUSE_TELEMETRY=OFF): no service ever connects to
+# Timescale's servers.
+#
+# Exits non-zero when the extension cannot be had (no source reachable, a
+# failed build); scripts/deps.sh then warns and dbcloud answers the addon
+# with ADDON_UNAVAILABLE.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=extensions.env
+. "$here/extensions.env"
+
+PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+CACHE=${DBCLOUD_EXT_CACHE:-/var/cache/dbcloud/extensions}
+SRC_LIST=/etc/apt/sources.list.d/dbcloud-extensions-src.list
+
+pkg=${1:?usage: extensions.sh timescaledb|pgvector}
+case "$pkg" in
+timescaledb) srcver=$TIMESCALEDB_SRC_VERSION ext=timescaledb ;;
+pgvector) srcver=$PGVECTOR_SRC_VERSION ext=vector ;;
+*) echo "extensions.sh: unknown extension $pkg" >&2; exit 2 ;;
+esac
+# The upstream version, which is the control file's default_version:
+# 2.19.3+dfsg-1+deb13u1 -> 2.19.3.
+upver=${srcver#*:}
+upver=${upver%%-*}
+upver=${upver%%+*}
+
+log() { echo "dbcloud: $pkg $upver: $*" >&2; }
+
+# installed succeeds when PostgreSQL has the pinned version: the control
+# file names it as default_version and the versioned library exists.
+installed() {
+	[ -x "$PG_CONFIG" ] || return 1
+	local share lib so
+	share=$("$PG_CONFIG" --sharedir) lib=$("$PG_CONFIG" --pkglibdir)
+	case "$pkg" in
+	timescaledb) so="$lib/timescaledb-$upver.so" ;;
+	pgvector) so="$lib/vector.so" ;;
+	esac
+	grep -Eq "^default_version *= *'$upver'" "$share/extension/$ext.control" 2>/dev/null && [ -f "$so" ]
+}
+
+if installed; then
+	exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+	exec sudo -n "$0" "$@"
+fi
+
+# install copies the build into place. Each file is unlinked first, never
+# overwritten: running postmasters have the old libraries mapped, and
+# writing into a mapped library would crash them.
+install_build() { cp -a --remove-destination "$dir/root/." /; }
+
+# One build at a time on a host: another run may be building this very
+# version; once it is done there is nothing left to do.
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.lock"
+flock 9
+if installed; then
+	exit 0
+fi
+
+dir="$CACHE/$pkg-$srcver"
+if [ -f "$dir/complete" ]; then
+	log "installing the cached build from $dir"
+	install_build
+	installed && exit 0
+	log "the cached build does not install the pinned version; building again"
+	rm -rf "$dir"
+fi
+
+start=$(date +%s)
+mkdir -p "$dir"
+buildlog="$dir/build.log"
+: >"$buildlog"
+fail() {
+	log "$* (last lines of $buildlog follow)"
+	tail -n 20 "$buildlog" >&2
+	exit 1
+}
+
+need=()
+have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+for p in postgresql-server-dev-15 build-essential cmake dpkg-dev; do
+	have_pkg "$p" || need+=("$p")
+done
+if [ "${#need[@]}" -gt 0 ]; then
+	log "installing build dependencies ${need[*]}"
+	apt-get update -qq >>"$buildlog" 2>&1 || fail "apt-get update failed"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >>"$buildlog" 2>&1 ||
+		fail "installing ${need[*]} failed"
+fi
+
+# The deb-src line names the Debian mirror the host already uses.
+lists=()
+for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list; do
+	if [ -f "$f" ] && [ "$f" != "$SRC_LIST" ]; then lists+=("$f"); fi
+done
+mirror=$(grep -hoE '^[^#]*https?://[^ ]+/debian/?( |$)' "${lists[@]}" 2>/dev/null | grep -oE 'https?://[^ ]+' |
+	grep -v -- "-security" | head -n 1)
+mirror=${mirror:-http://deb.debian.org/debian}
+line="deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] ${mirror%/} $DBCLOUD_EXT_SUITE main"
+if [ "$(cat "$SRC_LIST" 2>/dev/null)" != "$line" ]; then
+	echo "$line" >"$SRC_LIST"
+fi
+has_source() { apt-cache showsrc "$pkg" 2>/dev/null | grep -qx "Version: $srcver"; }
+if ! has_source; then
+	# Refresh only this source's index; the host's other lists stay as they are.
+	apt-get update -qq -o Dir::Etc::sourcelist="$SRC_LIST" -o Dir::Etc::sourceparts=- \
+		-o APT::Get::List-Cleanup=0 >>"$buildlog" 2>&1 || fail "cannot read the $DBCLOUD_EXT_SUITE source index from $mirror"
+	has_source || fail "$mirror $DBCLOUD_EXT_SUITE has no source package $pkg $srcver"
+fi
+
+rm -rf "$dir/src" "$dir/root"
+mkdir -p "$dir/src"
+cd "$dir/src"
+log "fetching the source package"
+apt-get source -qq --download-only "$pkg=$srcver" >>"$buildlog" 2>&1 || fail "apt-get source $pkg=$srcver failed"
+# apt checked the files against the signed Sources index already.
+dpkg-source -x --no-check ./*.dsc tree >>"$buildlog" 2>&1 || fail "unpacking the source failed"
+cd tree
+
+log "building (log: $buildlog)"
+export PG_CONFIG
+case "$pkg" in
+timescaledb)
+	./bootstrap -DPG_CONFIG="$PG_CONFIG" -DAPACHE_ONLY=ON -DUSE_TELEMETRY=OFF -DSEND_TELEMETRY_DEFAULT=OFF \
+		-DREGRESS_CHECKS=OFF -DTAP_CHECKS=OFF -DGENERATE_DOWNGRADE_SCRIPT=OFF -DWARNINGS_AS_ERRORS=OFF \
+		-DCMAKE_BUILD_TYPE=Release >>"$buildlog" 2>&1 || fail "cmake failed"
+	make -C build -j"$(nproc)" >>"$buildlog" 2>&1 || fail "make failed"
+	make -C build install DESTDIR="$dir/root" >>"$buildlog" 2>&1 || fail "make install failed"
+	;;
+pgvector)
+	# with_llvm=no: no JIT bitcode, so clang's version need not match.
+	make -j"$(nproc)" with_llvm=no >>"$buildlog" 2>&1 || fail "make failed"
+	make install with_llvm=no DESTDIR="$dir/root" >>"$buildlog" 2>&1 || fail "make install failed"
+	;;
+esac
+
+install_build
+installed || fail "the build did not install $ext $upver"
+rm -rf "$dir/src"
+touch "$dir/complete"
+log "built and installed in $(($(date +%s) - start)) s"
