@@ -23,6 +23,9 @@ type Quotas struct {
 	ReplicaSetsPerService int
 	MaxReplicaSetNodes    int
 	MaxHAReplicas         int
+	// Resources is the compute and storage a project may reserve unless
+	// it has its own quota (dbcloud admin project set-quota).
+	Resources ResourceQuota
 }
 
 // DefaultQuotas are the documented defaults.
@@ -33,6 +36,7 @@ var DefaultQuotas = Quotas{
 	ReplicaSetsPerService: 5,
 	MaxReplicaSetNodes:    10,
 	MaxHAReplicas:         2,
+	Resources:             DefaultResourceQuota,
 }
 
 // Config is what the domain needs to know of the installation.

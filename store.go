@@ -26,6 +26,7 @@ type Tx interface {
 	InsertProject(p *Project) error
 	FindProject(id string) (*Project, error)
 	ListProjects() ([]*Project, error)
+	UpdateProject(p *Project) error
 	// LockProject serialises writers of one project, so that checks such as
 	// quotas and CIDR overlap hold under concurrent requests.
 	LockProject(id string) error

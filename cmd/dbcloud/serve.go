@@ -130,7 +130,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&c.AdminEmail, "admin-email", c.AdminEmail, "e-mail of the admin user created with the store")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: json or text")
 	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "prepared PostgreSQL clusters kept ready for creates")
-	fs.Float64Var(&c.Overcommit, "overcommit", c.Overcommit, "how many times the host's memory all service sizes may add up to")
+	fs.Float64Var(&c.Overcommit, "overcommit", c.Overcommit, "how many times the host's CPU and memory all running instances may reserve together")
 	fs.StringVar(&c.RuntimeDir, "runtime-dir", c.RuntimeDir, "where service instances live (default DATA_DIR/runtime, or /var/lib/dbcloud/HASH when PostgreSQL's OS user cannot reach DATA_DIR)")
 	fs.Func("vpc-address-block", `block inside 127.0.0.0/8 for VPC endpoint addresses (default "127.77.0.0/16")`, func(v string) error {
 		p, err := netip.ParsePrefix(v)
@@ -166,6 +166,10 @@ func quotaFlags(fs interface {
 	fs.IntVar(&q.ReplicaSetsPerService, "quota-replica-sets", q.ReplicaSetsPerService, "read replica sets per service")
 	fs.IntVar(&q.MaxReplicaSetNodes, "quota-replica-set-nodes", q.MaxReplicaSetNodes, "nodes per read replica set")
 	fs.IntVar(&q.MaxHAReplicas, "quota-ha-replicas", q.MaxHAReplicas, "HA replicas per service")
+	fs.IntVar(&q.Resources.Instances, "quota-instances", q.Resources.Instances, "running instances per project (primaries, HA standbys, read replica nodes; 0: no limit)")
+	fs.IntVar(&q.Resources.CPUMillis, "quota-cpu-millis", q.Resources.CPUMillis, "millicores per project over all running instances (0: no limit)")
+	fs.IntVar(&q.Resources.MemoryGBs, "quota-memory-gbs", q.Resources.MemoryGBs, "GiB of memory per project over all running instances (0: no limit)")
+	fs.IntVar(&q.Resources.StorageGBs, "quota-storage-gbs", q.Resources.StorageGBs, "GiB of measured storage per project over all instances (0: no limit)")
 }
 
 func (c *Config) validate() error {

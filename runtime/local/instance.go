@@ -1121,6 +1121,12 @@ func (m *Manager) SetLimits(s InstanceSpec) error {
 	return nil
 }
 
+// Limits of dbcloud's statements on tenant databases (see Connect).
+const (
+	TenantLockTimeout      = "3s"
+	TenantStatementTimeout = "5min"
+)
+
 // Connect returns a superuser connection over the unix socket in Dir/run:
 // peer authentication maps the OS user dbcloud runs as to the postgres
 // role, so no superuser password exists. The caller closes it.
@@ -1131,6 +1137,11 @@ func (m *Manager) Connect(ctx context.Context, s InstanceSpec, db string) (*pgx.
 	if err != nil {
 		return nil, fmt.Errorf("connect to instance %s: %w", s.ID, err)
 	}
+	// The database belongs to a tenant, who may hold locks or make any
+	// statement slow: dbcloud's own statements give up instead of waiting
+	// behind them.
+	cfg.RuntimeParams["lock_timeout"] = TenantLockTimeout
+	cfg.RuntimeParams["statement_timeout"] = TenantStatementTimeout
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to instance %s: %w", s.ID, err)
