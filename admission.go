@@ -47,6 +47,9 @@ const (
 	instanceDiskMB = 1024
 )
 
+// hostLockID is the lock that serialises admissions to the host.
+const hostLockID = "host-admission"
+
 // Resources is what a set of instances reserves.
 type Resources struct {
 	Instances int
@@ -133,11 +136,11 @@ func (c *Cloud) hostCapacity() (*HostCapacity, error) {
 // user can always correct.
 func (c *Cloud) admit(tx Tx, host *HostCapacity, projectID string, cand candidate) error {
 	if host != nil {
-		cpu, mem := footprint(cand.size)
-		if cpu > host.CPUMillis || mem<<20 > host.MemoryBytes {
-			return CodedErrorf(KindConflict, CodeCapacityExceeded,
-				"This host has %d millicores and %d GiB of memory; an instance of size %s does not fit. Choose a size of at most %d millicores and %d GiB.",
-				host.CPUMillis, host.MemoryBytes>>30, cand.size, host.CPUMillis, host.MemoryBytes>>30)
+		// The host is shared by every project: admissions of different
+		// projects must not both take its last room. Always taken after
+		// the project's lock, so the order cannot deadlock.
+		if err := tx.LockProject(hostLockID); err != nil {
+			return err
 		}
 	}
 	projects, err := tx.ListProjects()
@@ -158,6 +161,13 @@ func (c *Cloud) admit(tx Tx, host *HostCapacity, projectID string, cand candidat
 		}
 	}
 	if host != nil {
+		cpu, mem := footprint(cand.size)
+		if cpu > host.CPUMillis || mem<<20 > host.MemoryBytes {
+			cpuLimit, memLimitMB := host.limits()
+			return CodedErrorf(KindConflict, CodeCapacityExceeded,
+				"This host has %d millicores and %s of memory, so an instance of size %s does not fit; %d millicores and %s are free now. Choose a smaller size.",
+				host.CPUMillis, gib(host.MemoryBytes>>20), cand.size, max(0, cpuLimit-hostBefore.CPUMillis), gib(max(0, memLimitMB-hostBefore.MemoryMB)))
+		}
 		if err := hostCheck(host, hostBefore, hostAfter); err != nil {
 			return err
 		}
@@ -221,9 +231,13 @@ func (c *Cloud) projectDemand(tx Tx, projectID string, cand candidate) (before, 
 	return before, after, nil
 }
 
+// limits are what all running instances may reserve together.
+func (h *HostCapacity) limits() (cpuMillis int, memoryMB int64) {
+	return int(float64(h.CPUMillis) * h.Overcommit), int64(float64(h.MemoryBytes>>20) * h.Overcommit)
+}
+
 func hostCheck(h *HostCapacity, before, after Resources) error {
-	cpuLimit := int(float64(h.CPUMillis) * h.Overcommit)
-	memLimitMB := int64(float64(h.MemoryBytes>>20) * h.Overcommit)
+	cpuLimit, memLimitMB := h.limits()
 	var over []string
 	if after.CPUMillis > before.CPUMillis && after.CPUMillis > cpuLimit {
 		over = append(over, fmt.Sprintf("it needs %d more millicores and %d are free (of %d)",
