@@ -1,0 +1,181 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// key is an API key of a project other than the bootstrap one.
+type key struct {
+	AccessKey string `json:"access_key"`
+	SecretKey string `json:"secret_key"`
+	ProjectID string `json:"project_id"`
+}
+
+// admin runs `dbcloud admin` on the server's data directory.
+func (s *server) admin(args ...string) []byte {
+	s.t.Helper()
+	cmd := exec.Command(binary, append(append([]string{"admin"}, args...), "--data-dir", s.dir, "--json")...)
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			s.t.Fatalf("dbcloud admin %v: %v\n%s", args, err, ee.Stderr)
+		}
+		s.t.Fatalf("dbcloud admin %v: %v", args, err)
+	}
+	return out
+}
+
+// newProject creates a project with an API key through `dbcloud admin`.
+func (s *server) newProject(name string) key {
+	s.t.Helper()
+	var p struct{ ID string }
+	if err := json.Unmarshal(s.admin("project", "create", "--name", name), &p); err != nil {
+		s.t.Fatal(err)
+	}
+	var k key
+	if err := json.Unmarshal(s.admin("key", "create", "--project", p.ID, "--name", name), &k); err != nil {
+		s.t.Fatal(err)
+	}
+	return k
+}
+
+// doAs sends a request with another project's key; it never fails the
+// test, so that goroutines can use it.
+func (s *server) doAs(k key, method, path string, body any, out any) (int, error) {
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, s.baseURL+path, r)
+	req.SetBasicAuth(k.AccessKey, k.SecretKey)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := s.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	if out != nil && len(raw) > 0 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return res.StatusCode, fmt.Errorf("%s %s: %d %s", method, path, res.StatusCode, raw)
+		}
+	}
+	return res.StatusCode, nil
+}
+
+// TestUpdatePassword_TenantLockStallsNobodyElse: tenant A holds a lock on
+// its role in an open transaction and calls updatePassword while project B
+// creates and deletes VPCs in a loop. A's call fails with a 409 that says
+// its session holds a lock; every request of B succeeds meanwhile (its
+// latency is logged). Once A's transaction ends, the password changes, the
+// new one works before the 204 and the old one is refused.
+func TestUpdatePassword_TenantLockStallsNobodyElse(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	ctx := context.Background()
+	created := s.create(map[string]any{"name": "a", "cpu_millis": "shared"})
+	svc := s.waitStatus(created.ServiceID, "READY", 60*time.Second)
+	b := s.newProject("b")
+
+	tenant := s.mustConnect(svc, created.InitialPassword)
+	if _, err := tenant.Exec(ctx, `BEGIN; ALTER ROLE tsdbadmin CONNECTION LIMIT -1`); err != nil {
+		t.Fatalf("tenant's lock: %v", err)
+	}
+
+	var (
+		mu        sync.Mutex
+		latencies []time.Duration
+		failures  []string
+		stop      = make(chan struct{})
+		done      = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		vpcs := "/projects/" + b.ProjectID + "/vpcs"
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var v struct{ ID string }
+			start := time.Now()
+			code, err := s.doAs(b, "POST", vpcs, map[string]string{"name": "loop", "cidr": fmt.Sprintf("10.%d.0.0/16", i%200), "region_code": "local"}, &v)
+			d := time.Since(start)
+			mu.Lock()
+			latencies = append(latencies, d)
+			if err != nil || code != 201 {
+				failures = append(failures, fmt.Sprintf("create VPC: %d %v", code, err))
+			}
+			mu.Unlock()
+			if code == 201 {
+				if code, err := s.doAs(b, "DELETE", vpcs+"/"+v.ID, nil, nil); err != nil || code != 204 {
+					mu.Lock()
+					failures = append(failures, fmt.Sprintf("delete VPC: %d %v", code, err))
+					mu.Unlock()
+				}
+			}
+		}
+	}()
+	time.Sleep(200 * time.Millisecond) // B is under way before A asks
+
+	var e service
+	start := time.Now()
+	code := s.call("POST", s.services()+"/"+svc.ServiceID+"/updatePassword", map[string]string{"password": "blocked-password-1"}, &e)
+	took := time.Since(start)
+	time.Sleep(200 * time.Millisecond) // and B goes on after A's answer
+	close(stop)
+	<-done
+
+	if code != 409 || !strings.Contains(e.Message, "holds a lock") {
+		t.Errorf("updatePassword while the tenant holds its role: %d %s %q, want 409 saying its session holds a lock", code, e.Code, e.Message)
+	}
+	mu.Lock()
+	if len(failures) > 0 || len(latencies) == 0 {
+		latencies = append(latencies, 0) // keeps the log line below safe
+		t.Errorf("project B: %d requests, failures %v", len(latencies), failures)
+	}
+	t.Logf("A's updatePassword answered %d after %v; project B: %d VPC creates, p50 %v, p99 %v, max %v",
+		code, took.Round(time.Millisecond), len(latencies), percentile(latencies, 0.5).Round(time.Millisecond),
+		percentile(latencies, 0.99).Round(time.Millisecond), percentile(latencies, 1).Round(time.Millisecond))
+	mu.Unlock()
+
+	if _, err := tenant.Exec(ctx, `ROLLBACK`); err != nil {
+		t.Fatal(err)
+	}
+	// The refused change left the old password in force.
+	if c, err := s.connect(ctx, svc, created.InitialPassword); err != nil {
+		t.Errorf("old password after the refused change: %v", err)
+	} else {
+		c.Close(ctx)
+	}
+	const newPW = "after-the-lock-42"
+	if code := s.call("POST", s.services()+"/"+svc.ServiceID+"/updatePassword", map[string]string{"password": newPW}, nil); code != 204 {
+		t.Fatalf("updatePassword after the lock ended: %d", code)
+	}
+	c, err := s.connect(ctx, svc, newPW)
+	if err != nil {
+		t.Fatalf("new password: %v", err)
+	}
+	c.Close(ctx)
+	_, err = s.connect(ctx, svc, created.InitialPassword)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "28P01" {
+		t.Errorf("old password: %v, want invalid_password (28P01)", err)
+	}
+}
