@@ -165,7 +165,7 @@ func (c *Cloud) admit(tx Tx, host *HostCapacity, projectID string, cand candidat
 		if cpu > host.CPUMillis || mem<<20 > host.MemoryBytes {
 			cpuLimit, memLimitMB := host.limits()
 			return CodedErrorf(KindConflict, CodeCapacityExceeded,
-				"This host has %d millicores and %s of memory, so an instance of size %s does not fit; %d millicores and %s are free now. Choose a smaller size.",
+				"This host has %d millicores and %s of memory, so an instance of size %s does not fit; %d millicores and %s are free to reserve now. Choose a smaller size.",
 				host.CPUMillis, gib(host.MemoryBytes>>20), cand.size, max(0, cpuLimit-hostBefore.CPUMillis), gib(max(0, memLimitMB-hostBefore.MemoryMB)))
 		}
 		if err := hostCheck(host, hostBefore, hostAfter); err != nil {

@@ -179,3 +179,76 @@ func TestUpdatePassword_TenantLockStallsNobodyElse(t *testing.T) {
 		t.Errorf("old password: %v, want invalid_password (28P01)", err)
 	}
 }
+
+// TestAdmission_RealHost: on the real host, a resize beyond it and setHA or
+// a read replica set beyond the project's quota (set with `dbcloud admin
+// project set-quota`) are 409 with the message, change nothing, and the
+// service stays READY.
+func TestAdmission_RealHost(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	created := s.create(map[string]any{"name": "adm", "cpu_millis": "shared"})
+	svc := s.waitStatus(created.ServiceID, "READY", 60*time.Second)
+	path := s.services() + "/" + svc.ServiceID
+	refused := func(code int, e service, want string) {
+		t.Helper()
+		if code != 409 || e.Code != want || !strings.Contains(e.Message, "free") {
+			t.Errorf("%d %s %q, want 409 %s saying what is free", code, e.Code, e.Message, want)
+		}
+		got, _ := s.get(svc.ServiceID)
+		if got.Status != "READY" || len(got.Resources) != 1 {
+			t.Errorf("after a refusal: %s with %d instances, want READY with 1", got.Status, len(got.Resources))
+		}
+	}
+	var e service
+	refused(s.call("POST", path+"/resize", map[string]string{"cpu_millis": "32000", "memory_gbs": "128"}, &e), e, "CAPACITY_EXCEEDED")
+	t.Logf("resize to 32000/128: %s", e.Message)
+
+	s.admin("project", "set-quota", "--project", s.boot.ProjectID, "--instances", "1")
+	e = service{}
+	refused(s.call("POST", path+"/setHA", map[string]int{"replica_count": 1}, &e), e, "QUOTA_EXCEEDED")
+	e = service{}
+	refused(s.call("POST", path+"/replicaSets", map[string]any{"name": "r", "cpu_millis": 500, "memory_gbs": 2, "nodes": 1}, &e), e, "QUOTA_EXCEEDED")
+	t.Logf("replica set over the quota: %s", e.Message)
+	// A smaller service still fits nowhere: the quota counts instances.
+	e = service{}
+	if code := s.call("POST", s.services(), map[string]any{"name": "more", "cpu_millis": "shared"}, &e); code != 409 || e.Code != "QUOTA_EXCEEDED" {
+		t.Errorf("create over the instance quota: %d %s", code, e.Code)
+	}
+	s.admin("project", "set-quota", "--project", s.boot.ProjectID, "--default")
+	if code := s.call("POST", path+"/resize", map[string]string{"cpu_millis": "500", "memory_gbs": "2"}, nil); code != 202 {
+		t.Errorf("resize within the host after the quota's reset: %d", code)
+	}
+	s.waitStatus(svc.ServiceID, "READY", 60*time.Second)
+}
+
+// TestPooler_UnstableRepair: with PgBouncer missing, enablePooler leaves the
+// service UNSTABLE with the reason; disablePooler, a correction, is
+// accepted on it and brings it back to READY.
+func TestPooler_UnstableRepair(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, "--pgbouncer", "/nonexistent/pgbouncer")
+	created := s.create(map[string]any{"name": "pool", "cpu_millis": "shared"})
+	svc := s.waitStatus(created.ServiceID, "READY", 60*time.Second)
+	path := s.services() + "/" + svc.ServiceID
+	if code := s.call("POST", path+"/enablePooler", nil, nil); code != 200 {
+		t.Fatalf("enablePooler: %d", code)
+	}
+	// The change in flight is visible.
+	if got, _ := s.get(svc.ServiceID); got.Status != "CONFIGURING" && got.Status != "UNSTABLE" {
+		t.Errorf("status right after enablePooler: %s, want CONFIGURING (or already UNSTABLE)", got.Status)
+	}
+	broken := s.waitStatus(svc.ServiceID, "UNSTABLE", 60*time.Second)
+	if !strings.Contains(broken.StatusReason, "PgBouncer") {
+		t.Errorf("status_reason %q does not name PgBouncer", broken.StatusReason)
+	}
+	var e service
+	if code := s.call("POST", path+"/disablePooler", nil, &e); code != 200 {
+		t.Fatalf("disablePooler on UNSTABLE: %d %s %s", code, e.Code, e.Message)
+	}
+	s.waitStatus(svc.ServiceID, "READY", 60*time.Second)
+	c := s.mustConnect(svc, created.InitialPassword)
+	if err := c.Ping(context.Background()); err != nil {
+		t.Errorf("service after the repair: %v", err)
+	}
+}

@@ -59,6 +59,8 @@ type Config struct {
 	// LogMaxAge and LogMaxBytes bound each instance's PostgreSQL logs.
 	LogMaxAge   time.Duration
 	LogMaxBytes int64
+	// PgBouncer is the PgBouncer binary; empty finds it.
+	PgBouncer string
 }
 
 // DefaultConfig returns the embedded defaults: SQLite and PostgreSQL
@@ -131,6 +133,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: json or text")
 	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "prepared PostgreSQL clusters kept ready for creates")
 	fs.Float64Var(&c.Overcommit, "overcommit", c.Overcommit, "how many times the host's CPU and memory all running instances may reserve together")
+	fs.StringVar(&c.PgBouncer, "pgbouncer", c.PgBouncer, "PgBouncer binary for connection poolers (default /usr/sbin/pgbouncer, else PATH)")
 	fs.StringVar(&c.RuntimeDir, "runtime-dir", c.RuntimeDir, "where service instances live (default DATA_DIR/runtime, or /var/lib/dbcloud/HASH when PostgreSQL's OS user cannot reach DATA_DIR)")
 	fs.Func("vpc-address-block", `block inside 127.0.0.0/8 for VPC endpoint addresses (default "127.77.0.0/16")`, func(v string) error {
 		p, err := netip.ParsePrefix(v)
@@ -254,6 +257,7 @@ func (m *Main) Run(ctx context.Context) error {
 		PoolSize: c.PoolSize, Overcommit: c.Overcommit, Logger: m.Logger,
 		SnapshotInterval: c.SnapshotInterval, SnapshotRetention: c.SnapshotRetention,
 		LogRetention: local.LogRetention{MaxAge: c.LogMaxAge, MaxBytes: c.LogMaxBytes},
+		PgBouncer:    c.PgBouncer,
 	})
 	if err != nil {
 		return err

@@ -53,6 +53,8 @@ type Config struct {
 	// LogRetention bounds each instance's PostgreSQL logs; zero fields take
 	// DefaultLogRetention's.
 	LogRetention LogRetention
+	// PgBouncer is the PgBouncer binary; empty finds it (pgbouncerBinary).
+	PgBouncer string
 }
 
 // Runtime is the local runtime: the domain's Runtime and the engine's

@@ -127,6 +127,9 @@ func (rt *Runtime) ensurePooler(ctx context.Context, svc *dbcloud.Service, targe
 		return nil, dbcloud.Terminal(fmt.Errorf("service %s has no pooler port (%d)", svc.ID, port))
 	}
 	bin, err := pgbouncerBinary()
+	if rt.cfg.PgBouncer != "" {
+		bin, err = exec.LookPath(rt.cfg.PgBouncer)
+	}
 	if err != nil {
 		return nil, dbcloud.Terminal(dbcloud.Errorf(dbcloud.KindUnavailable,
 			"The connection pooler (PgBouncer) is not installed on this server; disable the pooler or ask the operator to install it."))
