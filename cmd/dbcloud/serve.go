@@ -61,6 +61,8 @@ type Config struct {
 	LogMaxBytes int64
 	// PgBouncer is the PgBouncer binary; empty finds it.
 	PgBouncer string
+	// HTTP bounds what one client can hold of the API server.
+	HTTP http.ServerConfig
 }
 
 // DefaultConfig returns the embedded defaults: SQLite and PostgreSQL
@@ -75,7 +77,7 @@ func DefaultConfig() Config {
 		AdminName: "admin", AdminEmail: "admin@example.com", LogFormat: "json", Quotas: d.Quotas,
 		PoolSize: 2, Overcommit: 4, VPCBlock: netip.MustParsePrefix("127.77.0.0/16"),
 		SnapshotInterval: local.DefaultSnapshotInterval, SnapshotRetention: local.DefaultSnapshotRetention,
-		LogMaxAge: 7 * 24 * time.Hour, LogMaxBytes: 1 << 30,
+		LogMaxAge: 7 * 24 * time.Hour, LogMaxBytes: 1 << 30, HTTP: http.DefaultServerConfig(),
 	}
 }
 
@@ -133,6 +135,10 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: json or text")
 	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "prepared PostgreSQL clusters kept ready for creates")
 	fs.Float64Var(&c.Overcommit, "overcommit", c.Overcommit, "how many times the host's CPU and memory all running instances may reserve together")
+	fs.DurationVar(&c.HTTP.ReadTimeout, "http-read-timeout", c.HTTP.ReadTimeout, "longest time to read a request, body included")
+	fs.DurationVar(&c.HTTP.WriteTimeout, "http-write-timeout", c.HTTP.WriteTimeout, "longest time to write a response")
+	fs.DurationVar(&c.HTTP.IdleTimeout, "http-idle-timeout", c.HTTP.IdleTimeout, "how long an idle kept-alive connection stays open")
+	fs.IntVar(&c.HTTP.MaxConnsPerAddr, "max-conns-per-addr", c.HTTP.MaxConnsPerAddr, "connections one client address may hold at once (0: no cap)")
 	fs.StringVar(&c.PgBouncer, "pgbouncer", c.PgBouncer, "PgBouncer binary for connection poolers (default /usr/sbin/pgbouncer, else PATH)")
 	fs.StringVar(&c.RuntimeDir, "runtime-dir", c.RuntimeDir, "where service instances live (default DATA_DIR/runtime, or /var/lib/dbcloud/HASH when PostgreSQL's OS user cannot reach DATA_DIR)")
 	fs.Func("vpc-address-block", `block inside 127.0.0.0/8 for VPC endpoint addresses (default "127.77.0.0/16")`, func(v string) error {
@@ -287,10 +293,8 @@ func (m *Main) Run(ctx context.Context) error {
 		RateLimit: c.RateLimit, RateBurst: c.RateBurst,
 		AuthFailLimit: http.DefaultConfig().AuthFailLimit, AuthFailBurst: http.DefaultConfig().AuthFailBurst,
 	}, m.Logger)
-	m.server = &stdhttp.Server{
-		Handler: h, TLSConfig: tlsConfig, ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn),
-	}
+	m.server = http.NewServer(h, c.HTTP, m.Logger)
+	m.server.TLSConfig = tlsConfig
 	bg, cancel := context.WithCancel(context.Background())
 	m.cancel, m.done = cancel, make(chan struct{})
 	// Accepted operations of a previous run are picked up here: the engine
@@ -300,7 +304,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	go func() {
-		m.server.ServeTLS(m.listener, "", "")
+		m.server.ServeTLS(http.LimitConnsPerAddr(m.listener, c.HTTP.MaxConnsPerAddr), "", "")
 	}()
 	go m.purgeLoop(bg)
 	m.Logger.Info("serving", "url", m.URL(), "ca_file", m.CAFile, "data_dir", c.DataDir)
