@@ -185,14 +185,16 @@ func (c *Cloud) CreateService(ctx context.Context, projectID string, in ServiceC
 		},
 		PasswordVerifier: NewSCRAMVerifier(password),
 	}
-	if err := c.insertService(ctx, svc, OpCreateService); err != nil {
+	if err := c.insertService(ctx, svc, password, OpCreateService); err != nil {
 		return nil, err
 	}
 	return &ServiceView{Service: svc, InitialPassword: password}, nil
 }
 
-// insertService records a new service with its endpoint and first operation.
-func (c *Cloud) insertService(ctx context.Context, svc *Service, op OperationType) error {
+// insertService records a new service with its endpoint and first
+// operation, and seals its password into the request's idempotency record
+// in the same transaction.
+func (c *Cloud) insertService(ctx context.Context, svc *Service, password string, op OperationType) error {
 	host, err := c.hostCapacity()
 	if err != nil {
 		return err
@@ -219,6 +221,11 @@ func (c *Cloud) insertService(ctx context.Context, svc *Service, op OperationTyp
 				return err
 			}
 			claim(ctx, "service", svc.ID)
+			if r := idempotencyFromContext(ctx); r != nil && r.Seal != nil {
+				if r.Secret, err = r.Seal([]byte(password)); err != nil {
+					return fmt.Errorf("seal the initial password: %w", err)
+				}
+			}
 			return c.insertOperation(tx, svc.ProjectID, svc.ID, op, svc.Generation)
 		})
 	})
@@ -327,7 +334,7 @@ func (c *Cloud) ForkService(ctx context.Context, projectID, parentID string, in 
 		Fork:             &ForkSource{ProjectID: projectID, ServiceID: parent.ID, Strategy: strategy, TargetTime: in.TargetTime},
 		PasswordVerifier: NewSCRAMVerifier(password),
 	}
-	if err := c.insertService(ctx, svc, OpCreateService); err != nil {
+	if err := c.insertService(ctx, svc, password, OpCreateService); err != nil {
 		return nil, err
 	}
 	return &ServiceView{Service: svc, InitialPassword: password}, nil

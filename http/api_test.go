@@ -1,6 +1,7 @@
 package http_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -658,6 +659,32 @@ func TestIdempotency(t *testing.T) {
 		// Another caller's key space is its own.
 		e.want(202, "", req{Method: "POST", Path: "/projects/" + e.b.ProjectID + "/services", Key: e.b, Body: map[string]any{"name": "once"}, Header: key})
 		e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: services, Body: map[string]any{"name": "x"}, Header: map[string]string{"Idempotency-Key": strings.Repeat("k", 256)}})
+		t.Run("CrashBetweenCommitAndResponse", func(t *testing.T) {
+			e := e.with(t)
+			crash := map[string]string{"Idempotency-Key": "create-crash"}
+			var first, retry service
+			e.want(202, "", req{Method: "POST", Path: services, Body: map[string]any{"name": "crash"}, Header: crash}).decode(t, &first)
+			// What a crash after the commit and before the response leaves:
+			// the change and its key, no stored response.
+			err := e.store.Update(context.Background(), func(tx dbcloud.Tx) error {
+				r, err := tx.FindIdempotency(e.a.AccessKey, "create-crash")
+				if err != nil {
+					return err
+				}
+				if r.Secret == nil {
+					t.Error("the initial password was not sealed with the change")
+				}
+				r.Response, r.Status = nil, 0
+				return tx.UpdateIdempotency(r)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.want(202, "", req{Method: "POST", Path: services, Body: map[string]any{"name": "crash"}, Header: crash}).decode(t, &retry)
+			if retry.ServiceID != first.ServiceID || retry.InitialPassword == "" || retry.InitialPassword != first.InitialPassword {
+				t.Errorf("retry after the crash: service %s password %q; want %s with the first response's password", retry.ServiceID, retry.InitialPassword, first.ServiceID)
+			}
+		})
 		// A delete replays its empty 202.
 		del := map[string]string{"Idempotency-Key": "delete-1"}
 		e.want(202, "", req{Method: "DELETE", Path: services + "/" + first.ServiceID, Header: del})
