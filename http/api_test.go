@@ -348,6 +348,9 @@ func TestServices_Create(t *testing.T) {
 			e := e.with(t)
 			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: services, Body: map[string]any{}})
 			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: services, Body: map[string]any{"name": ""}})
+			// Bidirectional overrides make a console or log show another name.
+			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: services, Body: map[string]any{"name": "invoice\u202efdp.exe"}})
+			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: e.pa() + "/vpcs", Body: map[string]any{"name": "a\u2066b", "cidr": "10.9.0.0/16", "region_code": "local"}})
 			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: services, Body: map[string]any{"name": "x", "region_code": "mars-1"}})
 			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: services, Body: map[string]any{"name": "x", "environment_tag": "STAGING"}})
 			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: services, Body: map[string]any{"name": "x", "replica_count": -1}})
