@@ -394,12 +394,20 @@ func (m *Main) tlsConfig() (*tls.Config, error) {
 			hosts = append(hosts, h)
 		}
 	}
-	cert, err := tlsca.LoadOrCreateServerCert(dir, ca, hosts)
+	// The certificate is renewed while the server runs, before it expires.
+	src, err := tlsca.NewServerCertSource(dir, ca, hosts)
 	if err != nil {
 		return nil, err
 	}
+	src.OnRenew = func(notAfter time.Time, err error) {
+		if err != nil {
+			m.Logger.Error("renew the server certificate", "error", err, "current_not_after", notAfter)
+			return
+		}
+		m.Logger.Info("server certificate renewed", "not_after", notAfter)
+	}
 	m.CAFile = filepath.Join(dir, tlsca.CAFile)
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+	return &tls.Config{GetCertificate: src.GetCertificate, MinVersion: tls.VersionTLS12}, nil
 }
 
 // runtimeDir is where services' instances live: --runtime-dir, else
