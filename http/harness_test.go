@@ -91,11 +91,17 @@ type testRuntime struct {
 	// host is what HostCapacity reports; nil reports a host too large to
 	// matter.
 	host *dbcloud.HostCapacity
-	// setPassword, when set, replaces what SetPassword does.
+	// setPassword, portFree and hostCheck, when set, replace or precede
+	// what the methods do.
 	setPassword func(ctx context.Context, s *dbcloud.Service, verifier string) error
+	portFree    func(port int) bool
+	hostCheck   func()
 }
 
 func (r *testRuntime) HostCapacity() (dbcloud.HostCapacity, error) {
+	if r.hostCheck != nil {
+		r.hostCheck()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.host != nil {
@@ -105,7 +111,12 @@ func (r *testRuntime) HostCapacity() (dbcloud.HostCapacity, error) {
 }
 
 func (r *testRuntime) Extensions() map[string]bool { return map[string]bool{"vector": true} }
-func (r *testRuntime) PortFree(int) bool           { return true }
+func (r *testRuntime) PortFree(p int) bool {
+	if r.portFree != nil {
+		return r.portFree(p)
+	}
+	return true
+}
 func (r *testRuntime) SetPassword(ctx context.Context, s *dbcloud.Service, v string) error {
 	if r.setPassword != nil {
 		return r.setPassword(ctx, s, v)
