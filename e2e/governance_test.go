@@ -252,3 +252,61 @@ func TestPooler_UnstableRepair(t *testing.T) {
 		t.Errorf("service after the repair: %v", err)
 	}
 }
+
+// TestCrashBetweenCommitAndResponse: dbcloud is killed (SIGKILL, by a test
+// hook) after a create committed and before it answered; after a restart,
+// the retry with the same Idempotency-Key answers the same service with
+// its initial_password, which then logs in.
+func TestCrashBetweenCommitAndResponse(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	s.stop()
+	s.env = []string{"DBCLOUD_TEST_CRASH_AFTER_COMMIT=1"}
+	s.start()
+	body := map[string]any{"name": "crash", "cpu_millis": "shared"}
+	send := func() (int, service, error) {
+		b, _ := json.Marshal(body)
+		req, _ := http.NewRequest("POST", s.baseURL+s.services(), bytes.NewReader(b))
+		req.SetBasicAuth(s.boot.AccessKey, s.boot.SecretKey)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "crash-create-1")
+		res, err := s.client.Do(req)
+		if err != nil {
+			return 0, service{}, err
+		}
+		defer res.Body.Close()
+		var out service
+		raw, _ := io.ReadAll(res.Body)
+		json.Unmarshal(raw, &out)
+		return res.StatusCode, out, nil
+	}
+	if code, _, err := send(); err == nil {
+		t.Fatalf("the create was answered (%d) although the server was to die before answering", code)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server did not die at the hook")
+	}
+	s.cmd = nil
+	s.log.Close()
+	s.env = nil
+	s.start()
+	code, got, err := send()
+	if err != nil || code != 202 {
+		t.Fatalf("retry after the crash: %d %v", code, err)
+	}
+	if got.InitialPassword == "" {
+		t.Fatalf("the retry after the crash has no initial_password: %+v", got)
+	}
+	var list []service
+	s.call("GET", s.services(), nil, &list)
+	if len(list) != 1 || list[0].ServiceID != got.ServiceID {
+		t.Fatalf("services after the crash and retry: %+v, want only %s", list, got.ServiceID)
+	}
+	svc := s.waitStatus(got.ServiceID, "READY", 60*time.Second)
+	c := s.mustConnect(svc, got.InitialPassword)
+	if err := c.Ping(context.Background()); err != nil {
+		t.Error(err)
+	}
+}

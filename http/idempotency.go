@@ -78,6 +78,9 @@ func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, rt Route, p
 		writeError(w, r, h.logger, err)
 		return
 	}
+	if h.AfterIdempotentChange != nil {
+		h.AfterIdempotentChange()
+	}
 	var b []byte
 	if out != nil {
 		if b, err = json.Marshal(out); err != nil {

@@ -80,6 +80,10 @@ type Handler struct {
 	limits *limiters
 	// ready reports whether the server can take requests (for /readyz).
 	ready atomic.Bool
+	// AfterIdempotentChange, when set, runs after a request with an
+	// Idempotency-Key made its change and before its response is stored
+	// and sent: a test hook to crash the server exactly there.
+	AfterIdempotentChange func()
 }
 
 // NewHandler returns the API handler for cloud.

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"dbcloud"
@@ -64,6 +65,11 @@ type Config struct {
 	// HTTP bounds what one client can hold of the API server.
 	HTTP http.ServerConfig
 }
+
+// crashAfterCommitEnv, set to 1, makes the server kill itself after the
+// first change made by a request with an Idempotency-Key, before its
+// response: a hook for the crash tests, never for production.
+const crashAfterCommitEnv = "DBCLOUD_TEST_CRASH_AFTER_COMMIT"
 
 // DefaultConfig returns the embedded defaults: SQLite and PostgreSQL
 // processes on this host, HTTPS with a generated local CA.
@@ -293,6 +299,11 @@ func (m *Main) Run(ctx context.Context) error {
 		RateLimit: c.RateLimit, RateBurst: c.RateBurst,
 		AuthFailLimit: http.DefaultConfig().AuthFailLimit, AuthFailBurst: http.DefaultConfig().AuthFailBurst,
 	}, m.Logger)
+	if os.Getenv(crashAfterCommitEnv) == "1" {
+		// For the crash tests only: die as a power cut would, between
+		// the commit of a change and its response.
+		h.AfterIdempotentChange = func() { syscall.Kill(os.Getpid(), syscall.SIGKILL) }
+	}
 	m.server = http.NewServer(h, c.HTTP, m.Logger)
 	m.server.TLSConfig = tlsConfig
 	bg, cancel := context.WithCancel(context.Background())
