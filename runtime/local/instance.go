@@ -1157,6 +1157,12 @@ func quoteDSN(v string) string {
 
 // Exec runs SQL as the superuser on database db (see Connect).
 func (m *Manager) Exec(ctx context.Context, s InstanceSpec, db, sql string, args ...any) error {
+	if _, ok := ctx.Deadline(); !ok {
+		// Past statement_timeout, also the connection is not waited for.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 6*time.Minute)
+		defer cancel()
+	}
 	conn, err := m.Connect(ctx, s, db)
 	if err != nil {
 		return err
