@@ -114,6 +114,9 @@ type candidate struct {
 	sets     []*ReadReplicaSet
 	// size is the largest instance the change starts.
 	size Size
+	// storageMB is storage the change adds beyond what the candidates
+	// have measured: a fork starts with a copy of its parent's data.
+	storageMB int64
 }
 
 // hostCapacity asks the runtime what the host holds; nil when the runtime
@@ -153,6 +156,9 @@ func (c *Cloud) admit(tx Tx, host *HostCapacity, projectID string, cand candidat
 		before, after, err := c.projectDemand(tx, p.ID, cand)
 		if err != nil {
 			return err
+		}
+		if p.ID == projectID {
+			after.StorageMB += cand.storageMB
 		}
 		hostBefore.add(before)
 		hostAfter.add(after)

@@ -109,35 +109,33 @@ func (c *Cloud) CreateReplicaSet(ctx context.Context, projectID, serviceID strin
 // (decisions.md section 5) with its endpoint and first operation.
 func (c *Cloud) insertReplicaSet(ctx context.Context, tx Tx, host *HostCapacity, r *ReadReplicaSet, ports []int) error {
 	projectID, serviceID := r.ProjectID, r.ServiceID
-	{
-		s, err := findService(tx, projectID, serviceID)
-		if err != nil {
-			return err
-		}
-		if s.Status != StatusReady {
-			return Errorf(KindConflict, "Service %s is %s; read replica sets can be created when it is READY.", s.ID, s.Status)
-		}
-		sets, err := tx.ListReplicaSets(projectID, serviceID)
-		if err != nil {
-			return err
-		}
-		if len(sets) >= c.Config.Quotas.ReplicaSetsPerService {
-			return quotaError("Service %s already has %d read replica sets; the limit is %d.", s.ID, len(sets), c.Config.Quotas.ReplicaSetsPerService)
-		}
-		r.Spec.Environment = s.Spec.Environment
-		r.Created = c.now()
-		if err := c.admit(tx, host, projectID, candidate{sets: []*ReadReplicaSet{r}, size: r.Spec.Size}); err != nil {
-			return err
-		}
-		if r.Endpoint, err = c.claimEndpoint(tx, r.ID, ports); err != nil {
-			return err
-		}
-		if err := tx.InsertReplicaSet(r); err != nil {
-			return err
-		}
-		claim(ctx, "replica_set", r.ID)
-		return c.insertOperation(tx, projectID, r.ID, OpCreateReplicaSet, r.Generation)
+	s, err := findService(tx, projectID, serviceID)
+	if err != nil {
+		return err
 	}
+	if s.Status != StatusReady {
+		return Errorf(KindConflict, "Service %s is %s; read replica sets can be created when it is READY.", s.ID, s.Status)
+	}
+	sets, err := tx.ListReplicaSets(projectID, serviceID)
+	if err != nil {
+		return err
+	}
+	if len(sets) >= c.Config.Quotas.ReplicaSetsPerService {
+		return quotaError("Service %s already has %d read replica sets; the limit is %d.", s.ID, len(sets), c.Config.Quotas.ReplicaSetsPerService)
+	}
+	r.Spec.Environment = s.Spec.Environment
+	r.Created = c.now()
+	if err := c.admit(tx, host, projectID, candidate{sets: []*ReadReplicaSet{r}, size: r.Spec.Size}); err != nil {
+		return err
+	}
+	if r.Endpoint, err = c.claimEndpoint(tx, r.ID, ports); err != nil {
+		return err
+	}
+	if err := tx.InsertReplicaSet(r); err != nil {
+		return err
+	}
+	claim(ctx, "replica_set", r.ID)
+	return c.insertOperation(tx, projectID, r.ID, OpCreateReplicaSet, r.Generation)
 }
 
 // mutateReplicaSet is the frame of every change to a read replica set; see

@@ -185,7 +185,7 @@ func (c *Cloud) CreateService(ctx context.Context, projectID string, in ServiceC
 		},
 		PasswordVerifier: NewSCRAMVerifier(password),
 	}
-	if err := c.insertService(ctx, svc, password, OpCreateService); err != nil {
+	if err := c.insertService(ctx, svc, password, 0, OpCreateService); err != nil {
 		return nil, err
 	}
 	return &ServiceView{Service: svc, InitialPassword: password}, nil
@@ -193,8 +193,9 @@ func (c *Cloud) CreateService(ctx context.Context, projectID string, in ServiceC
 
 // insertService records a new service with its endpoint and first
 // operation, and seals its password into the request's idempotency record
-// in the same transaction.
-func (c *Cloud) insertService(ctx context.Context, svc *Service, password string, op OperationType) error {
+// in the same transaction. storageMB is the data it starts with (a fork's
+// copy of its parent), for admission.
+func (c *Cloud) insertService(ctx context.Context, svc *Service, password string, storageMB int64, op OperationType) error {
 	host, err := c.hostCapacity()
 	if err != nil {
 		return err
@@ -211,7 +212,7 @@ func (c *Cloud) insertService(ctx context.Context, svc *Service, password string
 			svc.Created = c.now()
 			svc.Generation = 1
 			svc.Status = StatusQueued
-			if err := c.admit(tx, host, svc.ProjectID, candidate{services: []*Service{svc}, size: svc.Spec.Size}); err != nil {
+			if err := c.admit(tx, host, svc.ProjectID, candidate{services: []*Service{svc}, size: svc.Spec.Size, storageMB: storageMB}); err != nil {
 				return err
 			}
 			if svc.Endpoint, err = c.claimEndpoint(tx, svc.ID, ports); err != nil {
@@ -334,7 +335,7 @@ func (c *Cloud) ForkService(ctx context.Context, projectID, parentID string, in 
 		Fork:             &ForkSource{ProjectID: projectID, ServiceID: parent.ID, Strategy: strategy, TargetTime: in.TargetTime},
 		PasswordVerifier: NewSCRAMVerifier(password),
 	}
-	if err := c.insertService(ctx, svc, password, OpCreateService); err != nil {
+	if err := c.insertService(ctx, svc, password, storageOf(parent), OpCreateService); err != nil {
 		return nil, err
 	}
 	return &ServiceView{Service: svc, InitialPassword: password}, nil

@@ -81,6 +81,22 @@ func TestAdmission(t *testing.T) {
 		{name: "QuotaMillicores", quota: &dbcloud.ResourceQuota{CPUMillis: 3000}, call: func(e *env, id ids) req {
 			return req{Method: "POST", Path: e.pa() + "/services", Body: map[string]any{"name": "x", "cpu_millis": "1000"}}
 		}, code: dbcloud.CodeQuotaExceeded},
+		{name: "QuotaStorageFork", quota: &dbcloud.ResourceQuota{StorageGBs: 5}, setup: func(e *env, id *ids) {
+			// b holds 3 GiB of data (measured): a fork copies it.
+			err := e.store.Update(context.Background(), func(tx dbcloud.Tx) error {
+				s, err := tx.FindService(e.a.ProjectID, id.b)
+				if err != nil {
+					return err
+				}
+				s.Metrics = &dbcloud.Metrics{StorageMB: 3 << 10}
+				return tx.UpdateService(s)
+			})
+			if err != nil {
+				e.t.Fatal(err)
+			}
+		}, call: func(e *env, id ids) req {
+			return req{Method: "POST", Path: e.pa() + "/services/" + id.b + "/forkService", Body: map[string]any{"fork_strategy": "LAST_SNAPSHOT", "cpu_millis": "shared"}}
+		}, code: dbcloud.CodeQuotaExceeded},
 		{name: "QuotaMemory", quota: &dbcloud.ResourceQuota{MemoryGBs: 9}, call: func(e *env, id ids) req {
 			return req{Method: "POST", Path: e.pa() + "/services/" + id.c + "/resize", Body: map[string]string{"cpu_millis": "500", "memory_gbs": "2"}}
 		}, code: dbcloud.CodeQuotaExceeded},
