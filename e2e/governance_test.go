@@ -180,46 +180,79 @@ func TestUpdatePassword_TenantLockStallsNobodyElse(t *testing.T) {
 	}
 }
 
-// TestAdmission_RealHost: on the real host, a resize beyond it and setHA or
-// a read replica set beyond the project's quota (set with `dbcloud admin
-// project set-quota`) are 409 with the message, change nothing, and the
-// service stays READY.
+// TestAdmission_RealHost: on the real host, with the project's quota
+// (`dbcloud admin project set-quota`) at 3 running instances, all taken by
+// a primary, its HA standby and a read replica node, every operation that
+// adds or grows instances is 409 QUOTA_EXCEEDED (or CAPACITY_EXCEEDED for
+// a size beyond the host) saying what is free, and changes nothing: every
+// service keeps its status and instances.
 func TestAdmission_RealHost(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
-	created := s.create(map[string]any{"name": "adm", "cpu_millis": "shared"})
-	svc := s.waitStatus(created.ServiceID, "READY", 60*time.Second)
-	path := s.services() + "/" + svc.ServiceID
-	refused := func(code int, e service, want string) {
-		t.Helper()
-		if code != 409 || e.Code != want || !strings.Contains(e.Message, "free") {
-			t.Errorf("%d %s %q, want 409 %s saying what is free", code, e.Code, e.Message, want)
-		}
-		got, _ := s.get(svc.ServiceID)
-		if got.Status != "READY" || len(got.Resources) != 1 {
-			t.Errorf("after a refusal: %s with %d instances, want READY with 1", got.Status, len(got.Resources))
-		}
+	quota := func(n string) { s.admin("project", "set-quota", "--project", s.boot.ProjectID, "--instances", n) }
+	quota("4")
+	a := s.create(map[string]any{"name": "a", "cpu_millis": "shared", "replica_count": 1})
+	b := s.create(map[string]any{"name": "b", "cpu_millis": "shared"})
+	s.waitStatus(a.ServiceID, "READY", 90*time.Second)
+	s.waitStatus(b.ServiceID, "READY", 60*time.Second)
+	if code := s.call("POST", s.services()+"/"+b.ServiceID+"/stop", nil, nil); code != 202 {
+		t.Fatalf("stop b: %d", code)
 	}
-	var e service
-	refused(s.call("POST", path+"/resize", map[string]string{"cpu_millis": "32000", "memory_gbs": "128"}, &e), e, "CAPACITY_EXCEEDED")
-	t.Logf("resize to 32000/128: %s", e.Message)
+	s.waitStatus(b.ServiceID, "PAUSED", 60*time.Second)
+	var rs replicaSet
+	if code := s.call("POST", s.replicaSets(a.ServiceID), map[string]any{"name": "r", "cpu_millis": 500, "memory_gbs": 2, "nodes": 1}, &rs); code != 202 {
+		t.Fatalf("create replica set: %d %s", code, rs.Message)
+	}
+	s.waitReplicaSet(a.ServiceID, rs.ID, "active", 90*time.Second)
+	quota("3") // a, its standby and the replica node: nothing is free
 
-	s.admin("project", "set-quota", "--project", s.boot.ProjectID, "--instances", "1")
-	e = service{}
-	refused(s.call("POST", path+"/setHA", map[string]int{"replica_count": 1}, &e), e, "QUOTA_EXCEEDED")
-	e = service{}
-	refused(s.call("POST", path+"/replicaSets", map[string]any{"name": "r", "cpu_millis": 500, "memory_gbs": 2, "nodes": 1}, &e), e, "QUOTA_EXCEEDED")
-	t.Logf("replica set over the quota: %s", e.Message)
-	// A smaller service still fits nowhere: the quota counts instances.
-	e = service{}
-	if code := s.call("POST", s.services(), map[string]any{"name": "more", "cpu_millis": "shared"}, &e); code != 409 || e.Code != "QUOTA_EXCEEDED" {
-		t.Errorf("create over the instance quota: %d %s", code, e.Code)
+	state := func() string {
+		var list []service
+		s.call("GET", s.services(), nil, &list)
+		var sets []replicaSet
+		s.call("GET", s.replicaSets(a.ServiceID), nil, &sets)
+		out := ""
+		for _, x := range list {
+			out += fmt.Sprintf("%s %s %d; ", x.ServiceID, x.Status, len(x.Resources))
+		}
+		for _, r := range sets {
+			out += fmt.Sprintf("set %s %s %d; ", r.ID, r.Status, r.Nodes)
+		}
+		return out
 	}
+	before := state()
+	path := s.services() + "/" + a.ServiceID
+	for _, tc := range []struct {
+		name, method, path string
+		body               any
+		code               string
+	}{
+		{"create", "POST", s.services(), map[string]any{"name": "c", "cpu_millis": "shared"}, "QUOTA_EXCEEDED"},
+		{"fork", "POST", path + "/forkService", map[string]any{"fork_strategy": "NOW", "cpu_millis": "shared"}, "QUOTA_EXCEEDED"},
+		{"resize beyond the host", "POST", path + "/resize", map[string]string{"cpu_millis": "32000", "memory_gbs": "128"}, "CAPACITY_EXCEEDED"},
+		{"setHA", "POST", path + "/setHA", map[string]int{"replica_count": 2}, "QUOTA_EXCEEDED"},
+		{"replica set create", "POST", s.replicaSets(a.ServiceID), map[string]any{"name": "r2", "cpu_millis": 500, "memory_gbs": 2, "nodes": 1}, "QUOTA_EXCEEDED"},
+		{"replica set resize", "POST", s.replicaSets(a.ServiceID) + "/" + rs.ID + "/resize", map[string]any{"cpu_millis": "500", "memory_gbs": "2", "nodes": 2}, "QUOTA_EXCEEDED"},
+		{"start of a PAUSED service", "POST", s.services() + "/" + b.ServiceID + "/start", nil, "QUOTA_EXCEEDED"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var e service
+			code := s.call(tc.method, tc.path, tc.body, &e)
+			if code != 409 || e.Code != tc.code || !strings.Contains(e.Message, "free") {
+				t.Errorf("%d %s %q, want 409 %s saying what is free", code, e.Code, e.Message, tc.code)
+			}
+			t.Logf("%s: %s", tc.name, e.Message)
+			if after := state(); after != before {
+				t.Errorf("the refusal changed something:\nbefore %s\nafter  %s", before, after)
+			}
+		})
+	}
+	// Shrinking is always admitted, even at the quota.
 	s.admin("project", "set-quota", "--project", s.boot.ProjectID, "--default")
-	if code := s.call("POST", path+"/resize", map[string]string{"cpu_millis": "500", "memory_gbs": "2"}, nil); code != 202 {
-		t.Errorf("resize within the host after the quota's reset: %d", code)
+	if code := s.call("POST", path+"/setHA", map[string]int{"replica_count": 0}, nil); code != 202 {
+		t.Errorf("setHA down: %d", code)
 	}
-	s.waitStatus(svc.ServiceID, "READY", 60*time.Second)
+	s.waitStatus(a.ServiceID, "READY", 60*time.Second)
 }
 
 // TestPooler_UnstableRepair: with PgBouncer missing, enablePooler leaves the
