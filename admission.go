@@ -36,6 +36,7 @@ type HostCapacity struct {
 // Capacity is implemented by a runtime that can tell what its host holds.
 // It is asked before a store transaction, never inside one.
 type Capacity interface {
+	// HostCapacity reports what the host has now.
 	HostCapacity() (HostCapacity, error)
 }
 
@@ -313,12 +314,4 @@ func (c *Cloud) SetProjectQuota(ctx context.Context, projectID string, q *Resour
 		return tx.UpdateProject(p)
 	})
 	return p, err
-}
-
-// EffectiveQuota is the resource quota that applies to the project.
-func (c *Cloud) EffectiveQuota(p *Project) ResourceQuota {
-	if p.Quota != nil {
-		return *p.Quota
-	}
-	return c.Config.Quotas.Resources
 }

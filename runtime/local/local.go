@@ -40,8 +40,9 @@ type Config struct {
 	CA *tlsca.CA
 	// PoolSize is how many prepared clusters wait for creates.
 	PoolSize int
-	// Overcommit is how many times the host's memory the sizes of all
-	// services may add up to: idle PostgreSQL uses far less than its size.
+	// Overcommit is how many times the host's CPU and memory the sizes of
+	// all running instances may add up to (the domain admits against it):
+	// idle PostgreSQL uses far less than its size.
 	Overcommit float64
 	Logger     *slog.Logger
 	// SnapshotInterval is how often each service is snapshotted (a base
