@@ -280,6 +280,10 @@ func (c *Cloud) SetReplicaSetPooler(ctx context.Context, projectID, serviceID, i
 				r.PoolerPort = ep.Port
 			}
 			r.Spec.Pooler = enabled
+			// Shown as in progress (there is no other busy state for a
+			// set) until the pooler is as asked, so a 409 for another
+			// change meanwhile is explained by what GET shows.
+			r.Status = ReplicaSetResizing
 			return OpSetReplicaPooler, nil
 		})
 	})

@@ -124,6 +124,23 @@ func TestBusyIsVisible(t *testing.T) {
 			e.settle(s.ServiceID, dbcloud.StatusReady)
 			e.want(202, "", req{Method: "POST", Path: svc(s.ServiceID, "/resize"), Body: map[string]string{"cpu_millis": "1000", "memory_gbs": "4"}})
 		})
+		t.Run("ReplicaSetPoolerThenResize", func(t *testing.T) {
+			e := e.with(t)
+			s := e.readyService(map[string]any{"name": "rp"})
+			var r struct{ ID string }
+			e.want(202, "", req{Method: "POST", Path: svc(s.ServiceID, "/replicaSets"), Body: map[string]any{"name": "r", "cpu_millis": 500, "memory_gbs": 2, "nodes": 1}}).decode(t, &r)
+			e.settle(r.ID, "")
+			one := svc(s.ServiceID, "/replicaSets/"+r.ID)
+			e.want(200, "", req{Method: "POST", Path: one + "/enablePooler"})
+			var sets []struct{ ID, Status string }
+			e.want(200, "", req{Method: "GET", Path: svc(s.ServiceID, "/replicaSets")}).decode(t, &sets)
+			if len(sets) != 1 || sets[0].Status != "resizing" {
+				t.Errorf("sets after enablePooler: %+v, want the set shown in progress", sets)
+			}
+			e.want(409, dbcloud.CodeOperationInProgress, req{Method: "POST", Path: one + "/resize", Body: map[string]any{"cpu_millis": "1000", "memory_gbs": "4"}})
+			e.settle(r.ID, "")
+			e.want(202, "", req{Method: "POST", Path: one + "/resize", Body: map[string]any{"cpu_millis": "1000", "memory_gbs": "4"}})
+		})
 		t.Run("TwoIdenticalResizes", func(t *testing.T) {
 			e := e.with(t)
 			s := e.readyService(map[string]any{"name": "twice"})
