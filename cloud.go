@@ -23,6 +23,9 @@ type Quotas struct {
 	ReplicaSetsPerService int
 	MaxReplicaSetNodes    int
 	MaxHAReplicas         int
+	// Resources is the compute and storage a project may reserve unless
+	// it has its own quota (dbcloud admin project set-quota).
+	Resources ResourceQuota
 }
 
 // DefaultQuotas are the documented defaults.
@@ -33,6 +36,7 @@ var DefaultQuotas = Quotas{
 	ReplicaSetsPerService: 5,
 	MaxReplicaSetNodes:    10,
 	MaxHAReplicas:         2,
+	Resources:             DefaultResourceQuota,
 }
 
 // Config is what the domain needs to know of the installation.
@@ -271,10 +275,17 @@ func validateName(field, s string) error {
 	if n < 1 || n > 128 {
 		return Errorf(KindInvalid, "%s must be 1 to 128 characters, got %d.", field, n)
 	}
-	if !utf8.ValidString(s) || strings.IndexFunc(s, unicode.IsControl) >= 0 {
-		return Errorf(KindInvalid, "%s must not contain control characters.", field)
+	if !utf8.ValidString(s) || strings.IndexFunc(s, invisible) >= 0 {
+		return Errorf(KindInvalid, "%s must not contain control or formatting characters (such as bidirectional overrides, U+202A to U+202E and U+2066 to U+2069, or U+200E and U+200F), which make a console or log show another text than the name.", field)
 	}
 	return nil
+}
+
+// invisible reports control characters and Unicode format characters
+// (category Cf: bidirectional embeddings, overrides, isolates and marks,
+// zero-width characters), which change how the text around them is shown.
+func invisible(r rune) bool {
+	return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029'
 }
 
 // resolveRegion returns the region to use, the default when code is empty.

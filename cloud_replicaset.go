@@ -63,7 +63,7 @@ func (c *Cloud) checkNodes(nodes int) error {
 	return nil
 }
 
-// CreateReplicaSet records a read replica set of a PROD service.
+// CreateReplicaSet records a read replica set of a service.
 func (c *Cloud) CreateReplicaSet(ctx context.Context, projectID, serviceID string, in ReplicaSetCreate) (*ReadReplicaSet, error) {
 	if err := c.authorize(ctx, projectID); err != nil {
 		return nil, err
@@ -90,39 +90,52 @@ func (c *Cloud) CreateReplicaSet(ctx context.Context, projectID, serviceID strin
 		ID: NewID(), ProjectID: projectID, ServiceID: serviceID, Name: in.Name,
 		Spec: ReadReplicaSetSpec{Size: size, Nodes: in.Nodes}, Generation: 1, Status: ReplicaSetCreating,
 	}
-	err = c.update(ctx, projectID, func(tx Tx) error {
-		s, err := findService(tx, projectID, serviceID)
-		if err != nil {
-			return err
-		}
-		if s.Spec.Environment != EnvProd {
-			return Errorf(KindConflict, "Read replica sets need environment PROD; service %s is %s.", s.ID, s.Spec.Environment)
-		}
-		if s.Status != StatusReady {
-			return Errorf(KindConflict, "Service %s is %s; read replica sets can be created when it is READY.", s.ID, s.Status)
-		}
-		sets, err := tx.ListReplicaSets(projectID, serviceID)
-		if err != nil {
-			return err
-		}
-		if len(sets) >= c.Config.Quotas.ReplicaSetsPerService {
-			return quotaError("Service %s already has %d read replica sets; the limit is %d.", s.ID, len(sets), c.Config.Quotas.ReplicaSetsPerService)
-		}
-		r.Spec.Environment = s.Spec.Environment
-		r.Created = c.now()
-		if r.Endpoint, err = c.allocateEndpoint(tx, r.ID); err != nil {
-			return err
-		}
-		if err := tx.InsertReplicaSet(r); err != nil {
-			return err
-		}
-		claim(ctx, "replica_set", r.ID)
-		return c.insertOperation(tx, projectID, r.ID, OpCreateReplicaSet, r.Generation)
+	host, err := c.hostCapacity()
+	if err != nil {
+		return nil, err
+	}
+	err = c.withFreePorts(ctx, func(ports []int) error {
+		return c.update(ctx, projectID, func(tx Tx) error {
+			return c.insertReplicaSet(ctx, tx, host, r, ports)
+		})
 	})
 	if err != nil {
 		return nil, err
 	}
 	return r, nil
+}
+
+// insertReplicaSet records a new read replica set of any environment
+// (decisions.md section 5) with its endpoint and first operation.
+func (c *Cloud) insertReplicaSet(ctx context.Context, tx Tx, host *HostCapacity, r *ReadReplicaSet, ports []int) error {
+	projectID, serviceID := r.ProjectID, r.ServiceID
+	s, err := findService(tx, projectID, serviceID)
+	if err != nil {
+		return err
+	}
+	if s.Status != StatusReady {
+		return Errorf(KindConflict, "Service %s is %s; read replica sets can be created when it is READY.", s.ID, s.Status)
+	}
+	sets, err := tx.ListReplicaSets(projectID, serviceID)
+	if err != nil {
+		return err
+	}
+	if len(sets) >= c.Config.Quotas.ReplicaSetsPerService {
+		return quotaError("Service %s already has %d read replica sets; the limit is %d.", s.ID, len(sets), c.Config.Quotas.ReplicaSetsPerService)
+	}
+	r.Spec.Environment = s.Spec.Environment
+	r.Created = c.now()
+	if err := c.admit(tx, host, projectID, candidate{sets: []*ReadReplicaSet{r}, size: r.Spec.Size}); err != nil {
+		return err
+	}
+	if r.Endpoint, err = c.claimEndpoint(tx, r.ID, ports); err != nil {
+		return err
+	}
+	if err := tx.InsertReplicaSet(r); err != nil {
+		return err
+	}
+	claim(ctx, "replica_set", r.ID)
+	return c.insertOperation(tx, projectID, r.ID, OpCreateReplicaSet, r.Generation)
 }
 
 // mutateReplicaSet is the frame of every change to a read replica set; see
@@ -166,6 +179,23 @@ func replicaSetBusy(tx Tx, r *ReadReplicaSet) error {
 	return nil
 }
 
+// correctReplicaSet is replicaSetBusy for a resize: pending work that keeps
+// failing is superseded instead of refusing the correction.
+func (c *Cloud) correctReplicaSet(tx Tx, r *ReadReplicaSet) error {
+	pending, err := tx.ListOperations(OperationFilter{ResourceID: r.ID, Pending: true})
+	if err != nil {
+		return err
+	}
+	failing := false
+	for _, op := range pending {
+		failing = failing || op.Attempts > 0
+	}
+	if !failing || r.Status == ReplicaSetDeleting {
+		return replicaSetBusy(tx, r)
+	}
+	return c.supersede(tx, pending, "superseded by a newer request")
+}
+
 // DeleteReplicaSet marks a read replica set for deletion.
 func (c *Cloud) DeleteReplicaSet(ctx context.Context, projectID, serviceID, id string) error {
 	return c.mutateReplicaSet(ctx, projectID, serviceID, id, func(tx Tx, r *ReadReplicaSet) (OperationType, error) {
@@ -200,15 +230,24 @@ func (c *Cloud) ResizeReplicaSet(ctx context.Context, projectID, serviceID, id s
 			return "", err
 		}
 	}
+	host, err := c.hostCapacity()
+	if err != nil {
+		return "", err
+	}
 	err = c.mutateReplicaSet(ctx, projectID, serviceID, id, func(tx Tx, r *ReadReplicaSet) (OperationType, error) {
 		nodes := r.Spec.Nodes
 		if in.Nodes != nil {
 			nodes = *in.Nodes
 		}
-		if r.Spec.Size == size && r.Spec.Nodes == nodes && r.Status != ReplicaSetDeleting {
+		if r.Spec.Size == size && r.Spec.Nodes == nodes && r.Status != ReplicaSetDeleting && replicaSetBusy(tx, r) == nil {
 			return "", nil
 		}
-		if err := replicaSetBusy(tx, r); err != nil {
+		if err := c.correctReplicaSet(tx, r); err != nil {
+			return "", err
+		}
+		n := *r
+		n.Spec.Size, n.Spec.Nodes = size, nodes
+		if err := c.admit(tx, host, projectID, candidate{sets: []*ReadReplicaSet{&n}, size: size}); err != nil {
 			return "", err
 		}
 		r.Spec.Size, r.Spec.Nodes = size, nodes
@@ -220,26 +259,33 @@ func (c *Cloud) ResizeReplicaSet(ctx context.Context, projectID, serviceID, id s
 
 // SetReplicaSetPooler enables or disables a set's connection pooler.
 func (c *Cloud) SetReplicaSetPooler(ctx context.Context, projectID, serviceID, id string, enabled bool) (string, error) {
-	err := c.mutateReplicaSet(ctx, projectID, serviceID, id, func(tx Tx, r *ReadReplicaSet) (OperationType, error) {
-		if r.Spec.Pooler == enabled && r.Status != ReplicaSetDeleting {
-			return "", nil
-		}
-		if enabled && r.Spec.Environment != EnvProd {
-			return "", Errorf(KindConflict, "The connection pooler needs environment PROD; read replica set %s is %s.", r.ID, r.Spec.Environment)
-		}
-		if err := replicaSetBusy(tx, r); err != nil {
-			return "", err
-		}
-		if enabled && r.PoolerPort == 0 {
-			// Claimed once and released with the set's endpoint port.
-			ep, err := c.allocateEndpoint(tx, r.ID)
-			if err != nil {
+	err := c.withFreePorts(ctx, func(ports []int) error {
+		return c.mutateReplicaSet(ctx, projectID, serviceID, id, func(tx Tx, r *ReadReplicaSet) (OperationType, error) {
+			if r.Spec.Pooler == enabled && r.Status != ReplicaSetDeleting {
+				return "", nil
+			}
+			if enabled {
+				if err := replicaSetBusy(tx, r); err != nil {
+					return "", err
+				}
+			} else if err := c.correctReplicaSet(tx, r); err != nil {
 				return "", err
 			}
-			r.PoolerPort = ep.Port
-		}
-		r.Spec.Pooler = enabled
-		return OpSetReplicaPooler, nil
+			if enabled && r.PoolerPort == 0 {
+				// Claimed once and released with the set's endpoint port.
+				ep, err := c.claimEndpoint(tx, r.ID, ports)
+				if err != nil {
+					return "", err
+				}
+				r.PoolerPort = ep.Port
+			}
+			r.Spec.Pooler = enabled
+			// Shown as in progress (there is no other busy state for a
+			// set) until the pooler is as asked, so a 409 for another
+			// change meanwhile is explained by what GET shows.
+			r.Status = ReplicaSetResizing
+			return OpSetReplicaPooler, nil
+		})
 	})
 	if enabled {
 		return "Connection pooler enabled; its endpoint appears once it accepts connections.", err
@@ -262,9 +308,6 @@ func (c *Cloud) SetReplicaSetEnvironment(ctx context.Context, projectID, service
 		}
 		if err := replicaSetBusy(tx, r); err != nil {
 			return "", err
-		}
-		if e == EnvDev && r.Spec.Pooler {
-			return "", Errorf(KindConflict, "DEV read replica sets have no pooler; disable the pooler of %s first.", r.ID)
 		}
 		r.Spec.Environment = e
 		return "", nil

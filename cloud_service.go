@@ -2,9 +2,9 @@ package dbcloud
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -174,7 +174,7 @@ func (c *Cloud) CreateService(ctx context.Context, projectID string, in ServiceC
 	if in.Replicas != nil {
 		replicas = *in.Replicas
 	}
-	if err := c.checkHA(env, replicas, 0); err != nil {
+	if err := c.checkHA(replicas, 0); err != nil {
 		return nil, err
 	}
 	password := NewPassword()
@@ -185,61 +185,51 @@ func (c *Cloud) CreateService(ctx context.Context, projectID string, in ServiceC
 		},
 		PasswordVerifier: NewSCRAMVerifier(password),
 	}
-	if err := c.insertService(ctx, svc, OpCreateService); err != nil {
+	if err := c.insertService(ctx, svc, password, 0, OpCreateService); err != nil {
 		return nil, err
 	}
 	return &ServiceView{Service: svc, InitialPassword: password}, nil
 }
 
-// insertService records a new service with its endpoint and first operation.
-func (c *Cloud) insertService(ctx context.Context, svc *Service, op OperationType) error {
-	return c.update(ctx, svc.ProjectID, func(tx Tx) error {
-		existing, err := tx.ListServices(svc.ProjectID)
-		if err != nil {
-			return err
-		}
-		if len(existing) >= c.Config.Quotas.Services {
-			return quotaError("The project already has %d services; the limit is %d.", len(existing), c.Config.Quotas.Services)
-		}
-		if err := c.admit(tx, svc.Spec.Size); err != nil {
-			return err
-		}
-		svc.Created = c.now()
-		svc.Generation = 1
-		svc.Status = StatusQueued
-		if svc.Endpoint, err = c.allocateEndpoint(tx, svc.ID); err != nil {
-			return err
-		}
-		if err := tx.InsertService(svc); err != nil {
-			return err
-		}
-		claim(ctx, "service", svc.ID)
-		return c.insertOperation(tx, svc.ProjectID, svc.ID, op, svc.Generation)
-	})
-}
-
-// admit asks the runtime, when it can tell, whether the host can hold one
-// more service of this size beside every service it already has.
-func (c *Cloud) admit(tx Tx, size Size) error {
-	capacity, ok := c.Runtime.(Capacity)
-	if !ok {
-		return nil
-	}
-	projects, err := tx.ListProjects()
+// insertService records a new service with its endpoint and first
+// operation, and seals its password into the request's idempotency record
+// in the same transaction. storageMB is the data it starts with (a fork's
+// copy of its parent), for admission.
+func (c *Cloud) insertService(ctx context.Context, svc *Service, password string, storageMB int64, op OperationType) error {
+	host, err := c.hostCapacity()
 	if err != nil {
 		return err
 	}
-	var reserved []Size
-	for _, p := range projects {
-		svcs, err := tx.ListServices(p.ID)
-		if err != nil {
-			return err
-		}
-		for _, s := range svcs {
-			reserved = append(reserved, s.Spec.Size)
-		}
-	}
-	return capacity.Admit(size, reserved)
+	return c.withFreePorts(ctx, func(ports []int) error {
+		return c.update(ctx, svc.ProjectID, func(tx Tx) error {
+			existing, err := tx.ListServices(svc.ProjectID)
+			if err != nil {
+				return err
+			}
+			if len(existing) >= c.Config.Quotas.Services {
+				return quotaError("The project already has %d services; the limit is %d.", len(existing), c.Config.Quotas.Services)
+			}
+			svc.Created = c.now()
+			svc.Generation = 1
+			svc.Status = StatusQueued
+			if err := c.admit(tx, host, svc.ProjectID, candidate{services: []*Service{svc}, size: svc.Spec.Size, storageMB: storageMB}); err != nil {
+				return err
+			}
+			if svc.Endpoint, err = c.claimEndpoint(tx, svc.ID, ports); err != nil {
+				return err
+			}
+			if err := tx.InsertService(svc); err != nil {
+				return err
+			}
+			claim(ctx, "service", svc.ID)
+			if r := idempotencyFromContext(ctx); r != nil && r.Seal != nil {
+				if r.Secret, err = r.Seal([]byte(password)); err != nil {
+					return fmt.Errorf("seal the initial password: %w", err)
+				}
+			}
+			return c.insertOperation(tx, svc.ProjectID, svc.ID, op, svc.Generation)
+		})
+	})
 }
 
 func (c *Cloud) parseAddons(names []string) ([]Addon, error) {
@@ -262,8 +252,9 @@ func (c *Cloud) parseAddons(names []string) ([]Addon, error) {
 	return out, nil
 }
 
-// checkHA applies the HA rules of decisions.md sections 3 and 5.
-func (c *Cloud) checkHA(env Environment, replicas, sync int) error {
+// checkHA applies the HA rules of decisions.md section 3. Any environment
+// may have HA (section 5).
+func (c *Cloud) checkHA(replicas, sync int) error {
 	if replicas < 0 || sync < 0 {
 		return Errorf(KindInvalid, "replica_count and sync_replica_count must be 0 or more.")
 	}
@@ -272,9 +263,6 @@ func (c *Cloud) checkHA(env Environment, replicas, sync int) error {
 	}
 	if sync > replicas {
 		return quotaError("sync_replica_count %d is over replica_count %d; it can be at most replica_count.", sync, replicas)
-	}
-	if replicas > 0 && env != EnvProd {
-		return Errorf(KindConflict, "HA replicas need environment PROD; this service is %s.", env)
 	}
 	return nil
 }
@@ -347,7 +335,7 @@ func (c *Cloud) ForkService(ctx context.Context, projectID, parentID string, in 
 		Fork:             &ForkSource{ProjectID: projectID, ServiceID: parent.ID, Strategy: strategy, TargetTime: in.TargetTime},
 		PasswordVerifier: NewSCRAMVerifier(password),
 	}
-	if err := c.insertService(ctx, svc, OpCreateService); err != nil {
+	if err := c.insertService(ctx, svc, password, storageOf(parent), OpCreateService); err != nil {
 		return nil, err
 	}
 	return &ServiceView{Service: svc, InitialPassword: password}, nil
@@ -430,10 +418,45 @@ func busy(tx Tx, s *Service) error {
 	return nil
 }
 
+// correct is busy for a correction: a change that repairs or shrinks
+// (resize, stop, setHA down, disablePooler). On a service that is UNSTABLE,
+// or whose pending work keeps failing, it supersedes that work instead of
+// refusing, so that a user can always get out of a failure (issue 14). It
+// reports whether it superseded anything.
+func (c *Cloud) correct(tx Tx, s *Service) (bool, error) {
+	if s.Status == StatusDeleting {
+		return false, busy(tx, s)
+	}
+	pending, err := tx.ListOperations(OperationFilter{ResourceID: s.ID, Pending: true})
+	if err != nil {
+		return false, err
+	}
+	if len(pending) == 0 && !s.Status.Transitional() {
+		return false, nil
+	}
+	failing := s.Status == StatusUnstable
+	for _, op := range pending {
+		failing = failing || op.Attempts > 0
+	}
+	if !failing {
+		return false, busy(tx, s)
+	}
+	return true, c.supersede(tx, pending, "superseded by a newer request")
+}
+
 // needReady refuses changes that need the service running and healthy.
 func needReady(s *Service, what string) error {
 	if s.Status != StatusReady {
 		return Errorf(KindConflict, "Service %s is %s; %s needs it READY.", s.ID, s.Status, what)
+	}
+	return nil
+}
+
+// needRunning refuses corrections of a service that is not running: READY,
+// UNSTABLE or being corrected (superseded work) are fine.
+func needRunning(s *Service, superseded bool, what string) error {
+	if s.Status != StatusReady && s.Status != StatusUnstable && !superseded {
+		return Errorf(KindConflict, "Service %s is %s; %s needs it READY or UNSTABLE.", s.ID, s.Status, what)
 	}
 	return nil
 }
@@ -484,6 +507,10 @@ func copyingFork(tx Tx, s *Service, strategies ...ForkStrategy) (*Service, error
 
 // StartService starts a stopped service; starting a running one is a no-op.
 func (c *Cloud) StartService(ctx context.Context, projectID, id string) (*ServiceView, error) {
+	host, err := c.hostCapacity()
+	if err != nil {
+		return nil, err
+	}
 	return c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
 		if s.Spec.Running && s.Status != StatusDeleting {
 			return "", nil
@@ -493,6 +520,9 @@ func (c *Cloud) StartService(ctx context.Context, projectID, id string) (*Servic
 		}
 		if s.Status != StatusPaused {
 			return "", Errorf(KindConflict, "Service %s is %s; only a PAUSED service can be started.", s.ID, s.Status)
+		}
+		if err := c.admitService(tx, host, s, func(n *Service) { n.Spec.Running = true }); err != nil {
+			return "", err
 		}
 		s.Spec.Running = true
 		s.Status = StatusResuming
@@ -506,10 +536,11 @@ func (c *Cloud) StopService(ctx context.Context, projectID, id string) (*Service
 		if !s.Spec.Running && s.Status != StatusDeleting {
 			return "", nil
 		}
-		if err := busy(tx, s); err != nil {
+		superseded, err := c.correct(tx, s)
+		if err != nil {
 			return "", err
 		}
-		if s.Status != StatusReady && s.Status != StatusUnstable {
+		if s.Status != StatusReady && s.Status != StatusUnstable && !superseded {
 			return "", Errorf(KindConflict, "Service %s is %s; only a READY or UNSTABLE service can be stopped.", s.ID, s.Status)
 		}
 		// A NOW fork copies the running service: stopped, it could never
@@ -540,11 +571,21 @@ func (c *Cloud) ResizeService(ctx context.Context, projectID, id, cpu, mem strin
 	if err != nil {
 		return nil, err
 	}
+	host, err := c.hostCapacity()
+	if err != nil {
+		return nil, err
+	}
 	return c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
-		if s.Spec.Size == size && s.Status != StatusDeleting {
+		// Only a settled size is "in effect" (decisions.md section 6): the
+		// same size asked again while a change is in flight is refused.
+		if s.Spec.Size == size && s.Status != StatusDeleting && busy(tx, s) == nil {
 			return "", nil
 		}
-		if err := busy(tx, s); err != nil {
+		superseded, err := c.correct(tx, s)
+		if err != nil {
+			return "", err
+		}
+		if err := c.admitService(tx, host, s, func(n *Service) { n.Spec.Size = size }); err != nil {
 			return "", err
 		}
 		if s.Status == StatusPaused {
@@ -552,7 +593,7 @@ func (c *Cloud) ResizeService(ctx context.Context, projectID, id, cpu, mem strin
 			s.Generation++
 			return "", nil
 		}
-		if err := needReady(s, "resize"); err != nil {
+		if err := needRunning(s, superseded, "resize"); err != nil {
 			return "", err
 		}
 		s.Spec.Size = size
@@ -569,6 +610,10 @@ func (c *Cloud) SetHA(ctx context.Context, projectID, id string, in HAChange) (*
 	if in.Replicas == nil && in.SyncReplicas == nil {
 		return nil, Errorf(KindInvalid, "Give replica_count, sync_replica_count or both.")
 	}
+	host, err := c.hostCapacity()
+	if err != nil {
+		return nil, err
+	}
 	return c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
 		replicas, sync := s.Spec.Replicas, s.Spec.SyncReplicas
 		if in.Replicas != nil {
@@ -578,17 +623,31 @@ func (c *Cloud) SetHA(ctx context.Context, projectID, id string, in HAChange) (*
 		if in.SyncReplicas != nil {
 			sync = *in.SyncReplicas
 		}
-		if err := c.checkHA(s.Spec.Environment, replicas, sync); err != nil {
+		if err := c.checkHA(replicas, sync); err != nil {
 			return "", err
 		}
-		if replicas == s.Spec.Replicas && sync == s.Spec.SyncReplicas && s.Status != StatusDeleting {
+		if replicas == s.Spec.Replicas && sync == s.Spec.SyncReplicas && s.Status != StatusDeleting && busy(tx, s) == nil {
 			return "", nil
 		}
-		if err := busy(tx, s); err != nil {
-			return "", err
-		}
-		if err := needReady(s, "setHA"); err != nil {
-			return "", err
+		// Fewer standbys is a correction; more is growth and waits.
+		superseded := false
+		if replicas <= s.Spec.Replicas {
+			if superseded, err = c.correct(tx, s); err != nil {
+				return "", err
+			}
+			if err := needRunning(s, superseded, "setHA"); err != nil {
+				return "", err
+			}
+		} else {
+			if err := busy(tx, s); err != nil {
+				return "", err
+			}
+			if err := needReady(s, "setHA"); err != nil {
+				return "", err
+			}
+			if err := c.admitService(tx, host, s, func(n *Service) { n.Spec.Replicas = replicas }); err != nil {
+				return "", err
+			}
 		}
 		s.Spec.Replicas, s.Spec.SyncReplicas = replicas, sync
 		s.Status = StatusConfiguring
@@ -596,46 +655,68 @@ func (c *Cloud) SetHA(ctx context.Context, projectID, id string, in HAChange) (*
 	})
 }
 
-// SetPooler enables or disables the service's connection pooler.
+// SetPooler enables or disables the service's connection pooler. Any
+// environment may have one (decisions.md section 5). While the change is
+// made the service shows CONFIGURING, so that a client sees why another
+// change would wait. Disabling is a correction: it is accepted on an
+// UNSTABLE service and supersedes a failing enable.
 func (c *Cloud) SetPooler(ctx context.Context, projectID, id string, enabled bool) (string, error) {
 	msg := "Connection pooler disabled."
 	if enabled {
 		msg = "Connection pooler enabled; its endpoint appears once it accepts connections."
 	}
-	_, err := c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
-		if s.Spec.Pooler == enabled && s.Status != StatusDeleting {
-			return "", nil
-		}
-		if enabled && s.Spec.Environment != EnvProd {
-			return "", Errorf(KindConflict, "The connection pooler needs environment PROD; service %s is %s.", s.ID, s.Spec.Environment)
-		}
-		if err := busy(tx, s); err != nil {
-			return "", err
-		}
-		if enabled && s.PoolerPort == 0 {
-			// Claimed once, in the same table as endpoint ports, and
-			// released with them when the service is deleted.
-			ep, err := c.allocateEndpoint(tx, s.ID)
-			if err != nil {
+	withPorts := c.withFreePorts
+	if !enabled {
+		withPorts = func(_ context.Context, fn func([]int) error) error { return fn(nil) }
+	}
+	err := withPorts(ctx, func(ports []int) error {
+		_, err := c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
+			if s.Spec.Pooler == enabled && s.Status != StatusDeleting && busy(tx, s) == nil {
+				return "", nil
+			}
+			superseded := false
+			if enabled {
+				if err := busy(tx, s); err != nil {
+					return "", err
+				}
+			} else {
+				var err error
+				if superseded, err = c.correct(tx, s); err != nil {
+					return "", err
+				}
+			}
+			if enabled && s.PoolerPort == 0 {
+				// Claimed once, in the same table as endpoint ports, and
+				// released with them when the service is deleted.
+				ep, err := c.claimEndpoint(tx, s.ID, ports)
+				if err != nil {
+					return "", err
+				}
+				s.PoolerPort = ep.Port
+			}
+			s.Spec.Pooler = enabled
+			if s.Status == StatusPaused {
+				s.Generation++
+				return "", nil
+			}
+			if enabled {
+				if err := needReady(s, "enablePooler"); err != nil {
+					return "", err
+				}
+			} else if err := needRunning(s, superseded, "disablePooler"); err != nil {
 				return "", err
 			}
-			s.PoolerPort = ep.Port
-		}
-		s.Spec.Pooler = enabled
-		if s.Status == StatusPaused {
-			s.Generation++
-			return "", nil
-		}
-		if err := needReady(s, "changing the pooler"); err != nil {
-			return "", err
-		}
-		return OpSetPooler, nil
+			s.Status = StatusConfiguring
+			return OpSetPooler, nil
+		})
+		return err
 	})
 	return msg, err
 }
 
-// SetEnvironment changes the environment tag. DEV is refused while the
-// service has what only PROD may have.
+// SetEnvironment changes the environment tag and with it the delete
+// protection. It never removes anything: HA, a pooler and read replica
+// sets are allowed on DEV too (decisions.md section 5).
 func (c *Cloud) SetEnvironment(ctx context.Context, projectID, id, env string) (string, error) {
 	if err := c.authorize(ctx, projectID); err != nil {
 		return "", err
@@ -651,32 +732,23 @@ func (c *Cloud) SetEnvironment(ctx context.Context, projectID, id, env string) (
 		if err := busy(tx, s); err != nil {
 			return "", err
 		}
-		if e == EnvDev {
-			var blockers []string
-			if s.Spec.Replicas > 0 {
-				blockers = append(blockers, fmt.Sprintf("%d HA replicas (setHA replica_count 0)", s.Spec.Replicas))
-			}
-			if s.Spec.Pooler {
-				blockers = append(blockers, "the connection pooler (disablePooler)")
-			}
-			sets, err := tx.ListReplicaSets(projectID, s.ID)
-			if err != nil {
-				return "", err
-			}
-			for _, r := range sets {
-				blockers = append(blockers, fmt.Sprintf("read replica set %s", r.ID))
-			}
-			if len(blockers) > 0 {
-				return "", Errorf(KindConflict, "DEV services have no HA, pooler or read replicas; remove first: %s.", strings.Join(blockers, ", "))
-			}
-		}
 		s.Spec.Environment = e
 		return "", nil
 	})
 	return fmt.Sprintf("Environment set to %s.", e), err
 }
 
-// UpdatePassword sets tsdbadmin's password; it works before this returns.
+// PasswordTimeout bounds an updatePassword's work on the tenant's
+// database, so that a tenant's lock fails only its own request.
+const PasswordTimeout = 10 * time.Second
+
+// UpdatePassword sets tsdbadmin's password; it works before this returns,
+// and the old one no longer does. The running service is changed first,
+// outside any store transaction (a tenant may hold a lock on its role, and
+// no other project may wait for that); then the verifier is recorded. A
+// lease on the service keeps the engine and other password changes off it
+// meanwhile; if dbcloud stops between the two steps, the request was never
+// answered and the engine restores the recorded password.
 func (c *Cloud) UpdatePassword(ctx context.Context, projectID, id, password string) error {
 	if err := c.authorize(ctx, projectID); err != nil {
 		return err
@@ -685,18 +757,50 @@ func (c *Cloud) UpdatePassword(ctx context.Context, projectID, id, password stri
 		return err
 	}
 	verifier := NewSCRAMVerifier(password)
-	_, err := c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
+	owner := "password-" + NewID()
+	var svc *Service
+	err := c.Store.Update(ctx, func(tx Tx) error {
+		s, err := findService(tx, projectID, id)
+		if err != nil {
+			return err
+		}
 		if err := busy(tx, s); err != nil {
-			return "", err
+			return err
 		}
 		if err := needReady(s, "updatePassword"); err != nil {
-			return "", err
+			return err
 		}
-		// Inside the transaction: the stored verifier changes only if the
-		// running service accepted it.
-		if err := c.Runtime.SetPassword(ctx, s, verifier); err != nil {
-			return "", fmt.Errorf("set password of %s: %w", s.ID, err)
+		now := c.now()
+		ok, err := tx.AcquireLease(s.ID, owner, now, now.Add(PasswordTimeout+5*time.Second))
+		if err != nil {
+			return err
 		}
+		if !ok {
+			return CodedErrorf(KindConflict, CodeOperationInProgress,
+				"Service %s is being worked on (a change or a repair); retry in a few seconds.", s.ID)
+		}
+		svc = s
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := c.Store.Update(rctx, func(tx Tx) error { return tx.ReleaseLease(svc.ID, owner) }); err != nil {
+			c.Logger.Warn("release password lease", "service", svc.ID, "error", err)
+		}
+	}()
+	actx, cancel := context.WithTimeout(ctx, PasswordTimeout)
+	defer cancel()
+	if err := c.Runtime.SetPassword(actx, svc, verifier); err != nil {
+		if ErrorKindOf(err) != KindInternal {
+			return err
+		}
+		return fmt.Errorf("set password of %s: %w", svc.ID, err)
+	}
+	_, err = c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
 		s.PasswordVerifier = verifier
 		return "", nil
 	})
@@ -774,6 +878,13 @@ func (c *Cloud) DetachVPC(ctx context.Context, projectID, id, vpcID string) (str
 	return fmt.Sprintf("Service %s is being detached from VPC %s.", id, vpcID), err
 }
 
+// admitService admits the service as change would leave it.
+func (c *Cloud) admitService(tx Tx, host *HostCapacity, s *Service, change func(*Service)) error {
+	n := *s
+	change(&n)
+	return c.admit(tx, host, s.ProjectID, candidate{services: []*Service{&n}, size: n.Spec.Size})
+}
+
 // supersedePending ends the resource's pending operations: a delete makes
 // them moot, and the engine then works on the delete alone.
 func (c *Cloud) supersedePending(tx Tx, resourceID string) error {
@@ -781,8 +892,12 @@ func (c *Cloud) supersedePending(tx Tx, resourceID string) error {
 	if err != nil {
 		return err
 	}
-	for _, op := range pending {
-		op.State, op.Updated, op.Error = OpSuperseded, c.now(), "superseded by delete"
+	return c.supersede(tx, pending, "superseded by delete")
+}
+
+func (c *Cloud) supersede(tx Tx, ops []*Operation, why string) error {
+	for _, op := range ops {
+		op.State, op.Updated, op.Error = OpSuperseded, c.now(), why
 		if err := tx.UpdateOperation(op); err != nil {
 			return err
 		}
@@ -803,23 +918,66 @@ func (c *Cloud) insertOperation(tx Tx, projectID, resourceID string, t Operation
 	return nil
 }
 
-// allocateEndpoint picks the lowest port of the range that no service holds
-// and that nothing else on the host is bound to.
-func (c *Cloud) allocateEndpoint(tx Tx, owner string) (*Endpoint, error) {
-	used, err := tx.ListPorts()
+// portCandidates is how many free ports a request probes before its
+// transaction; concurrent requests may take some of them first.
+const portCandidates = 4
+
+// errPortsTaken says that every probed port was claimed by another request
+// meanwhile; the request probes again.
+var errPortsTaken = errors.New("every probed port was claimed meanwhile")
+
+// withFreePorts runs fn with ports that no service holds and that nothing
+// else on the host is bound to. Probing the host is I/O, so it happens
+// before fn's store transaction, never inside it; fn claims the first that
+// is still free (claimEndpoint).
+func (c *Cloud) withFreePorts(ctx context.Context, fn func(ports []int) error) error {
+	for attempt := 0; ; attempt++ {
+		ports, err := c.freePorts(ctx)
+		if err != nil {
+			return err
+		}
+		err = fn(ports)
+		if !errors.Is(err, errPortsTaken) || attempt == 4 {
+			if errors.Is(err, errPortsTaken) {
+				return fmt.Errorf("claim a port: %w", err)
+			}
+			return err
+		}
+	}
+}
+
+func (c *Cloud) freePorts(ctx context.Context) ([]int, error) {
+	var used map[int]string
+	err := c.Store.View(ctx, func(tx Tx) (err error) {
+		used, err = tx.ListPorts()
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	for p := c.Config.PortMin; p <= c.Config.PortMax; p++ {
-		if _, taken := used[p]; taken || !c.Runtime.PortFree(p) {
-			continue
+	var out []int
+	for p := c.Config.PortMin; p <= c.Config.PortMax && len(out) < portCandidates; p++ {
+		if _, taken := used[p]; !taken && c.Runtime.PortFree(p) {
+			out = append(out, p)
 		}
+	}
+	return out, nil
+}
+
+// claimEndpoint claims the first of ports (from withFreePorts) that no
+// other request claimed meanwhile.
+func (c *Cloud) claimEndpoint(tx Tx, owner string, ports []int) (*Endpoint, error) {
+	if len(ports) == 0 {
+		return nil, CodedErrorf(KindConflict, CodeCapacityExceeded,
+			"No free port left in %d-%d for a new endpoint; delete a service or read replica set to free one.", c.Config.PortMin, c.Config.PortMax)
+	}
+	for _, p := range ports {
 		if err := tx.ClaimPort(p, owner); IsConflict(err) {
-			continue // another project's transaction took it first
+			continue // another request's transaction took it first
 		} else if err != nil {
 			return nil, err
 		}
 		return &Endpoint{Host: c.Config.PublicHost, Port: p}, nil
 	}
-	return nil, Errorf(KindUnavailable, "No free port left in %d-%d for a new endpoint.", c.Config.PortMin, c.Config.PortMax)
+	return nil, errPortsTaken
 }

@@ -68,7 +68,7 @@ func (c *Cloud) CreateVPC(ctx context.Context, projectID string, in VPCCreate) (
 		return nil, err
 	}
 	vpc := &VPC{ID: newNumericID(), ProjectID: projectID, Name: in.Name, CIDR: cidr, Region: region}
-	err = c.update(ctx, projectID, func(tx Tx) error {
+	admit := func(tx Tx) error {
 		vpcs, err := tx.ListVPCs(projectID)
 		if err != nil {
 			return err
@@ -81,21 +81,37 @@ func (c *Cloud) CreateVPC(ctx context.Context, projectID string, in VPCCreate) (
 				return CodedErrorf(KindConflict, CodeCIDRConflict, "cidr %s overlaps %s of VPC %s (%s).", cidr, o.CIDR, o.ID, o.Name)
 			}
 		}
+		return nil
+	}
+	// The provider is called outside any store transaction: checked
+	// first, made in the provider, then recorded (checked again); a record
+	// refused meanwhile removes what the provider made.
+	if c.Network != nil {
+		if err := c.Store.View(ctx, admit); err != nil {
+			return nil, err
+		}
+		vpc.Created = c.now()
+		if err := c.Network.CreateVPC(ctx, vpc); err != nil {
+			return nil, fmt.Errorf("create VPC %s in the network: %w", vpc.ID, err)
+		}
+	}
+	err = c.update(ctx, projectID, func(tx Tx) error {
+		if err := admit(tx); err != nil {
+			return err
+		}
 		vpc.Created = c.now()
 		if err := tx.InsertVPC(vpc); err != nil {
 			return err
 		}
 		claim(ctx, "vpc", vpc.ID)
-		// Made in the provider before the row commits: if this fails, the
-		// client is told and nothing is recorded.
-		if c.Network != nil {
-			if err := c.Network.CreateVPC(ctx, vpc); err != nil {
-				return fmt.Errorf("create VPC %s in the network: %w", vpc.ID, err)
-			}
-		}
 		return nil
 	})
 	if err != nil {
+		if c.Network != nil {
+			if derr := c.Network.DeleteVPC(context.WithoutCancel(ctx), vpc); derr != nil {
+				c.Logger.Error("remove a VPC whose record was refused", "vpc", vpc.ID, "error", derr)
+			}
+		}
 		return nil, err
 	}
 	return vpc, nil
@@ -120,13 +136,16 @@ func (c *Cloud) RenameVPC(ctx context.Context, projectID, id, name string) (stri
 	return fmt.Sprintf("VPC %s renamed.", id), err
 }
 
-// DeleteVPC deletes a VPC that has no services and no peerings.
+// DeleteVPC deletes a VPC that has no services and no peerings. The
+// provider removes it outside any store transaction, then the record goes;
+// if a service was attached meanwhile, the provider makes it again.
 func (c *Cloud) DeleteVPC(ctx context.Context, projectID, id string) error {
 	if err := c.authorize(ctx, projectID); err != nil {
 		return err
 	}
-	return c.update(ctx, projectID, func(tx Tx) error {
-		if _, err := findVPC(tx, projectID, id); err != nil {
+	var vpc *VPC
+	unused := func(tx Tx) (err error) {
+		if vpc, err = findVPC(tx, projectID, id); err != nil {
 			return err
 		}
 		var using []string
@@ -149,17 +168,28 @@ func (c *Cloud) DeleteVPC(ctx context.Context, projectID, id string) error {
 		if len(using) > 0 {
 			return Errorf(KindConflict, "VPC %s is still in use; detach or delete first: %s.", id, strings.Join(using, ", "))
 		}
-		if c.Network != nil {
-			vpc, err := findVPC(tx, projectID, id)
-			if err != nil {
-				return err
-			}
-			if err := c.Network.DeleteVPC(ctx, vpc); err != nil {
-				return fmt.Errorf("delete VPC %s in the network: %w", id, err)
-			}
+		return nil
+	}
+	if c.Network != nil {
+		if err := c.Store.View(ctx, unused); err != nil {
+			return err
+		}
+		if err := c.Network.DeleteVPC(ctx, vpc); err != nil {
+			return fmt.Errorf("delete VPC %s in the network: %w", id, err)
+		}
+	}
+	err := c.update(ctx, projectID, func(tx Tx) error {
+		if err := unused(tx); err != nil {
+			return err
 		}
 		return tx.DeleteVPC(projectID, id)
 	})
+	if err != nil && c.Network != nil && vpc != nil && !IsNotFound(err) {
+		if cerr := c.Network.CreateVPC(context.WithoutCancel(ctx), vpc); cerr != nil {
+			c.Logger.Error("make again a VPC whose delete was refused", "vpc", id, "error", cerr)
+		}
+	}
+	return err
 }
 
 // ListPeerings lists a VPC's peerings.

@@ -32,6 +32,7 @@ const (
 	CodeIdempotencyKeyReused  = "IDEMPOTENCY_KEY_REUSED"
 	CodeIdempotencyInProgress = "IDEMPOTENCY_KEY_IN_PROGRESS"
 	CodeQuotaExceeded         = "QUOTA_EXCEEDED"
+	CodeCapacityExceeded      = "CAPACITY_EXCEEDED"
 )
 
 // Error is an error a caller can act on: its message is safe to show and

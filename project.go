@@ -8,6 +8,9 @@ type Project struct {
 	Name     string    `json:"name"`
 	PlanType string    `json:"plan_type"`
 	Created  time.Time `json:"created"`
+	// Quota is the project's own resource quota; nil means the server's
+	// default (Config.Quotas.Resources).
+	Quota *ResourceQuota `json:"resource_quota,omitempty"`
 }
 
 // User is a person who issues API keys.

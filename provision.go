@@ -53,13 +53,6 @@ type Observation struct {
 	Reason string
 }
 
-// Capacity is what the runtime can still hold.
-type Capacity interface {
-	// Admit refuses a size the host cannot hold beside the sizes already
-	// reserved, with an error of kind KindUnavailable that says why.
-	Admit(size Size, reserved []Size) error
-}
-
 // TerminalError marks a failure that retrying cannot fix; the engine fails
 // the operation at once instead of backing off.
 type TerminalError struct{ Err error }

@@ -26,6 +26,7 @@ type Tx interface {
 	InsertProject(p *Project) error
 	FindProject(id string) (*Project, error)
 	ListProjects() ([]*Project, error)
+	UpdateProject(p *Project) error
 	// LockProject serialises writers of one project, so that checks such as
 	// quotas and CIDR overlap hold under concurrent requests.
 	LockProject(id string) error
@@ -102,6 +103,13 @@ type IdempotencyRecord struct {
 	// caller can open it.
 	Response []byte    `json:"response,omitempty"`
 	Created  time.Time `json:"created"`
+	// Secret is what the response held that cannot be made again (a
+	// create's initial password), sealed like Response, and written in the
+	// same transaction as the change: a retry after a crash between commit
+	// and response still gets it.
+	Secret []byte `json:"secret,omitempty"`
+	// Seal seals for the caller; set by the transport, never stored.
+	Seal func(plain []byte) ([]byte, error) `json:"-"`
 }
 
 // IdempotencyTTL is how long a key is remembered (decisions.md section 1).

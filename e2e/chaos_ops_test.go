@@ -10,6 +10,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/http"
+	goruntime "runtime"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -118,19 +119,24 @@ func (c *chaosRun) pick(rng *rand.Rand, busy map[string]bool) chaosOp {
 		full = 3
 	}
 	noHA := len(where(func(s *chaos.Service) bool { return s.Replicas > 0 })) == 0
-	add(3*full, where(func(s *chaos.Service) bool { return s.Env == "DEV" && !s.Pooler && s.Replicas == 0 }), c.opDelete)
+	add(3*full, where(func(s *chaos.Service) bool { return s.Env == "DEV" }), c.opDelete)
 	add(2, where(running), c.opStop)
 	add(3, where(func(s *chaos.Service) bool { return !s.Running }), c.opStart)
 	add(2, where(func(*chaos.Service) bool { return true }), c.opResize)
+	if goruntime.NumCPU() < 32 { // a host this size holds no 32000/128 instance
+		add(1, where(func(*chaos.Service) bool { return true }), c.opResizeBeyond)
+	}
 	add(2, where(running), func(s *chaos.Service) chaosOp { return c.opPassword(s, rng) })
 	add(1, where(func(s *chaos.Service) bool { return s.Env == "DEV" }), c.opEnvironment)
-	add(full, where(func(s *chaos.Service) bool { return s.Env == "PROD" && !s.Pooler && s.Replicas == 0 }), c.opEnvironment)
-	add(2, where(func(s *chaos.Service) bool { return s.Env == "PROD" && !s.Pooler }), c.opPooler)
+	add(full, where(func(s *chaos.Service) bool { return s.Env == "PROD" }), c.opEnvironment)
+	// The pooler toggles in any environment (decisions.md section 5), also
+	// on a service busy or UNSTABLE: disabling is a correction.
+	add(2, where(func(s *chaos.Service) bool { return !s.Pooler }), c.opPooler)
 	add(full, where(func(s *chaos.Service) bool { return s.Pooler }), c.opPooler)
 	add(1, where(func(s *chaos.Service) bool { return s.Running && s.VPC == "" }), c.opVPC)
 	add(1, where(func(s *chaos.Service) bool { return s.Running && s.VPC != "" }), c.opVPC)
 	if noHA {
-		add(1, where(func(s *chaos.Service) bool { return s.Env == "PROD" && s.Running }), c.opHA)
+		add(1, where(func(s *chaos.Service) bool { return s.Running }), c.opHA)
 	}
 	add(2*full, where(func(s *chaos.Service) bool { return s.Replicas > 0 && s.Running }), c.opHA)
 	cands = append(cands, cand{1, func() chaosOp { return c.opRenameVPC() }})
@@ -193,9 +199,8 @@ func (c *chaosRun) opFork(parent *chaos.Service) chaosOp {
 	}
 }
 
-// addService records a created service from the create's answer. A
-// create answered only after a retry may come without its initial
-// password (the first answer was lost): settle sets a new one.
+// addService records a created service from the create's answer, which
+// must carry the initial password, also when it came only after a retry.
 func (c *chaosRun) addService(raw []byte, s *chaos.Service) {
 	var a chaos.APIService
 	if err := json.Unmarshal(raw, &a); err != nil || a.ServiceID == "" {
@@ -205,6 +210,11 @@ func (c *chaosRun) addService(raw []byte, s *chaos.Service) {
 	s.ID = a.ServiceID
 	if a.InitialPassword != "" {
 		s.Passwords = []string{a.InitialPassword}
+	} else {
+		// The password is sealed with the create in one transaction, so
+		// even a retry after a crash between commit and answer has it.
+		c.immediate = append(c.immediate, chaos.Violation{Invariant: chaos.Agrees, Service: s.ID,
+			Detail: "a create was answered without its initial_password"})
 	}
 	if a.Endpoint != nil {
 		s.Endpoint = *a.Endpoint
@@ -253,6 +263,24 @@ func (c *chaosRun) opResize(s *chaos.Service) chaosOp {
 		apply: func(code int, _ []byte, _ bool) {
 			if accepted(code) {
 				s.Size = to
+			}
+		}}
+}
+
+// opResizeBeyond asks for the largest size, which this host cannot hold:
+// it must be refused with nothing changed (issue 14), never accepted.
+func (c *chaosRun) opResizeBeyond(s *chaos.Service) chaosOp {
+	return chaosOp{name: "resize " + s.ID + " to 32000/128 (beyond the host)", method: "POST", path: c.svcPath(s, "resize"),
+		body: map[string]string{"cpu_millis": "32000", "memory_gbs": "128"},
+		apply: func(code int, raw []byte, _ bool) {
+			if accepted(code) {
+				c.immediate = append(c.immediate, chaos.Violation{Invariant: chaos.Agrees, Service: s.ID,
+					Detail: fmt.Sprintf("a resize to 32000/128, beyond this host, was accepted (%d)", code)})
+			}
+			var e struct{ Code string }
+			if code == 409 && json.Unmarshal(raw, &e) == nil && e.Code != "CAPACITY_EXCEEDED" && e.Code != "OPERATION_IN_PROGRESS" {
+				c.immediate = append(c.immediate, chaos.Violation{Invariant: chaos.Agrees, Service: s.ID,
+					Detail: "a resize beyond the host was refused with " + e.Code + ", not CAPACITY_EXCEEDED"})
 			}
 		}}
 }

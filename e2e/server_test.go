@@ -72,6 +72,8 @@ type server struct {
 	dir    string
 	listen string
 	args   []string
+	// env is added to the next start's environment.
+	env    []string
 	cmd    *exec.Cmd
 	exited chan struct{}
 	log    *os.File
@@ -139,6 +141,7 @@ func (s *server) start() {
 	s.log = log
 	args := append([]string{"serve", "--data-dir", s.dir, "--listen", s.listen, "--rate-limit", "0"}, s.args...)
 	s.cmd = exec.Command(binary, args...)
+	s.cmd.Env = append(os.Environ(), s.env...)
 	s.cmd.Stdout, s.cmd.Stderr = log, log
 	// If the test process dies, its servers go too. (Postmasters outlive
 	// dbcloud by design; Cleanup stops them by PID.)

@@ -241,7 +241,9 @@ func TestService_Capacity(t *testing.T) {
 	s := newServer(t, "--pool-size", "0")
 	var e service
 	code := s.call("POST", s.services(), map[string]any{"name": "huge", "cpu_millis": "32000"}, &e)
-	if code != 503 || e.Code != "UNAVAILABLE" || !strings.Contains(e.Message, "size") {
+	// A refusal the caller can act on is a 4xx with the error body, which
+	// the original's CLI prints (it prints "unknown error" for a 5xx).
+	if code != 409 || e.Code != "CAPACITY_EXCEEDED" || !strings.Contains(e.Message, "32000/128") || !strings.Contains(e.Message, "millicores") {
 		t.Errorf("a size the host cannot hold: %d %s %q", code, e.Code, e.Message)
 	}
 	var list []service

@@ -25,6 +25,9 @@ type provisioner struct {
 	deleted map[string]bool
 	fail    map[string][]error // errors to return from the next EnsureService calls
 	block   chan struct{}      // when set, EnsureService waits for it
+	// failSize, when set, fails every EnsureService of a service of that
+	// size, as PostgreSQL does with a size the host cannot map.
+	failSize *dbcloud.Size
 }
 
 func newProvisioner() *provisioner {
@@ -49,6 +52,9 @@ func (p *provisioner) EnsureService(ctx context.Context, s *dbcloud.Service) (*d
 	if errs := p.fail[s.ID]; len(errs) > 0 {
 		p.fail[s.ID] = errs[1:]
 		return nil, errs[0]
+	}
+	if p.failSize != nil && s.Spec.Size == *p.failSize {
+		return nil, errors.New("could not map anonymous shared memory")
 	}
 	p.running[s.ID] = s.Spec.Running
 	p.sizes[s.ID] = s.Spec.Size
@@ -252,6 +258,52 @@ func TestEngine_GivesUpAfterMaxAttempts(t *testing.T) {
 	got := f.waitStatus(t, id, dbcloud.StatusUnstable)
 	if got.Service.StatusReason == "" || f.prov.count(id) != 3 {
 		t.Errorf("gave up after %d attempts with reason %q; want 3 and a reason", f.prov.count(id), got.Service.StatusReason)
+	}
+}
+
+// TestEngine_FailingResizeSupersededBySmaller: a resize that keeps failing
+// does not lock the service: a smaller resize supersedes it, and the
+// service reaches READY at the smaller size (issue 14).
+func TestEngine_FailingResizeSupersededBySmaller(t *testing.T) {
+	f := newFixture(t)
+	f.engine(t, "a")
+	v, err := f.cloud.CreateService(f.ctx, f.pid, dbcloud.ServiceCreate{Name: "db"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := v.Service.ID
+	f.waitStatus(t, id, dbcloud.StatusReady)
+	f.prov.mu.Lock()
+	f.prov.failSize = &dbcloud.Size{CPUMillis: 4000, MemoryGBs: 16}
+	f.prov.mu.Unlock()
+	if _, err := f.cloud.ResizeService(f.ctx, f.pid, id, "4000", "16"); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the resize has failed at least once.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ops := f.pending(t, id)
+		if len(ops) > 0 && ops[0].Attempts > 0 {
+			break
+		}
+		if v, _ := f.cloud.GetService(f.ctx, f.pid, id); v != nil && v.Service.Status == dbcloud.StatusUnstable {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the resize never failed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := f.cloud.ResizeService(f.ctx, f.pid, id, "1000", "4"); err != nil {
+		t.Fatalf("a smaller resize over a failing one: %v", err)
+	}
+	got := f.waitFor(t, id, "READY at 1000/4", func(v *dbcloud.ServiceView, err error) bool {
+		return err == nil && v.Service.Status == dbcloud.StatusReady && v.Service.Spec.Size.CPUMillis == 1000
+	})
+	f.prov.mu.Lock()
+	defer f.prov.mu.Unlock()
+	if f.prov.sizes[id].CPUMillis != 1000 || len(f.pending(t, id)) != 0 {
+		t.Errorf("runtime size %v, %d pending; want 1000/4 and nothing pending (%s)", f.prov.sizes[id], len(f.pending(t, id)), got.Service.Status)
 	}
 }
 

@@ -1,6 +1,7 @@
 package http_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -368,10 +369,14 @@ func TestServices_Create(t *testing.T) {
 			e := e.with(t)
 			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: services, Body: map[string]any{}})
 			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: services, Body: map[string]any{"name": ""}})
+			// Bidirectional overrides make a console or log show another name.
+			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: services, Body: map[string]any{"name": "invoice\u202efdp.exe"}})
+			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: e.pa() + "/vpcs", Body: map[string]any{"name": "a\u2066b", "cidr": "10.9.0.0/16", "region_code": "local"}})
 			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: services, Body: map[string]any{"name": "x", "region_code": "mars-1"}})
 			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: services, Body: map[string]any{"name": "x", "environment_tag": "STAGING"}})
 			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: services, Body: map[string]any{"name": "x", "replica_count": -1}})
-			e.want(409, "CONFLICT", req{Method: "POST", Path: services, Body: map[string]any{"name": "x", "replica_count": 1}})
+			// HA on DEV is allowed (decisions.md section 5).
+			e.want(202, "", req{Method: "POST", Path: services, Body: map[string]any{"name": "x", "replica_count": 1}})
 			e.want(409, dbcloud.CodeQuotaExceeded, req{Method: "POST", Path: services, Body: map[string]any{"name": "x", "replica_count": 3, "environment_tag": "PROD"}})
 			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: services, Body: ""})
 		})
@@ -463,37 +468,32 @@ func TestServices_Lifecycle(t *testing.T) {
 			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: svc(s.ServiceID, "/resize"), Body: map[string]string{"cpu_millis": "3", "memory_gbs": "8"}})
 		})
 		t.Run("EnvironmentRules", func(t *testing.T) {
+			// HA, the pooler and read replica sets are allowed on DEV; PROD
+			// only adds delete protection; setEnvironment never removes
+			// anything (decisions.md section 5).
 			e := e.with(t)
 			s := e.readyService(map[string]any{"name": "env"})
-			e.want(409, "CONFLICT", req{Method: "POST", Path: svc(s.ServiceID, "/setHA"), Body: map[string]int{"replica_count": 1}})
-			e.want(409, "CONFLICT", req{Method: "POST", Path: svc(s.ServiceID, "/enablePooler")})
-			e.want(409, "CONFLICT", req{Method: "POST", Path: svc(s.ServiceID, "/replicaSets"), Body: map[string]any{"name": "r", "cpu_millis": 500, "memory_gbs": 2, "nodes": 1}})
-			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: svc(s.ServiceID, "/setEnvironment"), Body: map[string]string{"environment": "QA"}})
-			e.want(200, "", req{Method: "POST", Path: svc(s.ServiceID, "/setEnvironment"), Body: map[string]string{"environment": "PROD"}})
-			e.want(409, dbcloud.CodeDeleteProtected, req{Method: "DELETE", Path: svc(s.ServiceID, "")})
-
 			var got service
 			e.want(202, "", req{Method: "POST", Path: svc(s.ServiceID, "/setHA"), Body: map[string]int{"replica_count": 2, "sync_replica_count": 1}}).decode(t, &got)
 			if got.Status != "CONFIGURING" || got.HAReplicas.ReplicaCount != 2 || got.HAReplicas.SyncReplicaCount != 1 {
-				t.Errorf("setHA answered %+v", got)
+				t.Errorf("setHA on DEV answered %+v", got)
 			}
 			e.settle(s.ServiceID, dbcloud.StatusReady)
+			e.want(200, "", req{Method: "POST", Path: svc(s.ServiceID, "/enablePooler")})
+			e.settle(s.ServiceID, dbcloud.StatusReady)
+			e.want(202, "", req{Method: "POST", Path: svc(s.ServiceID, "/replicaSets"), Body: map[string]any{"name": "r", "cpu_millis": 500, "memory_gbs": 2, "nodes": 1}})
+			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: svc(s.ServiceID, "/setEnvironment"), Body: map[string]string{"environment": "QA"}})
+			e.want(200, "", req{Method: "POST", Path: svc(s.ServiceID, "/setEnvironment"), Body: map[string]string{"environment": "PROD"}})
+			e.want(409, dbcloud.CodeDeleteProtected, req{Method: "DELETE", Path: svc(s.ServiceID, "")})
 			e.want(409, dbcloud.CodeQuotaExceeded, req{Method: "POST", Path: svc(s.ServiceID, "/setHA"), Body: map[string]int{"replica_count": 1, "sync_replica_count": 2}})
 			e.want(409, dbcloud.CodeQuotaExceeded, req{Method: "POST", Path: svc(s.ServiceID, "/setHA"), Body: map[string]int{"replica_count": 3}})
 			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: svc(s.ServiceID, "/setHA"), Body: map[string]int{"replica_count": -1}})
-			e.want(200, "", req{Method: "POST", Path: svc(s.ServiceID, "/enablePooler")})
-			e.settle(s.ServiceID, dbcloud.StatusReady)
-			e.want(200, "", req{Method: "POST", Path: svc(s.ServiceID, "/enablePooler")})
 
-			res := e.want(409, "CONFLICT", req{Method: "POST", Path: svc(s.ServiceID, "/setEnvironment"), Body: map[string]string{"environment": "DEV"}})
-			if !strings.Contains(string(res.Body), "HA") || !strings.Contains(string(res.Body), "pooler") {
-				t.Errorf("setEnvironment DEV does not name what to remove: %s", res.Body)
-			}
-			e.want(202, "", req{Method: "POST", Path: svc(s.ServiceID, "/setHA"), Body: map[string]int{"replica_count": 0}})
-			e.settle(s.ServiceID, dbcloud.StatusReady)
-			e.want(200, "", req{Method: "POST", Path: svc(s.ServiceID, "/disablePooler")})
-			e.settle(s.ServiceID, dbcloud.StatusReady)
 			e.want(200, "", req{Method: "POST", Path: svc(s.ServiceID, "/setEnvironment"), Body: map[string]string{"environment": "DEV"}})
+			got = e.getService(s.ServiceID)
+			if got.Metadata.Environment != "DEV" || got.HAReplicas.ReplicaCount != 2 || got.ConnectionPooler == nil || len(got.ReadReplicaSets) != 1 {
+				t.Errorf("setEnvironment DEV removed something: %+v", got)
+			}
 			e.want(202, "", req{Method: "DELETE", Path: svc(s.ServiceID, "")})
 		})
 		t.Run("UpdatePassword", func(t *testing.T) {
@@ -643,11 +643,15 @@ func TestReplicaSets(t *testing.T) {
 			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: one + "/resize", Body: map[string]any{"cpu_millis": "shared", "memory_gbs": "shared"}})
 			e.want(200, "", req{Method: "POST", Path: one + "/enablePooler"})
 			e.settle(r.ID, "")
-			e.want(409, "CONFLICT", req{Method: "POST", Path: one + "/setEnvironment", Body: map[string]string{"environment": "DEV"}})
+			// setEnvironment never removes anything (decisions.md section 5).
+			e.want(200, "", req{Method: "POST", Path: one + "/setEnvironment", Body: map[string]string{"environment": "DEV"}})
+			if got := e.getService(r.ID); got.Metadata.Environment != "DEV" || got.ConnectionPooler == nil {
+				t.Errorf("after setEnvironment DEV: %+v", got)
+			}
 			e.want(200, "", req{Method: "POST", Path: one + "/disablePooler"})
 			e.settle(r.ID, "")
-			e.want(200, "", req{Method: "POST", Path: one + "/setEnvironment", Body: map[string]string{"environment": "DEV"}})
-			e.want(409, "CONFLICT", req{Method: "POST", Path: one + "/enablePooler"})
+			e.want(200, "", req{Method: "POST", Path: one + "/enablePooler"})
+			e.settle(r.ID, "")
 			e.want(404, "NOT_FOUND", req{Method: "DELETE", Path: sets + "/abcdefghij"})
 			e.want(202, "", req{Method: "DELETE", Path: one})
 			e.want(202, "", req{Method: "DELETE", Path: one})
@@ -682,6 +686,32 @@ func TestIdempotency(t *testing.T) {
 		// Another caller's key space is its own.
 		e.want(202, "", req{Method: "POST", Path: "/projects/" + e.b.ProjectID + "/services", Key: e.b, Body: map[string]any{"name": "once"}, Header: key})
 		e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: services, Body: map[string]any{"name": "x"}, Header: map[string]string{"Idempotency-Key": strings.Repeat("k", 256)}})
+		t.Run("CrashBetweenCommitAndResponse", func(t *testing.T) {
+			e := e.with(t)
+			crash := map[string]string{"Idempotency-Key": "create-crash"}
+			var first, retry service
+			e.want(202, "", req{Method: "POST", Path: services, Body: map[string]any{"name": "crash"}, Header: crash}).decode(t, &first)
+			// What a crash after the commit and before the response leaves:
+			// the change and its key, no stored response.
+			err := e.store.Update(context.Background(), func(tx dbcloud.Tx) error {
+				r, err := tx.FindIdempotency(e.a.AccessKey, "create-crash")
+				if err != nil {
+					return err
+				}
+				if r.Secret == nil {
+					t.Error("the initial password was not sealed with the change")
+				}
+				r.Response, r.Status = nil, 0
+				return tx.UpdateIdempotency(r)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.want(202, "", req{Method: "POST", Path: services, Body: map[string]any{"name": "crash"}, Header: crash}).decode(t, &retry)
+			if retry.ServiceID != first.ServiceID || retry.InitialPassword == "" || retry.InitialPassword != first.InitialPassword {
+				t.Errorf("retry after the crash: service %s password %q; want %s with the first response's password", retry.ServiceID, retry.InitialPassword, first.ServiceID)
+			}
+		})
 		// A delete replays its empty 202.
 		del := map[string]string{"Idempotency-Key": "delete-1"}
 		e.want(202, "", req{Method: "DELETE", Path: services + "/" + first.ServiceID, Header: del})

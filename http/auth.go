@@ -16,21 +16,22 @@ import (
 // authenticate reads Basic or Bearer credentials (decisions.md section 4)
 // and returns the caller and the secret it presented. The secret is needed
 // only to seal idempotent responses for that same caller; it is never stored.
+//
+// Failed attempts are counted per client address and, past the budget,
+// answered 429 instead of 401. Only failures are judged: a valid key is
+// never refused because others at the same address (a NAT, a CI runner)
+// failed.
 func (h *Handler) authenticate(r *http.Request) (*dbcloud.Principal, string, error) {
 	ip := clientIP(r)
-	if err := h.limits.authAllowed(ip); err != nil {
-		return nil, "", err
-	}
 	access, secret, ok := credentials(r.Header.Get("Authorization"))
 	if !ok {
-		h.limits.authFailed(ip)
-		return nil, "", dbcloud.Errorf(dbcloud.KindUnauthorized,
-			"Send an API key as Authorization: Basic base64(ACCESS_KEY:SECRET_KEY) or Bearer ACCESS_KEY:SECRET_KEY.")
+		return nil, "", h.limits.authFailed(ip, dbcloud.Errorf(dbcloud.KindUnauthorized,
+			"Send an API key as Authorization: Basic base64(ACCESS_KEY:SECRET_KEY) or Bearer ACCESS_KEY:SECRET_KEY."))
 	}
 	p, err := h.cloud.Authenticate(r.Context(), access, secret)
 	if err != nil {
 		if dbcloud.ErrorKindOf(err) == dbcloud.KindUnauthorized {
-			h.limits.authFailed(ip)
+			return nil, "", h.limits.authFailed(ip, err)
 		}
 		return nil, "", err
 	}
@@ -127,27 +128,17 @@ func (l *limiters) allow(accessKey string) error {
 	return nil
 }
 
-// authAllowed refuses an address whose failed attempts used up its bucket.
-func (l *limiters) authAllowed(ip string) error {
+// authFailed counts a failed attempt from the address and returns the
+// error to answer: err while the address has budget left, else 429.
+func (l *limiters) authFailed(ip string, err error) error {
 	if l.cfg.AuthFailLimit <= 0 {
-		return nil
+		return err
 	}
 	l.mu.Lock()
 	lim := l.get(l.failures, ip, l.cfg.AuthFailLimit, l.cfg.AuthFailBurst)
 	l.mu.Unlock()
-	if lim.Tokens() < 1 {
+	if !lim.Allow() {
 		return rateLimited(lim, "failed authentication attempts from this address")
 	}
-	return nil
-}
-
-// authFailed takes a token from the address's failure bucket.
-func (l *limiters) authFailed(ip string) {
-	if l.cfg.AuthFailLimit <= 0 {
-		return
-	}
-	l.mu.Lock()
-	lim := l.get(l.failures, ip, l.cfg.AuthFailLimit, l.cfg.AuthFailBurst)
-	l.mu.Unlock()
-	lim.Allow()
+	return err
 }

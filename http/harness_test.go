@@ -88,11 +88,39 @@ func openStore(t testing.TB, kind string) dbcloud.Store {
 type testRuntime struct {
 	mu        sync.Mutex
 	passwords map[string]string
+	// host is what HostCapacity reports; nil reports a host too large to
+	// matter.
+	host *dbcloud.HostCapacity
+	// setPassword, portFree and hostCheck, when set, replace or precede
+	// what the methods do.
+	setPassword func(ctx context.Context, s *dbcloud.Service, verifier string) error
+	portFree    func(port int) bool
+	hostCheck   func()
+}
+
+func (r *testRuntime) HostCapacity() (dbcloud.HostCapacity, error) {
+	if r.hostCheck != nil {
+		r.hostCheck()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.host != nil {
+		return *r.host, nil
+	}
+	return dbcloud.HostCapacity{CPUMillis: 1 << 20, MemoryBytes: 1 << 50, Overcommit: 1, DiskFreeBytes: 1 << 50}, nil
 }
 
 func (r *testRuntime) Extensions() map[string]bool { return map[string]bool{"vector": true} }
-func (r *testRuntime) PortFree(int) bool           { return true }
-func (r *testRuntime) SetPassword(_ context.Context, s *dbcloud.Service, v string) error {
+func (r *testRuntime) PortFree(p int) bool {
+	if r.portFree != nil {
+		return r.portFree(p)
+	}
+	return true
+}
+func (r *testRuntime) SetPassword(ctx context.Context, s *dbcloud.Service, v string) error {
+	if r.setPassword != nil {
+		return r.setPassword(ctx, s, v)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.passwords[s.ID] = v

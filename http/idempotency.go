@@ -55,7 +55,7 @@ func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, rt Route, p
 		if rec.ResourceKind != "" {
 			// The change was made but its response was never stored (the
 			// server stopped in between): answer from what it created.
-			status, out, err := h.created(r, rec)
+			status, out, err := h.created(r, rec, secret)
 			if err != nil {
 				writeError(w, r, h.logger, err)
 				return
@@ -68,6 +68,7 @@ func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, rt Route, p
 	}
 	claim := &dbcloud.IdempotencyRecord{
 		Credential: p.Key.AccessKey, Key: key, Method: r.Method, Path: r.URL.Path, RequestHash: hash,
+		Seal: func(plain []byte) ([]byte, error) { return seal(secret, plain) },
 	}
 	if rec == nil {
 		r = r.WithContext(dbcloud.NewContextWithIdempotency(ctx, claim))
@@ -76,6 +77,9 @@ func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, rt Route, p
 	if err != nil {
 		writeError(w, r, h.logger, err)
 		return
+	}
+	if h.AfterIdempotentChange != nil {
+		h.AfterIdempotentChange()
 	}
 	var b []byte
 	if out != nil {
@@ -97,13 +101,22 @@ func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, rt Route, p
 }
 
 // created renders the resource a request created, with the status a create answers.
-func (h *Handler) created(r *http.Request, rec *dbcloud.IdempotencyRecord) (int, any, error) {
+// A create's initial password was sealed with the change, so it is in the
+// answer too.
+func (h *Handler) created(r *http.Request, rec *dbcloud.IdempotencyRecord, secret string) (int, any, error) {
 	ctx, pid := r.Context(), r.PathValue("project_id")
 	switch rec.ResourceKind {
 	case "service":
 		v, err := h.cloud.GetService(ctx, pid, rec.ResourceID)
 		if err != nil {
 			return 0, nil, err
+		}
+		if rec.Secret != nil {
+			pw, err := unseal(secret, rec.Secret)
+			if err != nil {
+				return 0, nil, err
+			}
+			v.InitialPassword = string(pw)
 		}
 		return http.StatusAccepted, toService(v), nil
 	case "replica_set":

@@ -42,6 +42,36 @@ func DefaultConfig() Config {
 	return Config{RateLimit: 50, RateBurst: 100, AuthFailLimit: 1, AuthFailBurst: 10}
 }
 
+// ServerConfig bounds what one client can hold of the server.
+type ServerConfig struct {
+	// ReadTimeout bounds reading a request, body included, so a client
+	// sending its body slowly cannot hold a connection; WriteTimeout
+	// bounds a response; IdleTimeout a kept-alive connection between
+	// requests. The API has no streaming responses, so none is exempt.
+	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// MaxConnsPerAddr caps the connections one client address holds at
+	// once; further ones are closed at accept. 0 means no cap.
+	MaxConnsPerAddr int
+}
+
+// DefaultServerConfig returns the defaults of dbcloud serve.
+func DefaultServerConfig() ServerConfig {
+	return ServerConfig{ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second, MaxConnsPerAddr: 256}
+}
+
+// NewServer returns an HTTP server for h with cfg's timeouts. Serve it on
+// a listener from LimitConnsPerAddr.
+func NewServer(h http.Handler, cfg ServerConfig, logger *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: min(10*time.Second, cfg.ReadTimeout),
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+}
+
 // Handler is the API's http.Handler.
 type Handler struct {
 	cloud  *dbcloud.Cloud
@@ -50,6 +80,10 @@ type Handler struct {
 	limits *limiters
 	// ready reports whether the server can take requests (for /readyz).
 	ready atomic.Bool
+	// AfterIdempotentChange, when set, runs after a request with an
+	// Idempotency-Key made its change and before its response is stored
+	// and sent: a test hook to crash the server exactly there.
+	AfterIdempotentChange func()
 }
 
 // NewHandler returns the API handler for cloud.

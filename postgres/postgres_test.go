@@ -124,3 +124,5 @@ func TestOpen(t *testing.T) {
 func BenchmarkListServices(b *testing.B) { storetest.BenchmarkListServices(b, newDB) }
 
 func BenchmarkFindService(b *testing.B) { storetest.BenchmarkFindService(b, newDB) }
+
+func BenchmarkUpdateService(b *testing.B) { storetest.BenchmarkUpdateService(b, newDB) }

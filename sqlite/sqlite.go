@@ -72,7 +72,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	}
 	f.Close()
 	write, err := sql.Open("sqlite", path+fmt.Sprintf(
-		"?_busy_timeout=%d&_journal_mode=WAL&_synchronous=NORMAL&_foreign_keys=1&_txlock=immediate", busyTimeoutMS))
+		"?_busy_timeout=%d&_journal_mode=WAL&_synchronous=FULL&_foreign_keys=1&_txlock=immediate", busyTimeoutMS))
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
 	}

@@ -50,6 +50,18 @@ func TestOpen(t *testing.T) {
 			t.Errorf("journal_mode = %q, want wal", mode)
 		}
 	})
+	t.Run("SynchronousFull", func(t *testing.T) {
+		// A commit answered to a client must survive a power loss, not only
+		// a crash of dbcloud: WAL with synchronous=FULL syncs every commit.
+		s := MustOpen(t, filepath.Join(t.TempDir(), "db"))
+		var sync int
+		if err := s.DB().QueryRowContext(t.Context(), "PRAGMA synchronous").Scan(&sync); err != nil {
+			t.Fatal(err)
+		}
+		if sync != 2 {
+			t.Errorf("synchronous = %d, want 2 (FULL)", sync)
+		}
+	})
 	t.Run("ErrPath", func(t *testing.T) {
 		for _, path := range []string{"", ":memory:", "file:x.db", "x.db?mode=ro"} {
 			if s, err := sqlite.Open(t.Context(), path); err == nil {
@@ -81,6 +93,8 @@ func TestOpen(t *testing.T) {
 func BenchmarkListServices(b *testing.B) { storetest.BenchmarkListServices(b, newDB) }
 
 func BenchmarkFindService(b *testing.B) { storetest.BenchmarkFindService(b, newDB) }
+
+func BenchmarkUpdateService(b *testing.B) { storetest.BenchmarkUpdateService(b, newDB) }
 
 func TestOpen_PrivateFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "db")

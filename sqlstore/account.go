@@ -71,6 +71,18 @@ func (t *tx) ListProjects() ([]*dbcloud.Project, error) {
 	return out, nil
 }
 
+// UpdateProject replaces a project's document; ErrNotFound if it is gone.
+func (t *tx) UpdateProject(p *dbcloud.Project) error {
+	doc, err := encode(p)
+	if err != nil {
+		return err
+	}
+	if err := t.change(`UPDATE projects SET doc = ? WHERE id = ?`, doc, p.ID); err != nil {
+		return fmt.Errorf("update project %s: %w", p.ID, err)
+	}
+	return nil
+}
+
 // LockProject holds the dialect's project lock until the transaction ends.
 // The project need not exist: the lock is on the ID, so that it also guards
 // the creation of the project's first rows.

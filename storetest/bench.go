@@ -15,6 +15,34 @@ const benchServices = 1000
 func RunStoreBenchmarks(b *testing.B, newDB NewDB) {
 	b.Run("ListServices", func(b *testing.B) { BenchmarkListServices(b, newDB) })
 	b.Run("FindService", func(b *testing.B) { BenchmarkFindService(b, newDB) })
+	b.Run("UpdateService", func(b *testing.B) { BenchmarkUpdateService(b, newDB) })
+}
+
+// BenchmarkUpdateService measures an Update that locks the project, reads
+// one service among 1,000 and writes it back: the shape of every change
+// request, and the one that pays for each commit's durability.
+func BenchmarkUpdateService(b *testing.B, newDB NewDB) {
+	s := seedServices(b, newDB)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		id := serviceID(i % benchServices)
+		i++
+		err := s.Update(b.Context(), func(tx dbcloud.Tx) error {
+			if err := tx.LockProject("p1"); err != nil {
+				return err
+			}
+			svc, err := tx.FindService("p1", id)
+			if err != nil {
+				return err
+			}
+			svc.Generation++
+			return tx.UpdateService(svc)
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // BenchmarkListServices measures a View that lists a project of 1,000

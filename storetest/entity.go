@@ -38,6 +38,15 @@ func testProject(t *testing.T, newDB NewDB) {
 		equal(t, "FindProject", view(t, s, func(tx dbcloud.Tx) (*dbcloud.Project, error) { return tx.FindProject("p1") }), p1)
 		equal(t, "ListProjects", view(t, s, dbcloud.Tx.ListProjects), []*dbcloud.Project{p2, p1})
 	})
+	t.Run("Update", func(t *testing.T) {
+		p := newProject("p3", at(3))
+		insert(t, s, dbcloud.Tx.InsertProject, p)
+		p.Quota = &dbcloud.ResourceQuota{Instances: 3, CPUMillis: 2000, MemoryGBs: 8, StorageGBs: 20}
+		insert(t, s, dbcloud.Tx.UpdateProject, p)
+		equal(t, "FindProject after update", view(t, s, func(tx dbcloud.Tx) (*dbcloud.Project, error) { return tx.FindProject("p3") }), p)
+		err := update(t, s, func(tx dbcloud.Tx) error { return tx.UpdateProject(newProject("nope", at(1))) })
+		wantNotFound(t, "UpdateProject", err)
+	})
 	t.Run("Empty", func(t *testing.T) {
 		s := MustOpen(t, newDB)
 		got := view(t, s, dbcloud.Tx.ListProjects)

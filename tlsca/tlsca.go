@@ -24,6 +24,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 )
 
@@ -179,6 +180,10 @@ func parseCA(certPEM, keyPEM []byte) (*CA, error) {
 // because clients verify IPs only against IP SANs. Each call generates a new
 // key: server keys are never shared between the API and database services.
 func (ca *CA) IssueServerCert(commonName string, hosts []string, validFor time.Duration) (certPEM, keyPEM []byte, err error) {
+	return ca.issueServerCert(commonName, hosts, validFor, time.Now())
+}
+
+func (ca *CA) issueServerCert(commonName string, hosts []string, validFor time.Duration, now time.Time) (certPEM, keyPEM []byte, err error) {
 	if validFor <= 0 {
 		return nil, nil, fmt.Errorf("issue server cert %q: validity %v must be positive", commonName, validFor)
 	}
@@ -190,7 +195,6 @@ func (ca *CA) IssueServerCert(commonName string, hosts []string, validFor time.D
 	if err != nil {
 		return nil, nil, fmt.Errorf("issue server cert %q: %w", commonName, err)
 	}
-	now := time.Now()
 	notAfter := now.Add(validFor)
 	// A leaf that outlives its issuer fails verification anyway; clamp it so
 	// the expiry check in LoadOrCreateServerCert sees the real deadline.
@@ -231,6 +235,10 @@ func (ca *CA) IssueServerCert(commonName string, hosts []string, validFor time.D
 // the leaf. The returned certificate carries the CA in its chain so clients
 // that only know the CA can build the path.
 func LoadOrCreateServerCert(dir string, ca *CA, hosts []string) (tls.Certificate, error) {
+	return loadOrCreateServerCert(dir, ca, hosts, time.Now(), serverValidity, serverRenewBefore)
+}
+
+func loadOrCreateServerCert(dir string, ca *CA, hosts []string, now time.Time, validity, renewBefore time.Duration) (tls.Certificate, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return tls.Certificate{}, fmt.Errorf("create tls dir %s: %w", dir, err)
 	}
@@ -239,7 +247,7 @@ func LoadOrCreateServerCert(dir string, ca *CA, hosts []string) (tls.Certificate
 
 	if certPEM, err := os.ReadFile(certPath); err == nil {
 		if keyPEM, err := os.ReadFile(keyPath); err == nil {
-			if cert, ok := reusableServerCert(certPEM, keyPEM, ca, hosts, time.Now()); ok {
+			if cert, ok := reusableServerCert(certPEM, keyPEM, ca, hosts, now, renewBefore); ok {
 				return cert, nil
 			}
 		}
@@ -249,7 +257,7 @@ func LoadOrCreateServerCert(dir string, ca *CA, hosts []string) (tls.Certificate
 	if len(hosts) > 0 {
 		commonName = hosts[0]
 	}
-	certPEM, keyPEM, err := ca.IssueServerCert(commonName, hosts, serverValidity)
+	certPEM, keyPEM, err := ca.issueServerCert(commonName, hosts, validity, now)
 	if err != nil {
 		return tls.Certificate{}, err
 	}
@@ -267,7 +275,7 @@ func LoadOrCreateServerCert(dir string, ca *CA, hosts []string) (tls.Certificate
 }
 
 // reusableServerCert reports whether a stored server certificate can be kept.
-func reusableServerCert(certPEM, keyPEM []byte, ca *CA, hosts []string, now time.Time) (tls.Certificate, bool) {
+func reusableServerCert(certPEM, keyPEM []byte, ca *CA, hosts []string, now time.Time, renewBefore time.Duration) (tls.Certificate, bool) {
 	cert, err := tlsCertificate(certPEM, keyPEM, ca)
 	if err != nil {
 		return tls.Certificate{}, false
@@ -276,7 +284,7 @@ func reusableServerCert(certPEM, keyPEM []byte, ca *CA, hosts []string, now time
 	if err := leaf.CheckSignatureFrom(ca.Cert); err != nil {
 		return tls.Certificate{}, false
 	}
-	if now.Add(serverRenewBefore).After(leaf.NotAfter) || now.Before(leaf.NotBefore) {
+	if now.Add(renewBefore).After(leaf.NotAfter) || now.Before(leaf.NotBefore) {
 		return tls.Certificate{}, false
 	}
 	for _, h := range hosts {
@@ -379,4 +387,60 @@ func checkKeyMatches(cert *x509.Certificate, key crypto.Signer) error {
 		return errors.New("private key does not match certificate")
 	}
 	return nil
+}
+
+// ServerCertSource serves the API server's certificate and renews it while
+// the server runs: a server up for longer than the certificate's validity
+// would otherwise serve an expired one. Each handshake checks the current
+// certificate; inside the renewal margin a new one is issued and stored
+// (as LoadOrCreateServerCert does at start), and a failed renewal keeps
+// serving the current one and is retried at the next handshake.
+type ServerCertSource struct {
+	dir   string
+	ca    *CA
+	hosts []string
+	// Now, Validity and RenewBefore are the clock and the lifetime of
+	// issued certificates; tests shorten them.
+	Now         func() time.Time
+	Validity    time.Duration
+	RenewBefore time.Duration
+	// OnRenew, when set, is told of each renewal (for the log).
+	OnRenew func(notAfter time.Time, err error)
+
+	mu      sync.Mutex
+	cert    tls.Certificate
+	retryAt time.Time // after a failed renewal, not before this
+}
+
+// NewServerCertSource loads or issues the certificate in dir.
+func NewServerCertSource(dir string, ca *CA, hosts []string) (*ServerCertSource, error) {
+	s := &ServerCertSource{dir: dir, ca: ca, hosts: hosts, Now: time.Now, Validity: serverValidity, RenewBefore: serverRenewBefore}
+	cert, err := LoadOrCreateServerCert(dir, ca, hosts)
+	if err != nil {
+		return nil, err
+	}
+	s.cert = cert
+	return s, nil
+}
+
+// GetCertificate is tls.Config's GetCertificate.
+func (s *ServerCertSource) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.Now()
+	if now.Add(s.RenewBefore).Before(s.cert.Leaf.NotAfter) || now.Before(s.retryAt) {
+		c := s.cert
+		return &c, nil
+	}
+	cert, err := loadOrCreateServerCert(s.dir, s.ca, s.hosts, now, s.Validity, s.RenewBefore)
+	if err == nil {
+		s.cert = cert
+	} else {
+		s.retryAt = now.Add(time.Minute)
+	}
+	if s.OnRenew != nil {
+		s.OnRenew(s.cert.Leaf.NotAfter, err)
+	}
+	c := s.cert
+	return &c, nil
 }

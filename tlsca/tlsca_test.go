@@ -359,3 +359,88 @@ func publicKeysEqual(a, b any) bool {
 	db, errB := x509.MarshalPKIXPublicKey(b)
 	return errA == nil && errB == nil && bytes.Equal(da, db)
 }
+
+// TestServerCertSource_RenewsWhileRunning: a running server's certificate
+// is renewed before it expires, without a restart: a client connecting
+// once the clock is inside the renewal margin gets a new certificate that
+// is valid past the old one's expiry, and it is stored for the next start.
+func TestServerCertSource_RenewsWhileRunning(t *testing.T) {
+	dir := t.TempDir()
+	ca := MustLoadOrCreateCA(t, dir)
+	src, err := tlsca.NewServerCertSource(dir, ca, []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	src.Now = func() time.Time { return now }
+	src.Validity, src.RenewBefore = time.Hour, 10*time.Minute
+	renewed := 0
+	src.OnRenew = func(time.Time, error) { renewed++ }
+
+	// As dbcloud serve configures it: no static certificate, only the
+	// source (httptest would add a certificate of its own).
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{GetCertificate: src.GetCertificate, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.(*tls.Conn).Handshake()
+			c.Close()
+		}
+	}()
+	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	served := func() *x509.Certificate {
+		t.Helper()
+		// The client's clock is the server's, so it judges validity then.
+		c, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", Time: func() time.Time { return now }})
+		if err != nil {
+			t.Fatalf("handshake at %v: %v", now, err)
+		}
+		defer c.Close()
+		return c.ConnectionState().PeerCertificates[0]
+	}
+	first := served()
+	if served().SerialNumber.Cmp(first.SerialNumber) != 0 || renewed != 0 {
+		t.Fatal("a fresh certificate was replaced")
+	}
+	// Five minutes before the end of the first (year-long) certificate,
+	// inside the 10-minute margin.
+	now = first.NotAfter.Add(-5 * time.Minute)
+	second := served()
+	if second.SerialNumber.Cmp(first.SerialNumber) == 0 || renewed != 1 {
+		t.Fatalf("the certificate was not renewed inside the margin (renewals %d)", renewed)
+	}
+	if !second.NotAfter.After(first.NotAfter) {
+		t.Errorf("renewed certificate ends %v, not after the old one's %v", second.NotAfter, first.NotAfter)
+	}
+	// The short validity now applies: renewed again near its end, not before.
+	now = now.Add(45 * time.Minute)
+	if served().SerialNumber.Cmp(second.SerialNumber) != 0 {
+		t.Error("renewed again outside the margin")
+	}
+	now = now.Add(10 * time.Minute)
+	third := served()
+	if third.SerialNumber.Cmp(second.SerialNumber) == 0 || renewed != 2 {
+		t.Errorf("not renewed 5 minutes before the end (renewals %d)", renewed)
+	}
+	// The renewal is stored: the next start serves it.
+	stored, err := os.ReadFile(filepath.Join(dir, tlsca.ServerCertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(stored)
+	if block == nil || !bytes.Equal(block.Bytes, third.Raw) {
+		t.Error("the renewed certificate was not stored")
+	}
+}

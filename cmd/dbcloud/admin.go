@@ -90,6 +90,40 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			return tw.Flush()
 		})
+	case "project set-quota":
+		var project string
+		var reset bool
+		q := dbcloud.DefaultConfig().Quotas.Resources
+		fs := newFlagSet(name, "Give a project its own resource quota (what its running instances may reserve); lowering it removes nothing.", stderr)
+		a.flags(fs)
+		fs.StringVar(&project, "project", "", "project ID (required)")
+		fs.IntVar(&q.Instances, "instances", q.Instances, "running instances: primaries, HA standbys and read replica nodes (0: no limit)")
+		fs.IntVar(&q.CPUMillis, "cpu-millis", q.CPUMillis, "millicores over all running instances (0: no limit)")
+		fs.IntVar(&q.MemoryGBs, "memory-gbs", q.MemoryGBs, "GiB of memory over all running instances (0: no limit)")
+		fs.IntVar(&q.StorageGBs, "storage-gbs", q.StorageGBs, "GiB of measured storage over all instances (0: no limit)")
+		fs.BoolVar(&reset, "default", false, "return the project to the server's default quota (--quota-* flags of serve)")
+		if err := parseFlags(fs, args[2:]); err != nil {
+			return err
+		}
+		if project == "" {
+			return errors.New("--project is required")
+		}
+		quota := &q
+		if reset {
+			quota = nil
+		}
+		return a.run(ctx, func(c *dbcloud.Cloud) error {
+			p, err := c.SetProjectQuota(ctx, project, quota)
+			if err != nil {
+				return err
+			}
+			out := map[string]any{"id": p.ID, "resource_quota": p.Quota}
+			if p.Quota == nil {
+				return a.print(stdout, out, "%s\tdefault quota\n", p.ID)
+			}
+			return a.print(stdout, out, "%s\tinstances %d, cpu_millis %d, memory_gbs %d, storage_gbs %d\n",
+				p.ID, q.Instances, q.CPUMillis, q.MemoryGBs, q.StorageGBs)
+		})
 	case "key create":
 		var project, keyName string
 		fs := newFlagSet(name, "Issue an API key for a project. The secret is shown once.", stderr)

@@ -20,6 +20,8 @@ Usage:
   dbcloud serve [flags]                   run the API server (HTTPS)
   dbcloud admin project create --name N   create a project
   dbcloud admin project list              list projects
+  dbcloud admin project set-quota --project ID [--instances N --cpu-millis N --memory-gbs N --storage-gbs N | --default]
+                                          set a project's resource quota
   dbcloud admin key create --project ID --name N   issue an API key
   dbcloud admin key list --project ID     list a project's API keys
   dbcloud admin key revoke --access-key K revoke an API key

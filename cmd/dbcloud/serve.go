@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"dbcloud"
@@ -61,7 +62,16 @@ type Config struct {
 	// LogMaxAge and LogMaxBytes bound each instance's PostgreSQL logs.
 	LogMaxAge   time.Duration
 	LogMaxBytes int64
+	// PgBouncer is the PgBouncer binary; empty finds it.
+	PgBouncer string
+	// HTTP bounds what one client can hold of the API server.
+	HTTP http.ServerConfig
 }
+
+// crashAfterCommitEnv, set to 1, makes the server kill itself after the
+// first change made by a request with an Idempotency-Key, before its
+// response: a hook for the crash tests, never for production.
+const crashAfterCommitEnv = "DBCLOUD_TEST_CRASH_AFTER_COMMIT"
 
 // DefaultConfig returns the embedded defaults: SQLite and PostgreSQL
 // processes on this host, HTTPS with a generated local CA.
@@ -75,7 +85,7 @@ func DefaultConfig() Config {
 		AdminName: "admin", AdminEmail: "admin@example.com", LogFormat: "json", Quotas: d.Quotas,
 		PoolSize: 2, Overcommit: 4, VPCBlock: netip.MustParsePrefix("127.77.0.0/16"),
 		SnapshotInterval: local.DefaultSnapshotInterval, SnapshotRetention: local.DefaultSnapshotRetention,
-		LogMaxAge: 7 * 24 * time.Hour, LogMaxBytes: 1 << 30,
+		LogMaxAge: 7 * 24 * time.Hour, LogMaxBytes: 1 << 30, HTTP: http.DefaultServerConfig(),
 	}
 }
 
@@ -132,7 +142,12 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&c.AdminEmail, "admin-email", c.AdminEmail, "e-mail of the admin user created with the store")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: json or text")
 	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "prepared PostgreSQL clusters kept ready for creates")
-	fs.Float64Var(&c.Overcommit, "overcommit", c.Overcommit, "how many times the host's memory all service sizes may add up to")
+	fs.Float64Var(&c.Overcommit, "overcommit", c.Overcommit, "how many times the host's CPU and memory all running instances may reserve together")
+	fs.DurationVar(&c.HTTP.ReadTimeout, "http-read-timeout", c.HTTP.ReadTimeout, "longest time to read a request, body included")
+	fs.DurationVar(&c.HTTP.WriteTimeout, "http-write-timeout", c.HTTP.WriteTimeout, "longest time to write a response")
+	fs.DurationVar(&c.HTTP.IdleTimeout, "http-idle-timeout", c.HTTP.IdleTimeout, "how long an idle kept-alive connection stays open")
+	fs.IntVar(&c.HTTP.MaxConnsPerAddr, "max-conns-per-addr", c.HTTP.MaxConnsPerAddr, "connections one client address may hold at once (0: no cap)")
+	fs.StringVar(&c.PgBouncer, "pgbouncer", c.PgBouncer, "PgBouncer binary for connection poolers (default /usr/sbin/pgbouncer, else PATH)")
 	fs.StringVar(&c.RuntimeDir, "runtime-dir", c.RuntimeDir, "where service instances live (default DATA_DIR/runtime, or /var/lib/dbcloud/HASH when PostgreSQL's OS user cannot reach DATA_DIR)")
 	fs.Func("vpc-address-block", `block inside 127.0.0.0/8 for VPC endpoint addresses (default "127.77.0.0/16")`, func(v string) error {
 		p, err := netip.ParsePrefix(v)
@@ -168,6 +183,10 @@ func quotaFlags(fs interface {
 	fs.IntVar(&q.ReplicaSetsPerService, "quota-replica-sets", q.ReplicaSetsPerService, "read replica sets per service")
 	fs.IntVar(&q.MaxReplicaSetNodes, "quota-replica-set-nodes", q.MaxReplicaSetNodes, "nodes per read replica set")
 	fs.IntVar(&q.MaxHAReplicas, "quota-ha-replicas", q.MaxHAReplicas, "HA replicas per service")
+	fs.IntVar(&q.Resources.Instances, "quota-instances", q.Resources.Instances, "running instances per project (primaries, HA standbys, read replica nodes; 0: no limit)")
+	fs.IntVar(&q.Resources.CPUMillis, "quota-cpu-millis", q.Resources.CPUMillis, "millicores per project over all running instances (0: no limit)")
+	fs.IntVar(&q.Resources.MemoryGBs, "quota-memory-gbs", q.Resources.MemoryGBs, "GiB of memory per project over all running instances (0: no limit)")
+	fs.IntVar(&q.Resources.StorageGBs, "quota-storage-gbs", q.Resources.StorageGBs, "GiB of measured storage per project over all instances (0: no limit)")
 }
 
 func (c *Config) validate() error {
@@ -252,6 +271,7 @@ func (m *Main) Run(ctx context.Context) error {
 		PoolSize: c.PoolSize, Overcommit: c.Overcommit, Logger: m.Logger,
 		SnapshotInterval: c.SnapshotInterval, SnapshotRetention: c.SnapshotRetention,
 		LogRetention: local.LogRetention{MaxAge: c.LogMaxAge, MaxBytes: c.LogMaxBytes},
+		PgBouncer:    c.PgBouncer,
 	})
 	if err != nil {
 		return err
@@ -281,10 +301,13 @@ func (m *Main) Run(ctx context.Context) error {
 		RateLimit: c.RateLimit, RateBurst: c.RateBurst,
 		AuthFailLimit: http.DefaultConfig().AuthFailLimit, AuthFailBurst: http.DefaultConfig().AuthFailBurst,
 	}, m.Logger)
-	m.server = &stdhttp.Server{
-		Handler: h, TLSConfig: tlsConfig, ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn),
+	if os.Getenv(crashAfterCommitEnv) == "1" {
+		// For the crash tests only: die as a power cut would, between
+		// the commit of a change and its response.
+		h.AfterIdempotentChange = func() { syscall.Kill(os.Getpid(), syscall.SIGKILL) }
 	}
+	m.server = http.NewServer(h, c.HTTP, m.Logger)
+	m.server.TLSConfig = tlsConfig
 	bg, cancel := context.WithCancel(context.Background())
 	m.cancel, m.done = cancel, make(chan struct{})
 	// Accepted operations of a previous run are picked up here: the engine
@@ -294,7 +317,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	go func() {
-		m.server.ServeTLS(m.listener, "", "")
+		m.server.ServeTLS(http.LimitConnsPerAddr(m.listener, c.HTTP.MaxConnsPerAddr), "", "")
 	}()
 	go m.purgeLoop(bg)
 	m.Logger.Info("serving", "url", m.URL(), "ca_file", m.CAFile, "data_dir", c.DataDir)
@@ -384,12 +407,20 @@ func (m *Main) tlsConfig() (*tls.Config, error) {
 			hosts = append(hosts, h)
 		}
 	}
-	cert, err := tlsca.LoadOrCreateServerCert(dir, ca, hosts)
+	// The certificate is renewed while the server runs, before it expires.
+	src, err := tlsca.NewServerCertSource(dir, ca, hosts)
 	if err != nil {
 		return nil, err
 	}
+	src.OnRenew = func(notAfter time.Time, err error) {
+		if err != nil {
+			m.Logger.Error("renew the server certificate", "error", err, "current_not_after", notAfter)
+			return
+		}
+		m.Logger.Info("server certificate renewed", "not_after", notAfter)
+	}
 	m.CAFile = filepath.Join(dir, tlsca.CAFile)
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+	return &tls.Config{GetCertificate: src.GetCertificate, MinVersion: tls.VersionTLS12}, nil
 }
 
 // runtimeDir is where services' instances live: --runtime-dir, else

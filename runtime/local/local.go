@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -16,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"dbcloud"
 	"dbcloud/internal/atomicfile"
@@ -41,8 +44,9 @@ type Config struct {
 	CA *tlsca.CA
 	// PoolSize is how many prepared clusters wait for creates.
 	PoolSize int
-	// Overcommit is how many times the host's memory the sizes of all
-	// services may add up to: idle PostgreSQL uses far less than its size.
+	// Overcommit is how many times the host's CPU and memory the sizes of
+	// all running instances may add up to (the domain admits against it):
+	// idle PostgreSQL uses far less than its size.
 	Overcommit float64
 	Logger     *slog.Logger
 	// SnapshotInterval is how often each service is snapshotted (a base
@@ -54,6 +58,9 @@ type Config struct {
 	// LogRetention bounds each instance's PostgreSQL logs; zero fields take
 	// DefaultLogRetention's.
 	LogRetention LogRetention
+	// PgBouncer is the PgBouncer binary; empty finds Debian's, else one on
+	// PATH.
+	PgBouncer string
 }
 
 // Runtime is the local runtime: the domain's Runtime and the engine's
@@ -129,6 +136,7 @@ func New(cfg Config) (*Runtime, error) {
 	roots.AddCert(cfg.CA.Cert)
 	poolers := pgbouncer.New(pgbouncer.Config{
 		Instances: instances, Supervisor: sup, Cgroups: cgroups, Roots: roots, Logger: cfg.Logger,
+		Binary: cfg.PgBouncer,
 	})
 	return &Runtime{
 		cfg:       cfg,
@@ -438,7 +446,15 @@ func (rt *Runtime) SetPassword(ctx context.Context, svc *dbcloud.Service, verifi
 	if err != nil {
 		return err
 	}
-	return rt.setVerifier(ctx, spec, verifier)
+	err = rt.setVerifier(ctx, spec, verifier)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "57014") {
+		// lock_not_available or query_canceled (by the deadline): a
+		// session of the tenant's holds a lock on the role.
+		return dbcloud.Errorf(dbcloud.KindConflict,
+			"A session of service %s holds a lock on role tsdbadmin (an open transaction that changed it), so the password was not changed; commit or roll back that transaction and retry.", svc.ID)
+	}
+	return err
 }
 
 // setVerifier sends the SCRAM verifier, never a plaintext password, so the
@@ -479,31 +495,15 @@ func (rt *Runtime) metrics(serviceID string, spec postgres.Spec) *dbcloud.Metric
 	return m
 }
 
-// Admit refuses a size the host cannot hold: more CPU or memory than the
-// host has, all sizes together over the overcommitted memory, or a nearly
-// full disk.
-func (rt *Runtime) Admit(size dbcloud.Size, reserved []dbcloud.Size) error {
+// HostCapacity reports the host's CPUs, memory and free disk, and how many
+// times its CPU and memory all instances may reserve together; the domain
+// decides what fits (admission.go).
+func (rt *Runtime) HostCapacity() (dbcloud.HostCapacity, error) {
 	cpu, mem, disk, err := postgres.HostCapacity(rt.cfg.DataDir)
 	if err != nil {
-		return fmt.Errorf("host capacity: %w", err)
+		return dbcloud.HostCapacity{}, err
 	}
-	want := ResourcesFor(size)
-	if want.CPUMillis > cpu || want.MemoryBytes > mem {
-		return dbcloud.Errorf(dbcloud.KindUnavailable,
-			"This host has %d millicores and %d GiB of memory; size %s does not fit. Choose a smaller size.", cpu, mem>>30, size)
-	}
-	total := want.MemoryBytes
-	for _, s := range reserved {
-		total += ResourcesFor(s).MemoryBytes
-	}
-	if limit := int64(float64(mem) * rt.cfg.Overcommit); total > limit {
-		return dbcloud.Errorf(dbcloud.KindUnavailable,
-			"This host's memory is fully allocated (%d GiB of %d GiB allowed); delete or shrink a service, or choose a smaller size.", total>>30, limit>>30)
-	}
-	if disk < 1<<30 {
-		return dbcloud.Errorf(dbcloud.KindUnavailable, "This host has less than 1 GiB of disk left (%d MiB).", disk>>20)
-	}
-	return nil
+	return dbcloud.HostCapacity{CPUMillis: cpu, MemoryBytes: mem, Overcommit: rt.cfg.Overcommit, DiskFreeBytes: disk}, nil
 }
 
 // Extensions lists the extensions whose control files the installed

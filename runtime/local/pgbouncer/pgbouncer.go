@@ -134,22 +134,32 @@ type Config struct {
 	// Roots verify the pooler's certificate in the readiness probe.
 	Roots  *x509.CertPool
 	Logger *slog.Logger
+	// Binary is PgBouncer (a path, or a name looked up on PATH); empty
+	// finds Debian's /usr/sbin/pgbouncer, else pgbouncer on PATH.
+	Binary string
 }
 
-// New returns Poolers; PgBouncer is looked up once, here: Debian's
-// /usr/sbin/pgbouncer, else PATH.
+// New returns Poolers; PgBouncer is looked up once, here.
 func New(cfg Config) *Poolers {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	ps := &Poolers{instances: cfg.Instances, sup: cfg.Supervisor, cgroups: cfg.Cgroups, roots: cfg.Roots, logger: cfg.Logger}
 	const debian = "/usr/sbin/pgbouncer"
-	if fi, err := os.Stat(debian); err == nil && fi.Mode().IsRegular() {
+	switch {
+	case cfg.Binary != "":
+		ps.binary, _ = exec.LookPath(cfg.Binary) // "" when missing: not installed
+	case isFile(debian):
 		ps.binary = debian
-	} else if bin, err := exec.LookPath("pgbouncer"); err == nil {
-		ps.binary = bin
+	default:
+		ps.binary, _ = exec.LookPath("pgbouncer")
 	}
 	return ps
+}
+
+func isFile(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular()
 }
 
 // Available reports whether PgBouncer is installed.

@@ -9,8 +9,15 @@ import (
 	"io"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+)
+
+// Limits of dbcloud's statements on tenant databases (see Connect).
+const (
+	TenantLockTimeout      = "3s"
+	TenantStatementTimeout = "5min"
 )
 
 // Connect returns a superuser connection over the unix socket in Dir/run:
@@ -23,6 +30,11 @@ func (m *Instances) Connect(ctx context.Context, s Spec, db string) (*pgx.Conn, 
 	if err != nil {
 		return nil, fmt.Errorf("connect to instance %s: %w", s.ID, err)
 	}
+	// The database belongs to a tenant, who may hold locks or make any
+	// statement slow: dbcloud's own statements give up instead of waiting
+	// behind them.
+	cfg.RuntimeParams["lock_timeout"] = TenantLockTimeout
+	cfg.RuntimeParams["statement_timeout"] = TenantStatementTimeout
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to instance %s: %w", s.ID, err)
@@ -38,6 +50,12 @@ func QuoteDSN(v string) string {
 
 // Exec runs SQL as the superuser on database db (see Connect).
 func (m *Instances) Exec(ctx context.Context, s Spec, db, sql string, args ...any) error {
+	if _, ok := ctx.Deadline(); !ok {
+		// Past statement_timeout, also the connection is not waited for.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 6*time.Minute)
+		defer cancel()
+	}
 	conn, err := m.Connect(ctx, s, db)
 	if err != nil {
 		return err

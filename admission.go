@@ -1,0 +1,317 @@
+package dbcloud
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// ResourceQuota bounds the compute and storage one project may reserve
+// (issue 14): every instance counts, primary, HA standbys and read replica
+// nodes alike. Zero means no limit.
+type ResourceQuota struct {
+	Instances  int `json:"instances"`
+	CPUMillis  int `json:"cpu_millis"`
+	MemoryGBs  int `json:"memory_gbs"`
+	StorageGBs int `json:"storage_gbs"`
+}
+
+// DefaultResourceQuota is the quota of a project without its own.
+var DefaultResourceQuota = ResourceQuota{Instances: 40, CPUMillis: 64000, MemoryGBs: 256, StorageGBs: 1000}
+
+// HostCapacity is what the host can give to service instances, as the
+// runtime measures it.
+type HostCapacity struct {
+	// CPUMillis and MemoryBytes are the host's: no single instance may be
+	// larger.
+	CPUMillis   int
+	MemoryBytes int64
+	// Overcommit is how many times the host's CPU and memory the running
+	// instances may reserve together.
+	Overcommit float64
+	// DiskFreeBytes is the free space where instances keep their data.
+	DiskFreeBytes int64
+}
+
+// Capacity is implemented by a runtime that can tell what its host holds.
+// It is asked before a store transaction, never inside one.
+type Capacity interface {
+	// HostCapacity reports what the host has now.
+	HostCapacity() (HostCapacity, error)
+}
+
+// The footprint of a shared instance, as the local runtime sizes it.
+const (
+	sharedCPUMillis = 500
+	sharedMemoryMB  = 512
+	// instanceDiskMB is the free disk every new instance needs at least.
+	instanceDiskMB = 1024
+)
+
+// hostLockID is the lock that serialises admissions to the host.
+const hostLockID = "host-admission"
+
+// Resources is what a set of instances reserves.
+type Resources struct {
+	Instances int
+	CPUMillis int
+	MemoryMB  int64
+	StorageMB int64
+}
+
+func (r *Resources) add(o Resources) {
+	r.Instances += o.Instances
+	r.CPUMillis += o.CPUMillis
+	r.MemoryMB += o.MemoryMB
+	r.StorageMB += o.StorageMB
+}
+
+// footprint is what one running instance of size reserves.
+func footprint(size Size) (cpuMillis int, memoryMB int64) {
+	if size.Shared {
+		return sharedCPUMillis, sharedMemoryMB
+	}
+	return size.CPUMillis, int64(size.MemoryGBs) * 1024
+}
+
+func instances(n int, size Size, storageMB int64, running bool) Resources {
+	r := Resources{StorageMB: int64(n) * storageMB}
+	if running {
+		cpu, mem := footprint(size)
+		r.Instances, r.CPUMillis, r.MemoryMB = n, n*cpu, int64(n)*mem
+	}
+	return r
+}
+
+func storageOf(s *Service) int64 {
+	if s.Metrics == nil {
+		return 0
+	}
+	return s.Metrics.StorageMB
+}
+
+// serviceDemand counts the primary and every HA standby. A stopped service
+// keeps only its storage: starting it is admitted again. A service being
+// deleted is counted as gone, so that its room can be reused at once.
+func serviceDemand(s *Service) Resources {
+	if s.Status == StatusDeleting {
+		return Resources{}
+	}
+	return instances(1+s.Spec.Replicas, s.Spec.Size, storageOf(s), s.Spec.Running)
+}
+
+// replicaSetDemand counts every node, each holding a copy of the parent's data.
+func replicaSetDemand(r *ReadReplicaSet, parent *Service) Resources {
+	if r.Status == ReplicaSetDeleting || parent == nil || parent.Status == StatusDeleting {
+		return Resources{}
+	}
+	return instances(r.Spec.Nodes, r.Spec.Size, storageOf(parent), parent.Spec.Running)
+}
+
+// candidate is the state an operation asks for, in place of the stored one
+// (or beside it, for a new resource).
+type candidate struct {
+	services []*Service
+	sets     []*ReadReplicaSet
+	// size is the largest instance the change starts.
+	size Size
+	// storageMB is storage the change adds beyond what the candidates
+	// have measured: a fork starts with a copy of its parent's data.
+	storageMB int64
+}
+
+// hostCapacity asks the runtime what the host holds; nil when the runtime
+// cannot tell. It does I/O, so it is called before a store transaction.
+func (c *Cloud) hostCapacity() (*HostCapacity, error) {
+	capacity, ok := c.Runtime.(Capacity)
+	if !ok {
+		return nil, nil
+	}
+	h, err := capacity.HostCapacity()
+	if err != nil {
+		return nil, fmt.Errorf("host capacity: %w", err)
+	}
+	return &h, nil
+}
+
+// admit refuses a change that would reserve more than the host or the
+// project's quota allows. Only growth is refused: a change that keeps or
+// lowers a total passes even when the total is over its limit, so that a
+// user can always correct.
+func (c *Cloud) admit(tx Tx, host *HostCapacity, projectID string, cand candidate) error {
+	if host != nil {
+		// The host is shared by every project: admissions of different
+		// projects must not both take its last room. Always taken after
+		// the project's lock, so the order cannot deadlock.
+		if err := tx.LockProject(hostLockID); err != nil {
+			return err
+		}
+	}
+	projects, err := tx.ListProjects()
+	if err != nil {
+		return err
+	}
+	var hostBefore, hostAfter, projBefore, projAfter Resources
+	var project *Project
+	for _, p := range projects {
+		before, after, err := c.projectDemand(tx, p.ID, cand)
+		if err != nil {
+			return err
+		}
+		if p.ID == projectID {
+			after.StorageMB += cand.storageMB
+		}
+		hostBefore.add(before)
+		hostAfter.add(after)
+		if p.ID == projectID {
+			project, projBefore, projAfter = p, before, after
+		}
+	}
+	if host != nil {
+		cpu, mem := footprint(cand.size)
+		if cpu > host.CPUMillis || mem<<20 > host.MemoryBytes {
+			cpuLimit, memLimitMB := host.limits()
+			return CodedErrorf(KindConflict, CodeCapacityExceeded,
+				"This host has %d millicores and %s of memory, so an instance of size %s does not fit; %d millicores and %s are free to reserve now. Choose a smaller size.",
+				host.CPUMillis, gib(host.MemoryBytes>>20), cand.size, max(0, cpuLimit-hostBefore.CPUMillis), gib(max(0, memLimitMB-hostBefore.MemoryMB)))
+		}
+		if err := hostCheck(host, hostBefore, hostAfter); err != nil {
+			return err
+		}
+	}
+	q := c.Config.Quotas.Resources
+	if project != nil && project.Quota != nil {
+		q = *project.Quota
+	}
+	return quotaCheck(q, projBefore, projAfter)
+}
+
+// projectDemand sums what the project reserves now and with the candidate.
+func (c *Cloud) projectDemand(tx Tx, projectID string, cand candidate) (before, after Resources, err error) {
+	svcs, err := tx.ListServices(projectID)
+	if err != nil {
+		return before, after, err
+	}
+	sets, err := tx.ListReplicaSets(projectID, "")
+	if err != nil {
+		return before, after, err
+	}
+	stored := make(map[string]*Service, len(svcs))
+	changed := make(map[string]*Service)
+	for _, s := range cand.services {
+		if s.ProjectID == projectID {
+			changed[s.ID] = s
+		}
+	}
+	for _, s := range svcs {
+		stored[s.ID] = s
+		before.add(serviceDemand(s))
+		if n, ok := changed[s.ID]; ok {
+			after.add(serviceDemand(n))
+			delete(changed, s.ID)
+		} else {
+			after.add(serviceDemand(s))
+		}
+	}
+	for _, s := range changed { // new services
+		after.add(serviceDemand(s))
+		stored[s.ID] = s
+	}
+	changedSets := make(map[string]*ReadReplicaSet)
+	for _, r := range cand.sets {
+		if r.ProjectID == projectID {
+			changedSets[r.ID] = r
+		}
+	}
+	for _, r := range sets {
+		before.add(replicaSetDemand(r, stored[r.ServiceID]))
+		if n, ok := changedSets[r.ID]; ok {
+			after.add(replicaSetDemand(n, stored[r.ServiceID]))
+			delete(changedSets, r.ID)
+		} else {
+			after.add(replicaSetDemand(r, stored[r.ServiceID]))
+		}
+	}
+	for _, r := range changedSets { // new sets
+		after.add(replicaSetDemand(r, stored[r.ServiceID]))
+	}
+	return before, after, nil
+}
+
+// limits are what all running instances may reserve together.
+func (h *HostCapacity) limits() (cpuMillis int, memoryMB int64) {
+	return int(float64(h.CPUMillis) * h.Overcommit), int64(float64(h.MemoryBytes>>20) * h.Overcommit)
+}
+
+func hostCheck(h *HostCapacity, before, after Resources) error {
+	cpuLimit, memLimitMB := h.limits()
+	var over []string
+	if after.CPUMillis > before.CPUMillis && after.CPUMillis > cpuLimit {
+		over = append(over, fmt.Sprintf("it needs %d more millicores and %d are free (of %d)",
+			after.CPUMillis-before.CPUMillis, max(0, cpuLimit-before.CPUMillis), cpuLimit))
+	}
+	if after.MemoryMB > before.MemoryMB && after.MemoryMB > memLimitMB {
+		over = append(over, fmt.Sprintf("it needs %s more memory (a quarter of it shared_buffers) and %s is free (of %s)",
+			gib(after.MemoryMB-before.MemoryMB), gib(max(0, memLimitMB-before.MemoryMB)), gib(memLimitMB)))
+	}
+	if added := after.Instances - before.Instances; added > 0 && h.DiskFreeBytes>>20 < int64(added)*instanceDiskMB {
+		over = append(over, fmt.Sprintf("it needs %s of free disk for %d new instances and %s is free",
+			gib(int64(added)*instanceDiskMB), added, gib(h.DiskFreeBytes>>20)))
+	}
+	if len(over) == 0 {
+		return nil
+	}
+	return CodedErrorf(KindConflict, CodeCapacityExceeded,
+		"This host cannot hold the change: %s. Choose a smaller size or fewer instances, or stop or delete a service.", strings.Join(over, "; "))
+}
+
+func quotaCheck(q ResourceQuota, before, after Resources) error {
+	var over []string
+	check := func(name string, limit, b, a int64, unit func(int64) string) {
+		if limit > 0 && a > b && a > limit {
+			over = append(over, fmt.Sprintf("%s: it needs %s more and %s is free (quota %s)", name, unit(a-b), unit(max(0, limit-b)), unit(limit)))
+		}
+	}
+	num := func(v int64) string { return fmt.Sprint(v) }
+	check("instances", int64(q.Instances), int64(before.Instances), int64(after.Instances), num)
+	check("millicores", int64(q.CPUMillis), int64(before.CPUMillis), int64(after.CPUMillis), num)
+	check("memory", int64(q.MemoryGBs)*1024, before.MemoryMB, after.MemoryMB, gib)
+	check("storage", int64(q.StorageGBs)*1024, before.StorageMB, after.StorageMB, gib)
+	if len(over) == 0 {
+		return nil
+	}
+	return CodedErrorf(KindConflict, CodeQuotaExceeded,
+		"The project's resource quota does not allow the change; %s. Choose a smaller size or fewer instances, stop or delete a service, or ask the operator for a larger quota.", strings.Join(over, "; "))
+}
+
+// gib formats megabytes as GiB, with one decimal when needed.
+func gib(mb int64) string {
+	if mb%1024 == 0 {
+		return fmt.Sprintf("%d GiB", mb/1024)
+	}
+	return fmt.Sprintf("%.1f GiB", float64(mb)/1024)
+}
+
+// SetProjectQuota gives a project its own resource quota; nil returns it
+// to the server's default. It is an admin operation: lowering a quota
+// refuses growth from then on and removes nothing.
+func (c *Cloud) SetProjectQuota(ctx context.Context, projectID string, q *ResourceQuota) (*Project, error) {
+	if q != nil && (q.Instances < 0 || q.CPUMillis < 0 || q.MemoryGBs < 0 || q.StorageGBs < 0) {
+		return nil, Errorf(KindInvalid, "Quota values must be 0 (no limit) or more.")
+	}
+	var p *Project
+	err := c.Store.Update(ctx, func(tx Tx) (err error) {
+		if err := tx.LockProject(projectID); err != nil {
+			return err
+		}
+		if p, err = tx.FindProject(projectID); err != nil {
+			if IsNotFound(err) {
+				return Errorf(KindNotFound, "Project %q not found.", projectID)
+			}
+			return err
+		}
+		p.Quota = q
+		return tx.UpdateProject(p)
+	})
+	return p, err
+}
