@@ -323,8 +323,17 @@ func TestRuntime_HA(t *testing.T) {
 	})
 	t.Run("FailoverDataRemoved", func(t *testing.T) {
 		failover(t, 1_000_000, func(spec postgres.Spec) {
-			if err := os.RemoveAll(spec.PGData()); err != nil {
-				t.Fatal(err)
+			// The postmaster goes on creating files while they are
+			// removed, which RemoveAll reports as "directory not empty":
+			// remove until it is gone.
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				err := os.RemoveAll(spec.PGData())
+				if err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal(err)
+				}
 			}
 		})
 	})
