@@ -241,6 +241,10 @@ func TestRuntime_HA(t *testing.T) {
 		w := startWriter(t, svc, password, from)
 		stop := make(chan struct{})
 		loop := healthLoop(t, rt, svc, stop)
+		// The loop ends with the subtest, also when it fails: left running,
+		// it would repair the service while the cleanup deletes it.
+		stopLoop := sync.OnceFunc(func() { close(stop); <-loop })
+		defer stopLoop()
 		w.waitAcks(t, 20, time.Time{}, 0)
 		killed := time.Now()
 		breakPrimary(old)
@@ -267,8 +271,7 @@ func TestRuntime_HA(t *testing.T) {
 				t.Fatalf("not healthy again: %+v", obs)
 			}
 		}
-		close(stop)
-		<-loop
+		stopLoop()
 		st2, _ := rt.loadHA(svc.ID)
 		if st2.Primary == st.Primary {
 			t.Fatalf("primary still instance %d", st.Primary)
