@@ -413,6 +413,41 @@ func TestRuntime_HA(t *testing.T) {
 	})
 }
 
+// haTestService makes a service of replicas HA standbys, sync of them
+// synchronous, with an acked (id int primary key) table made before it
+// turned HA; its proxy stops before the service is deleted.
+func haTestService(t *testing.T, rt *Runtime, id, password string, replicas, sync int) *dbcloud.Service {
+	t.Helper()
+	svc := newTestService(t, rt, id, password, nil)
+	t.Cleanup(func() { rt.stopProxy(context.Background(), svc.ID) }) // before DeleteService
+	mustEnsure(t, rt, svc)
+	mustExec(t, svc, password, "CREATE TABLE acked (id int PRIMARY KEY)")
+	svc.Spec.Replicas, svc.Spec.SyncReplicas = replicas, sync
+	if _, err := rt.ensureHA(context.Background(), svc); err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+// killInstance SIGKILLs the instance's postmaster and waits until the
+// runtime sees it dead.
+func killInstance(t *testing.T, rt *Runtime, spec postgres.Spec) {
+	t.Helper()
+	pid, ok := rt.instances.Running(spec)
+	if !ok {
+		t.Fatalf("%s not running", spec.ID)
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, ok := rt.instances.Running(spec); !ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still runs 30 s after SIGKILL", spec.ID)
+		}
+	}
+}
+
 // TestRuntime_HAKeepsCommitsWithoutSyncStandby: with synchronous replicas
 // asked for, a primary that dies while no standby is synchronous (one is
 // still being built, or has just been rebuilt) is started again rather
@@ -425,15 +460,8 @@ func TestRuntime_HAKeepsCommitsWithoutSyncStandby(t *testing.T) {
 	}
 	rt := mustRuntime(t, localtest.Base(t))
 	const password = "ha-lag-secret"
-	svc := newTestService(t, rt, "halag", password, nil)
-	t.Cleanup(func() { rt.stopProxy(context.Background(), svc.ID) }) // before DeleteService
+	svc := haTestService(t, rt, "halag", password, 1, 1)
 	ctx := context.Background()
-	mustEnsure(t, rt, svc)
-	mustExec(t, svc, password, "CREATE TABLE acked (id int PRIMARY KEY)")
-	svc.Spec.Replicas, svc.Spec.SyncReplicas = 1, 1
-	if _, err := rt.ensureHA(ctx, svc); err != nil {
-		t.Fatal(err)
-	}
 
 	// As while the standby is being built: not synchronous, and behind.
 	st, _ := rt.loadHA(svc.ID)
@@ -451,19 +479,7 @@ func TestRuntime_HAKeepsCommitsWithoutSyncStandby(t *testing.T) {
 	}
 	mustExec(t, svc, password, "INSERT INTO acked SELECT generate_series(1, 100)")
 
-	pid, ok := rt.instances.Running(pspec)
-	if !ok {
-		t.Fatal("primary not running")
-	}
-	syscall.Kill(pid, syscall.SIGKILL)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, ok := rt.instances.Running(pspec); !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the killed primary still runs")
-		}
-	}
+	killInstance(t, rt, pspec)
 	if _, err := rt.ensureHA(ctx, svc); err != nil {
 		t.Fatal(err)
 	}
@@ -538,15 +554,8 @@ func TestRuntime_HAPromotesMostAdvanced(t *testing.T) {
 	}
 	rt := mustRuntime(t, localtest.Base(t))
 	const password = "ha-advanced-pw"
-	svc := newTestService(t, rt, "haadv", password, nil)
-	t.Cleanup(func() { rt.stopProxy(context.Background(), svc.ID) }) // before DeleteService
+	svc := haTestService(t, rt, "haadv", password, 2, 1)
 	ctx := context.Background()
-	mustEnsure(t, rt, svc)
-	mustExec(t, svc, password, "CREATE TABLE acked (id int PRIMARY KEY)")
-	svc.Spec.Replicas, svc.Spec.SyncReplicas = 2, 1
-	if _, err := rt.ensureHA(ctx, svc); err != nil {
-		t.Fatal(err)
-	}
 	st, _ := rt.loadHA(svc.ID)
 	base, _ := rt.preparedBase(svc)
 	if st.Primary != 0 || !slices.Equal(st.Sync, []int{1, 2}) {
@@ -558,19 +567,7 @@ func TestRuntime_HAPromotesMostAdvanced(t *testing.T) {
 	}
 	mustExec(t, svc, password, "INSERT INTO acked SELECT generate_series(1, 500)")
 	pspec := rt.haSpec(svc, base, st, st.Primary)
-	pid, ok := rt.instances.Running(pspec)
-	if !ok {
-		t.Fatal("primary not running")
-	}
-	syscall.Kill(pid, syscall.SIGKILL)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, ok := rt.instances.Running(pspec); !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the killed primary still runs")
-		}
-	}
+	killInstance(t, rt, pspec)
 	if _, err := rt.ensureHA(ctx, svc); err != nil {
 		t.Fatal(err)
 	}
