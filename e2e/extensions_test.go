@@ -139,14 +139,16 @@ var chunkName = regexp.MustCompile(`_hyper_[0-9]+_[0-9]+_chunk\b`)
 
 // TestTimescaleDB makes a TIMESERIESDB service and uses TimescaleDB as
 // its tsdbadmin (no superuser): a hypertable of 1,000,000 rows in daily
-// chunks, a time_bucket aggregate, show_chunks, forks (NOW and
-// point-in-time) answering the same aggregate, the service's own
+// chunks, a time_bucket aggregate, show_chunks, forks (NOW, point-in-time
+// and LAST_SNAPSHOT) answering the same aggregate, the service's own
 // operations (stop/start, resize, password) keeping it working, and a
 // retention drop_chunks.
 func TestTimescaleDB(t *testing.T) {
 	requireExtension(t, "timescaledb")
 	t.Parallel()
-	s := newServer(t)
+	// Snapshots often enough that one holds the loaded hypertable, for a
+	// LAST_SNAPSHOT fork.
+	s := newServer(t, "--snapshot-interval", "40s")
 	ctx := context.Background()
 	created := s.createTyped(map[string]any{"name": "metrics", "addons": []string{"time-series"}, "environment_tag": "PROD"}, "TIMESERIESDB")
 	svc := s.waitStatus(created.ServiceID, "READY", 90*time.Second)
@@ -197,11 +199,14 @@ func TestTimescaleDB(t *testing.T) {
 		t.Fatalf("target %v not after the first snapshot %v", target, snapshotAt)
 	}
 
-	for _, strategy := range []string{"NOW", "PITR"} {
+	for _, strategy := range []string{"NOW", "PITR", "LAST_SNAPSHOT"} {
 		t.Run("Fork"+strategy, func(t *testing.T) {
 			body := map[string]any{"fork_strategy": strategy, "name": "fork-" + strings.ToLower(strategy)}
-			if strategy == "PITR" {
+			switch strategy {
+			case "PITR":
 				body["target_time"] = target.Format(time.RFC3339Nano)
+			case "LAST_SNAPSHOT":
+				s.waitSnapshot(svc.ServiceID, target, 2*time.Minute)
 			}
 			f := s.mustFork(svc, body)
 			fork := s.waitStatus(f.ServiceID, "READY", 3*time.Minute)
@@ -211,7 +216,7 @@ func TestTimescaleDB(t *testing.T) {
 			if err := fc.QueryRow(ctx, `SELECT to_regclass('after_target') IS NOT NULL`).Scan(&late); err != nil {
 				t.Fatal(err)
 			}
-			if late != (strategy == "NOW") {
+			if late != (strategy != "PITR") {
 				t.Errorf("%s fork has the table made after the point-in-time target: %v", strategy, late)
 			}
 			checkBuckets(t, fc, 0, strategy+" fork")
