@@ -311,10 +311,12 @@ func TestTimescaleDB(t *testing.T) {
 	})
 }
 
-// TestTimescaleDB_NotOnPostgres checks that a POSTGRES service does not
-// preload TimescaleDB (it costs memory and workers), and that a VECTOR
-// service has pgvector but not TimescaleDB.
-func TestTimescaleDB_NotOnPostgres(t *testing.T) {
+// TestAddonTypes creates a service of each type and checks its extensions
+// and whether TimescaleDB is preloaded: only TIMESERIESDB services pay for
+// it (memory and workers), a VECTOR service has pgvector only, and both
+// addons give both.
+func TestAddonTypes(t *testing.T) {
+	requireExtension(t, "timescaledb")
 	requireExtension(t, "vector")
 	t.Parallel()
 	s := newServer(t)
@@ -323,7 +325,13 @@ func TestTimescaleDB_NotOnPostgres(t *testing.T) {
 		addons   []string
 		typ      string
 		wantExts string
-	}{{nil, "POSTGRES", "plpgsql"}, {[]string{"ai"}, "VECTOR", "plpgsql vector"}} {
+		preload  []string
+	}{
+		{nil, "POSTGRES", "plpgsql", []string{"preload=", "launcher=0", "max_background_workers=", "max_worker_processes=9", "telemetry_level="}},
+		{[]string{"ai"}, "VECTOR", "plpgsql vector", []string{"preload=", "launcher=0", "max_background_workers=", "max_worker_processes=9", "telemetry_level="}},
+		{[]string{"time-series", "ai"}, "TIMESERIESDB", "plpgsql timescaledb vector",
+			[]string{"preload=timescaledb", "launcher=1", "max_background_workers=4", "max_worker_processes=14", "telemetry_level=off"}},
+	} {
 		body := map[string]any{"name": strings.ToLower(c.typ)}
 		if c.addons != nil {
 			body["addons"] = c.addons
@@ -336,11 +344,11 @@ func TestTimescaleDB_NotOnPostgres(t *testing.T) {
 			t.Fatal(err)
 		}
 		if exts != c.wantExts {
-			t.Errorf("%s: extensions %q, want %q", c.typ, exts, c.wantExts)
+			t.Errorf("%s %v: extensions %q, want %q", c.typ, c.addons, exts, c.wantExts)
 		}
-		if got, want := timescaleSettings(t, s.superConnect(t, svc.ServiceID, 0)), []string{"preload=", "launcher=0",
-			"max_background_workers=", "max_worker_processes=9", "telemetry_level="}; !slices.Equal(got, want) {
-			t.Errorf("%s: %q, want %q", c.typ, got, want)
+		s.waitTimescaleSettings(t, svc.ServiceID, 0, c.preload)
+		if c.typ == "TIMESERIESDB" {
+			continue
 		}
 		// Without the preload, the tenant cannot use TimescaleDB here: the
 		// server ends the session that tries.
@@ -398,7 +406,7 @@ func checkNearest(t *testing.T, c *pgx.Conn, what string) {
 
 // TestPgvector makes a VECTOR service, and as tsdbadmin a vector(3)
 // column with an HNSW index that answers a nearest-neighbour query, on
-// the service and on a read replica set.
+// the service, on a NOW fork and on a read replica set.
 func TestPgvector(t *testing.T) {
 	requireExtension(t, "vector")
 	t.Parallel()
@@ -414,6 +422,10 @@ func TestPgvector(t *testing.T) {
 		t.Fatalf("vector table and HNSW index as tsdbadmin: %v", err)
 	}
 	checkNearest(t, db, "primary")
+
+	f := s.mustFork(svc, map[string]any{"fork_strategy": "NOW", "name": "embeddings-fork"})
+	fork := s.waitStatus(f.ServiceID, "READY", 2*time.Minute)
+	checkNearest(t, s.mustConnect(fork, f.InitialPassword), "NOW fork")
 
 	var rs replicaSet
 	if code := s.call("POST", s.replicaSets(svc.ServiceID), map[string]any{"name": "reads", "cpu_millis": 500, "memory_gbs": 2, "nodes": 1}, &rs); code != 202 {
