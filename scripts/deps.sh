@@ -4,7 +4,7 @@
 # connection pooler), and the extensions behind the addons, TimescaleDB
 # (time-series) and pgvector (ai), which Debian 12 does not ship: they are
 # built from Debian 13 source packages by scripts/extensions.sh (versions
-# pinned in scripts/extensions.env; about a minute and a half once, then
+# pinned in scripts/extensions.env; about 35 s on a fresh machine, then
 # cached). If they cannot be built, dbcloud still runs and answers those
 # addons with ADDON_UNAVAILABLE. Go must be on PATH or in /usr/local/go.
 # Safe to run again: it changes nothing that is in place.
