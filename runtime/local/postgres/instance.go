@@ -32,6 +32,9 @@ const (
 	recoveryTimeout = time.Hour
 	// reloadTimeout bounds how long Reload waits to observe the reload.
 	reloadTimeout = 10 * time.Second
+	// abortGrace is how long the processes of a postmaster that failed to
+	// start may take to exit by themselves (see abort).
+	abortGrace = 10 * time.Second
 	// defaultStopTimeout is used by Destroy and when Stop gets no bound.
 	defaultStopTimeout = 30 * time.Second
 	// maxSocketPath is the longest unix socket path Linux accepts

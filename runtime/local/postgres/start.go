@@ -109,9 +109,9 @@ func (m *Instances) start(ctx context.Context, s Spec) (int, error) {
 	}
 	if err := m.waitReady(ctx, s, c.PID, c); err != nil {
 		m.abort(s, c, cg)
-		// The logging collector writes the reason (a bind failure, say)
-		// on its own schedule: give it a moment to reach the file (a
-		// loaded host needed more than a second).
+		// The logging collector has written the reason (a bind failure,
+		// say) by the time it exits; the file may still need a moment to
+		// show it.
 		detail := serverErrors(s.LogDir(), begin)
 		for wait := time.Now().Add(3 * time.Second); detail == "" && time.Now().Before(wait); {
 			time.Sleep(20 * time.Millisecond)
@@ -183,6 +183,10 @@ func (m *Instances) waitReady(ctx context.Context, s Spec, pid int, c *proc.Chil
 }
 
 // abort kills a postmaster whose start failed, and everything it forked.
+// The logging collector outlives the postmaster until it has written what
+// the postmaster sent it, which is why the start failed: what is left gets
+// abortGrace to exit by itself before it is killed, so the reason is on
+// disk rather than lost with a killed collector.
 func (m *Instances) abort(s Spec, c *proc.Child, cg *cgroup.Group) {
 	_ = syscall.Kill(c.PID, syscall.SIGQUIT)
 	select {
@@ -190,6 +194,11 @@ func (m *Instances) abort(s Spec, c *proc.Child, cg *cgroup.Group) {
 	case <-time.After(5 * time.Second):
 		_ = syscall.Kill(c.PID, syscall.SIGKILL)
 		<-c.Exited()
+	}
+	for deadline := time.Now().Add(abortGrace); time.Now().Before(deadline); time.Sleep(proc.PollInterval) {
+		if len(serverProcesses(s.PGData())) == 0 {
+			break
+		}
 	}
 	_ = m.killLeftovers(context.Background(), s, cg, time.Now().Add(5*time.Second))
 }
