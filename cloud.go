@@ -92,6 +92,8 @@ type Cloud struct {
 	Notify func()
 	// Network, when set, is told of VPCs as they are created and deleted.
 	Network Network
+	// PasswordTimeout bounds updatePassword's work on the tenant's database.
+	PasswordTimeout time.Duration
 }
 
 // NewCloud returns a Cloud with the given dependencies.
@@ -99,7 +101,7 @@ func NewCloud(store Store, runtime Runtime, cfg Config, logger *slog.Logger) *Cl
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Cloud{Store: store, Runtime: runtime, Config: cfg, Logger: logger, Now: time.Now}
+	return &Cloud{Store: store, Runtime: runtime, Config: cfg, Logger: logger, Now: time.Now, PasswordTimeout: DefaultPasswordTimeout}
 }
 
 func (c *Cloud) now() time.Time { return c.Now().UTC().Truncate(time.Microsecond) }

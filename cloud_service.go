@@ -738,9 +738,10 @@ func (c *Cloud) SetEnvironment(ctx context.Context, projectID, id, env string) (
 	return fmt.Sprintf("Environment set to %s.", e), err
 }
 
-// PasswordTimeout bounds an updatePassword's work on the tenant's
-// database, so that a tenant's lock fails only its own request.
-const PasswordTimeout = 10 * time.Second
+// DefaultPasswordTimeout bounds an updatePassword's work on the tenant's
+// database (Cloud.PasswordTimeout), so that a slow or locked tenant fails
+// only its own request.
+const DefaultPasswordTimeout = 10 * time.Second
 
 // UpdatePassword sets tsdbadmin's password; it works before this returns,
 // and the old one no longer does. The running service is changed first,
@@ -757,6 +758,10 @@ func (c *Cloud) UpdatePassword(ctx context.Context, projectID, id, password stri
 		return err
 	}
 	verifier := NewSCRAMVerifier(password)
+	timeout := c.PasswordTimeout
+	if timeout <= 0 {
+		timeout = DefaultPasswordTimeout
+	}
 	owner := "password-" + NewID()
 	var svc *Service
 	err := c.Store.Update(ctx, func(tx Tx) error {
@@ -771,7 +776,7 @@ func (c *Cloud) UpdatePassword(ctx context.Context, projectID, id, password stri
 			return err
 		}
 		now := c.now()
-		ok, err := tx.AcquireLease(s.ID, owner, now, now.Add(PasswordTimeout+5*time.Second))
+		ok, err := tx.AcquireLease(s.ID, owner, now, now.Add(timeout+5*time.Second))
 		if err != nil {
 			return err
 		}
@@ -792,11 +797,16 @@ func (c *Cloud) UpdatePassword(ctx context.Context, projectID, id, password stri
 			c.Logger.Warn("release password lease", "service", svc.ID, "error", err)
 		}
 	}()
-	actx, cancel := context.WithTimeout(ctx, PasswordTimeout)
+	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := c.Runtime.SetPassword(actx, svc, verifier); err != nil {
 		if ErrorKindOf(err) != KindInternal {
 			return err
+		}
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			// The tenant's database did not answer in time (overloaded by
+			// its own sessions): its request fails, nobody waits longer.
+			return Errorf(KindConflict, "Service %s did not take the new password within %v (its database is busy); the password was not changed. Retry when it is less loaded.", svc.ID, timeout)
 		}
 		return fmt.Errorf("set password of %s: %w", svc.ID, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"dbcloud"
 )
@@ -164,4 +165,42 @@ func TestBusyIsVisible(t *testing.T) {
 			}
 		})
 	})
+}
+
+// TestUpdatePassword_TenantTooSlow: a tenant database that does not take
+// the password within the deadline fails only this request, with a 409,
+// and the stored password is unchanged.
+func TestUpdatePassword_TenantTooSlow(t *testing.T) {
+	e := newEnv(t, "sqlite", noLimits)
+	s := e.readyService(map[string]any{"name": "slow"})
+	e.cloud.PasswordTimeout = 300 * time.Millisecond
+	e.runtime.setPassword = func(ctx context.Context, _ *dbcloud.Service, _ string) error {
+		<-ctx.Done() // never answers
+		return ctx.Err()
+	}
+	before := verifierOf(t, e, s.ServiceID)
+	res := e.want(409, "CONFLICT", req{Method: "POST", Path: e.pa() + "/services/" + s.ServiceID + "/updatePassword", Body: map[string]string{"password": "a-long-password"}})
+	t.Logf("%s", res.Body)
+	if verifierOf(t, e, s.ServiceID) != before {
+		t.Error("the stored password changed although the service did not take it")
+	}
+	// The lease is released: the next attempt is judged afresh.
+	e.runtime.setPassword = nil
+	e.want(204, "", req{Method: "POST", Path: e.pa() + "/services/" + s.ServiceID + "/updatePassword", Body: map[string]string{"password": "a-long-password"}})
+	if verifierOf(t, e, s.ServiceID) == before {
+		t.Error("the stored password did not change after a successful update")
+	}
+}
+
+func verifierOf(t *testing.T, e *env, id string) string {
+	t.Helper()
+	var v string
+	e.store.View(context.Background(), func(tx dbcloud.Tx) error {
+		s, err := tx.FindService(e.a.ProjectID, id)
+		if err == nil {
+			v = s.PasswordVerifier
+		}
+		return err
+	})
+	return v
 }

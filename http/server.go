@@ -62,9 +62,13 @@ func DefaultServerConfig() ServerConfig {
 // NewServer returns an HTTP server for h with cfg's timeouts. Serve it on
 // a listener from LimitConnsPerAddr.
 func NewServer(h http.Handler, cfg ServerConfig, logger *slog.Logger) *http.Server {
+	header := 10 * time.Second
+	if cfg.ReadTimeout > 0 {
+		header = min(header, cfg.ReadTimeout)
+	}
 	return &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: min(10*time.Second, cfg.ReadTimeout),
+		ReadHeaderTimeout: header,
 		ReadTimeout:       cfg.ReadTimeout,
 		WriteTimeout:      cfg.WriteTimeout,
 		IdleTimeout:       cfg.IdleTimeout,

@@ -448,9 +448,9 @@ func (rt *Runtime) SetPassword(ctx context.Context, svc *dbcloud.Service, verifi
 	}
 	err = rt.setVerifier(ctx, spec, verifier)
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "57014") {
-		// lock_not_available or query_canceled (by the deadline): a
-		// session of the tenant's holds a lock on the role.
+	if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+		// lock_not_available, after lock_timeout: a session of the
+		// tenant's holds a lock on the role.
 		return dbcloud.Errorf(dbcloud.KindConflict,
 			"A session of service %s holds a lock on role tsdbadmin (an open transaction that changed it), so the password was not changed; commit or roll back that transaction and retry.", svc.ID)
 	}
