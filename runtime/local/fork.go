@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"dbcloud/internal/atomicfile"
@@ -237,7 +236,7 @@ func (rt *Runtime) restorePointInTime(ctx context.Context, svc *dbcloud.Service,
 	if err := rt.backups.CopySnapshot(ctx, *base, spec.PGData(), owner); err != nil {
 		return nil, "", err
 	}
-	settings := map[string]string{"restore_command": "cp " + shellQuote(archive) + `/"%f" "%p"`}
+	settings := map[string]string{"restore_command": postgres.RestoreCommand(archive)}
 	from := fmt.Sprintf("snapshot %s and archived WAL to %s", base.Name, target.Format(time.RFC3339Nano))
 	if running {
 		settings["recovery_target_time"] = target.Format("2006-01-02 15:04:05.999999-07")
@@ -281,6 +280,3 @@ func (rt *Runtime) archiveMarker(ctx context.Context, parent postgres.Spec, arch
 	}
 	return backup.WaitArchived(ctx, archive, segment, archiveWait)
 }
-
-// shellQuote quotes a word for sh (restore_command runs through it).
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -111,6 +111,7 @@ func (rt *Runtime) haSpec(svc *dbcloud.Service, base postgres.Spec, st *haState,
 		}
 		return s
 	}
+	s.RestoreFromArchive = true
 	primaryDir := filepath.Join(rt.serviceDir(svc.ID), strconv.Itoa(st.Primary))
 	s.Settings["primary_conninfo"] = fmt.Sprintf("host=%s port=%d user=postgres application_name=%s",
 		postgres.QuoteDSN(filepath.Join(primaryDir, "run")), st.Ports[st.Primary], appName(n))

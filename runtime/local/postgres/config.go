@@ -141,6 +141,11 @@ func RenderConfig(s Spec, osUser string) (postgresqlConf, hbaConf, identConf str
 		writeSetting(&b, "archive_library", quoteValue("basic_archive"))
 		writeSetting(&b, "basic_archive.archive_directory", quoteValue(s.ArchiveDir))
 		writeSetting(&b, "archive_timeout", quoteValue(archiveTimeout))
+		if s.RestoreFromArchive {
+			// Only recovery runs it; a missing file (exit 1) sends the
+			// standby back to streaming.
+			writeSetting(&b, "restore_command", quoteValue(RestoreCommand(s.ArchiveDir)))
+		}
 	}
 
 	settings := map[string]string{}
@@ -211,6 +216,12 @@ func identToken(name string) string {
 		return name
 	}
 	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
+}
+
+// RestoreCommand is the restore_command that fetches WAL segments from a
+// service's archive; sh runs it, so the directory is quoted for sh.
+func RestoreCommand(archiveDir string) string {
+	return "cp '" + strings.ReplaceAll(archiveDir, "'", `'\''`) + `'/"%f" "%p"`
 }
 
 func writeSetting(b *strings.Builder, name, value string) {

@@ -188,3 +188,21 @@ func TestValidateSettings(t *testing.T) {
 		}
 	}
 }
+
+// A standby that restores from the archive gets a restore_command that
+// copies from it, quoted for sh; other instances get none.
+func TestRenderConfig_RestoreFromArchive(t *testing.T) {
+	s := goldenSpec()
+	s.ArchiveDir = "/data/services/it's/archive"
+	conf, _, _ := RenderConfig(s, "root")
+	if strings.Contains(conf, "restore_command") {
+		t.Errorf("restore_command without RestoreFromArchive:\n%s", conf)
+	}
+	s.RestoreFromArchive = true
+	conf, _, _ = RenderConfig(s, "root")
+	// sh quotes the quote as '\'', which postgresql.conf escapes again.
+	want := `restore_command = 'cp ''/data/services/it''\\''''s/archive''/"%f" "%p"'`
+	if !strings.Contains(conf, want) {
+		t.Errorf("config lacks %s:\n%s", want, conf)
+	}
+}

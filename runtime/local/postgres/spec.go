@@ -36,6 +36,10 @@ type Spec struct {
 	// (basic_archive): the service's archive, shared by its instances,
 	// since only the primary archives. Prepare creates it.
 	ArchiveDir string
+	// RestoreFromArchive makes a standby fetch from ArchiveDir the WAL that
+	// streaming cannot give it: a rewound former primary replays from
+	// before the failover, WAL the new primary may have recycled already.
+	RestoreFromArchive bool
 	// RecoverySettings are passed on the postgres command line, never
 	// written to a file, by the one start that recovers a fork: they
 	// vanish with that postmaster instead of lingering in the config.
