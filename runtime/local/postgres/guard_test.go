@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"os"
 	"strings"
@@ -141,6 +142,31 @@ func TestGuard_EscapeMatrix(t *testing.T) {
 	if members != 0 {
 		t.Errorf("%d memberships in the reserved roles were granted", members)
 	}
+
+	t.Run("TLSRefusesCBC", func(t *testing.T) {
+		for _, c := range []struct {
+			suite uint16
+			ok    bool
+		}{
+			{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, false},
+			{tls.TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA, false},
+			{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, true},
+		} {
+			cfg, err := pgx.ParseConfig(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.TLSConfig = &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{c.suite}}
+			cfg.Fallbacks = nil
+			conn, err := pgx.ConnectConfig(ctx, cfg)
+			if err == nil {
+				conn.Close(ctx)
+			}
+			if (err == nil) != c.ok {
+				t.Errorf("TLS 1.2 with only %s: error %v, want success %v", tls.CipherSuiteName(c.suite), err, c.ok)
+			}
+		}
+	})
 
 	t.Run("OwnerKeepsWhatItNeeds", func(t *testing.T) {
 		for _, sql := range []string{
