@@ -154,7 +154,7 @@ func TestTimescaleDB(t *testing.T) {
 	snapshotAt := s.waitSnapshot(svc.ServiceID, time.Time{}, 60*time.Second)
 	db := s.mustConnect(svc, pw)
 
-	want := []string{"preload=timescaledb", "launcher=1", "max_background_workers=4", "max_worker_processes=14", "telemetry_level=off"}
+	want := []string{"preload=timescaledb,dbcloud_guard", "launcher=1", "max_background_workers=4", "max_worker_processes=14", "telemetry_level=off"}
 	s.waitTimescaleSettings(t, svc.ServiceID, 0, want)
 	var super bool
 	var version string
@@ -242,7 +242,7 @@ func TestTimescaleDB(t *testing.T) {
 		s.waitStatus(svc.ServiceID, "READY", 90*time.Second)
 		works("after resize")
 		// 2 CPUs: 8 TimescaleDB workers plus the launcher on top of 2+8.
-		s.waitTimescaleSettings(t, svc.ServiceID, 0, []string{"preload=timescaledb", "launcher=1", "max_background_workers=8", "max_worker_processes=19", "telemetry_level=off"})
+		s.waitTimescaleSettings(t, svc.ServiceID, 0, []string{"preload=timescaledb,dbcloud_guard", "launcher=1", "max_background_workers=8", "max_worker_processes=19", "telemetry_level=off"})
 
 		const newPW = "timescale-password-42"
 		if code := s.call("POST", s.services()+"/"+svc.ServiceID+"/updatePassword", map[string]string{"password": newPW}, nil); code != 204 {
@@ -267,7 +267,7 @@ func TestTimescaleDB(t *testing.T) {
 		// A hot standby needs the primary's worker count (2 CPUs, 19) and
 		// TimescaleDB preloaded to read hypertables; its launcher waits for
 		// the end of recovery.
-		s.waitTimescaleSettings(t, rs.ID, 0, []string{"preload=timescaledb", "launcher=0", "max_background_workers=8", "max_worker_processes=19", "telemetry_level=off"})
+		s.waitTimescaleSettings(t, rs.ID, 0, []string{"preload=timescaledb,dbcloud_guard", "launcher=0", "max_background_workers=8", "max_worker_processes=19", "telemetry_level=off"})
 		checkBuckets(t, rc, 0, "read replica")
 		s.call("DELETE", s.replicaSets(svc.ServiceID)+"/"+rs.ID, nil, nil)
 		s.waitReplicaSet(svc.ServiceID, rs.ID, "gone", time.Minute)
@@ -333,7 +333,7 @@ func TestTimescaleDB_NotOnPostgres(t *testing.T) {
 		if exts != c.wantExts {
 			t.Errorf("%s: extensions %q, want %q", c.typ, exts, c.wantExts)
 		}
-		if got, want := timescaleSettings(t, s.superConnect(t, svc.ServiceID, 0)), []string{"preload=", "launcher=0",
+		if got, want := timescaleSettings(t, s.superConnect(t, svc.ServiceID, 0)), []string{"preload=dbcloud_guard", "launcher=0",
 			"max_background_workers=", "max_worker_processes=9", "telemetry_level="}; !slices.Equal(got, want) {
 			t.Errorf("%s: %q, want %q", c.typ, got, want)
 		}
@@ -462,13 +462,13 @@ func TestTimescaleDB_HAFailover(t *testing.T) {
 	// Shared size: 4 workers, 4 TimescaleDB workers and the launcher.
 	primary, _ := s.haPrimary(svc.ServiceID)
 	standby := (primary + 1) % 3
-	s.waitTimescaleSettings(t, svc.ServiceID, standby, []string{"preload=timescaledb", "launcher=0", "max_background_workers=4",
+	s.waitTimescaleSettings(t, svc.ServiceID, standby, []string{"preload=timescaledb,dbcloud_guard", "launcher=0", "max_background_workers=4",
 		"max_worker_processes=9", "telemetry_level=off"})
 
 	r := s.failover(t, svc, pw, 0, killPrimary)
 	t.Logf("failover to the first acknowledged write: %v; %d acknowledged commits, all on the new primary", r.took, r.acked)
 	now, _ := s.haPrimary(svc.ServiceID)
-	s.waitTimescaleSettings(t, svc.ServiceID, now, []string{"preload=timescaledb", "launcher=1", "max_background_workers=4",
+	s.waitTimescaleSettings(t, svc.ServiceID, now, []string{"preload=timescaledb,dbcloud_guard", "launcher=1", "max_background_workers=4",
 		"max_worker_processes=9", "telemetry_level=off"})
 	c := s.mustConnect(svc, pw)
 	checkBuckets(t, c, 0, "after failover")
