@@ -184,7 +184,6 @@ func TestGuard_EscapeMatrix(t *testing.T) {
 			"GRANT pg_signal_backend TO tsdbadmin",
 			"GRANT pg_monitor TO app",
 			"CREATE DATABASE appdb",
-			"DROP DATABASE appdb",
 			"CREATE TABLE metrics(time timestamptz NOT NULL, device int, value float8)",
 			"SELECT create_hypertable('metrics', 'time')",
 			"INSERT INTO metrics SELECT now() - i * interval '1 hour', i % 4, i FROM generate_series(1, 100) i",
@@ -205,6 +204,22 @@ func TestGuard_EscapeMatrix(t *testing.T) {
 			if _, err := conn.Exec(ctx, sql); err != nil {
 				t.Errorf("%s: %v", sql, err)
 			}
+		}
+		// In a database of its own, tsdbadmin creates the trusted extension
+		// itself: the guard lets the extension script's C functions through.
+		appdb := mustConnect(t, strings.Replace(dsn, "/tsdb?", "/appdb?", 1))
+		for _, sql := range []string{
+			"CREATE EXTENSION timescaledb",
+			"CREATE TABLE m(time timestamptz NOT NULL, v int)",
+			"SELECT create_hypertable('m', 'time')",
+		} {
+			if _, err := appdb.Exec(ctx, sql); err != nil {
+				t.Errorf("in appdb, %s: %v", sql, err)
+			}
+		}
+		appdb.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE appdb"); err != nil {
+			t.Errorf("DROP DATABASE appdb: %v", err)
 		}
 		if _, err := conn.CopyFrom(ctx, pgx.Identifier{"out"}, []string{"line"}, pgx.CopyFromRows([][]any{{"a"}, {"b"}})); err != nil {
 			t.Errorf("COPY FROM STDIN: %v", err)
