@@ -81,7 +81,7 @@ func TestGuard_EscapeMatrix(t *testing.T) {
 	ctx := context.Background()
 	m, s, dsn := guardInstance(t)
 	conn := mustConnect(t, dsn)
-	if _, err := conn.Exec(ctx, "CREATE TABLE out(line text); CREATE ROLE victim NOLOGIN"); err != nil {
+	if _, err := conn.Exec(ctx, "CREATE TABLE out(line text); CREATE ROLE victim NOLOGIN; CREATE ROLE victim2 NOLOGIN"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -104,9 +104,7 @@ func TestGuard_EscapeMatrix(t *testing.T) {
 		"ALTER ROLE postgres PASSWORD 'x'",
 		"ALTER ROLE " + PoolerRole + " PASSWORD 'x'",
 		"ALTER ROLE " + PoolerRole + " SET search_path = evil",
-		"ALTER ROLE " + PoolerRole + " RENAME TO pooler2",
-		"ALTER ROLE victim RENAME TO dbcloud_victim",
-		"DROP ROLE " + PoolerRole,
+		"ALTER ROLE victim2 RENAME TO dbcloud_victim",
 		"CREATE ROLE dbcloud_monitor LOGIN",
 		"GRANT victim TO " + PoolerRole,
 		"GRANT " + PoolerRole + " TO tsdbadmin",
@@ -117,10 +115,16 @@ func TestGuard_EscapeMatrix(t *testing.T) {
 		"CREATE FUNCTION c_fn() RETURNS void LANGUAGE c AS 'dbcloud_guard', '_PG_init'",
 		"CREATE FUNCTION internal_fn(cstring) RETURNS int LANGUAGE internal AS 'int4in'",
 		"ALTER ROLE tsdbadmin SUPERUSER",
+		// Last: without the guard they take the role away from the rows above.
+		"ALTER ROLE " + PoolerRole + " RENAME TO pooler2",
+		"DROP ROLE " + PoolerRole,
 	}
 	var failed []string
 	for _, sql := range escapes {
 		_, err := conn.Exec(ctx, sql)
+		// Without the guard, a SET ROLE that got through would change
+		// who makes the rows after it.
+		_, _ = conn.Exec(ctx, "RESET ROLE; RESET SESSION AUTHORIZATION")
 		if got := sqlState(err); got != "42501" {
 			failed = append(failed, sql)
 			t.Errorf("%s: got SQLSTATE %q (%v), want 42501", sql, got, err)
