@@ -5,12 +5,14 @@ import (
 	"crypto/tls"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"dbcloud/internal/pgbin"
 	"dbcloud/runtime/local/internal/localtest"
 )
 
@@ -413,4 +415,16 @@ func TestGuard_ReadOnly(t *testing.T) {
 			t.Errorf("SET tsdb_admin.read_only_role in a session: got %q (%v), want 42501", got, err)
 		}
 	})
+}
+
+// TestCheckGuard: without the library dbcloud refuses to start, saying
+// what to run; with it (as scripts/deps.sh installs it here) it starts.
+func TestCheckGuard(t *testing.T) {
+	err := checkGuard(filepath.Join(t.TempDir(), "bin"))
+	if err == nil || !strings.Contains(err.Error(), "dbcloud_guard") || !strings.Contains(err.Error(), "scripts/deps.sh") {
+		t.Errorf("no library: got %v, want an error naming dbcloud_guard and scripts/deps.sh", err)
+	}
+	if err := checkGuard(pgbin.Dir()); err != nil {
+		t.Errorf("the host's PostgreSQL: %v (scripts/deps.sh installs the guard)", err)
+	}
 }
