@@ -373,10 +373,14 @@ guard_utility(Node *stmt)
 	}
 }
 
+/*
+ * session_read_only latches the session read-only once either setting is
+ * on. It does no catalog access: it also runs in transaction callbacks.
+ */
 static bool
 session_read_only(void)
 {
-	if (!session_ro && (ro_connection || (ro_role && !superuser_arg(GetSessionUserId()))))
+	if (!session_ro && (ro_connection || ro_role))
 		session_ro = true;
 	return session_ro;
 }
@@ -454,6 +458,40 @@ force_read_only(void)
 	DefaultXactReadOnly = true;
 	if (IsTransactionState())
 		XactReadOnly = true;
+}
+
+/*
+ * dbcloud_guard_xact is the backstop of read-only sessions. A transaction
+ * that wrote anything has a transaction ID; one of a read-only session
+ * must not commit. This catches what forcing XactReadOnly cannot: functions
+ * that write without checking it (PostgreSQL 15's large-object functions,
+ * also called through the protocol's fast-path, which bypasses the
+ * executor; C functions of extensions), and temporary tables. At the end of
+ * every transaction the next one is made to start read-only as well.
+ */
+static void
+dbcloud_guard_xact(XactEvent event, void *arg)
+{
+	if (!session_read_only())
+		return;
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+		case XACT_EVENT_PRE_PREPARE:
+			if (TransactionIdIsValid(GetTopTransactionIdIfAny()))
+				ereport(ERROR,
+						(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+						 errmsg("cannot commit a transaction that wrote: this session is read-only"),
+						 errdetail("The session was opened with tsdb_admin.read_only_connection or by a role with tsdb_admin.read_only_role; it stays read-only until it ends.")));
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PREPARE:
+			DefaultXactReadOnly = true;
+			break;
+		default:
+			break;
+	}
 }
 
 static void
@@ -534,6 +572,7 @@ _PG_init(void)
 
 	prev_utility = ProcessUtility_hook;
 	ProcessUtility_hook = dbcloud_guard_utility;
+	RegisterXactCallback(dbcloud_guard_xact, NULL);
 	prev_executor_start = ExecutorStart_hook;
 	ExecutorStart_hook = dbcloud_guard_executor_start;
 }

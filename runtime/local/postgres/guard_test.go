@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"dbcloud/internal/pgbin"
 	"dbcloud/runtime/local/internal/localtest"
@@ -295,11 +296,46 @@ var roWrites = []string{
 	"CREATE TABLE ro_new(i int)",
 	"SELECT nextval('ro_seq')",
 	"UPDATE ro_t SET i = i + 1",
+	// PostgreSQL 15's large-object functions do not check read-only.
+	"SELECT lo_creat(-1)",
+	"SELECT lo_from_bytea(0, 'x')",
+	"SELECT lo_put(4242, 0, 'x')",
+	"CREATE TEMP TABLE ro_tmp AS SELECT 1",
 }
 
 // readOnlyOption is the startup option tiger-cli sends
 // (internal/common/connection.go), byte for byte.
 const readOnlyOption = "options=-c%20tsdb_admin.read_only_connection%3Dtrue"
+
+// fastPathWrite creates a large object through the protocol's fast-path
+// function call (what libpq's lo_creat sends): it reaches the function
+// without the executor or a utility statement, in a transaction of its own.
+func fastPathWrite(t *testing.T, conn *pgx.Conn) error {
+	t.Helper()
+	ctx := context.Background()
+	var fn uint32
+	if err := conn.QueryRow(ctx, "SELECT 'pg_catalog.lo_creat(integer)'::regprocedure::oid", pgx.QueryExecModeSimpleProtocol).Scan(&fn); err != nil {
+		t.Fatal(err)
+	}
+	fe := conn.PgConn().Frontend()
+	fe.Send(&pgproto3.FunctionCall{Function: fn, ArgFormatCodes: []uint16{0}, Arguments: [][]byte{[]byte("393216")}, ResultFormatCode: 0})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var callErr error
+	for {
+		msg, err := fe.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.ErrorResponse:
+			callErr = pgconn.ErrorResponseToPgError(m)
+		case *pgproto3.ReadyForQuery:
+			return callErr
+		}
+	}
+}
 
 // tryReadOnlyEscapes runs every escape then every write on conn, and wants
 // each write refused with 25006 and the table unchanged.
@@ -322,10 +358,17 @@ func tryReadOnlyEscapes(t *testing.T, conn *pgx.Conn, admin *pgx.Conn) {
 		if _, err := conn.CopyFrom(ctx, pgx.Identifier{"ro_t"}, []string{"i"}, pgx.CopyFromRows([][]any{{1}})); sqlState(err) != "25006" {
 			t.Errorf("after %q, COPY FROM STDIN: got %v, want 25006", escape, err)
 		}
+		if err := fastPathWrite(t, conn); sqlState(err) != "25006" {
+			t.Errorf("after %q, lo_creat by fast-path call: got %v, want 25006", escape, err)
+		}
 	}
 	var n int
 	if err := admin.QueryRow(ctx, "SELECT count(*) FROM ro_t").Scan(&n); err != nil || n != 1 {
 		t.Errorf("ro_t has %d rows (%v), want the 1 row it started with", n, err)
+	}
+	var lo []byte
+	if err := admin.QueryRow(ctx, "SELECT count(*), lo_get(4242) FROM pg_largeobject_metadata GROUP BY 2").Scan(&n, &lo); err != nil || n != 1 || len(lo) != 0 {
+		t.Errorf("%d large objects, 4242 holds %q (%v); want only 4242, empty", n, lo, err)
 	}
 }
 
@@ -352,6 +395,8 @@ func TestGuard_ReadOnly(t *testing.T) {
 		"CREATE ROLE app NOLOGIN",
 		"GRANT app TO tsdbadmin",
 		"GRANT ALL ON ro_t, ro_seq TO app",
+		"SELECT lo_create(4242)",
+		"GRANT SELECT, UPDATE ON LARGE OBJECT 4242 TO app",
 	} {
 		if _, err := admin.Exec(ctx, sql); err != nil {
 			t.Fatalf("%s: %v", sql, err)
@@ -378,6 +423,7 @@ func TestGuard_ReadOnly(t *testing.T) {
 			"BEGIN; CREATE ROLE ro_user WITH LOGIN PASSWORD 'ro-password-1' IN ROLE tsdbadmin; ALTER ROLE ro_user SET tsdb_admin.read_only_role = true; COMMIT",
 			"GRANT app TO ro_user",
 			"GRANT ALL ON ro_t, ro_seq TO ro_user",
+			"GRANT SELECT, UPDATE ON LARGE OBJECT 4242 TO ro_user",
 		} {
 			if _, err := admin.Exec(ctx, sql); err != nil {
 				_, _ = admin.Exec(ctx, "ROLLBACK")
