@@ -150,6 +150,41 @@ func TestGuard_EscapeMatrix(t *testing.T) {
 		t.Errorf("%d memberships in the reserved roles were granted", members)
 	}
 
+	// A database owner's search_path is not the superuser's: a function
+	// named like a catalog one, first in tsdb's search_path, is not what
+	// dbcloud's superuser session calls (pgbouncer's installLookup runs
+	// this very query in every database).
+	t.Run("SearchPathTrojan", func(t *testing.T) {
+		for _, sql := range []string{
+			"CREATE SCHEMA trojan",
+			`CREATE FUNCTION trojan.pg_get_userbyid(oid) RETURNS name LANGUAGE plpgsql AS $$
+			BEGIN EXECUTE 'ALTER ROLE tsdbadmin SUPERUSER'; RETURN 'x'; END $$`,
+			"GRANT USAGE ON SCHEMA trojan TO PUBLIC",
+			"ALTER DATABASE tsdb SET search_path = trojan, pg_catalog",
+		} {
+			if _, err := conn.Exec(ctx, sql); err != nil {
+				t.Fatalf("%s: %v", sql, err)
+			}
+		}
+		super, err := m.Connect(ctx, s, "tsdb")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var owner *string
+		err = super.QueryRow(ctx, "SELECT pg_get_userbyid(nspowner)::text FROM pg_namespace WHERE nspname = 'trojan'").Scan(&owner)
+		super.Close(ctx)
+		if err != nil || owner == nil || *owner != "tsdbadmin" {
+			t.Errorf("the superuser's query answered %v, %v; want tsdbadmin from pg_catalog's function", owner, err)
+		}
+		var rolsuper bool
+		if err := conn.QueryRow(ctx, "SELECT rolsuper FROM pg_roles WHERE rolname = 'tsdbadmin'").Scan(&rolsuper); err != nil || rolsuper {
+			t.Errorf("tsdbadmin is a superuser now (%v): the trojan ran as the superuser", err)
+		}
+		if _, err := conn.Exec(ctx, "ALTER DATABASE tsdb RESET search_path"); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("TLSRefusesCBC", func(t *testing.T) {
 		for _, c := range []struct {
 			suite uint16
