@@ -448,6 +448,16 @@ func TestGuard_ReadOnly(t *testing.T) {
 		if err := conn.QueryRow(ctx, "SELECT count(*) FROM ro_t").Scan(&n); err != nil {
 			t.Errorf("a read-only session must still read: %v", err)
 		}
+		// Parallel workers restore the session's settings, the guard's too.
+		if _, err := conn.Exec(ctx, "SET force_parallel_mode = on"); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM ro_t").Scan(&n); err != nil {
+			t.Errorf("a read-only session must still read in parallel: %v", err)
+		}
+		if _, err := conn.Exec(ctx, "RESET force_parallel_mode"); err != nil {
+			t.Fatal(err)
+		}
 		tryReadOnlyEscapes(t, conn, admin)
 	})
 
@@ -466,6 +476,16 @@ func TestGuard_ReadOnly(t *testing.T) {
 			}
 		}
 		conn := mustConnect(t, roDSN)
+		var n int
+		if _, err := conn.Exec(ctx, "SET force_parallel_mode = on"); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM ro_t").Scan(&n); err != nil {
+			t.Errorf("a read-only role must still read in parallel: %v", err)
+		}
+		if _, err := conn.Exec(ctx, "RESET force_parallel_mode"); err != nil {
+			t.Fatal(err)
+		}
 		tryReadOnlyEscapes(t, conn, admin)
 		// A startup option outranks the role's setting, so it is refused.
 		_, err := pgx.Connect(ctx, roDSN+"&options=-c%20tsdb_admin.read_only_role%3Doff")
