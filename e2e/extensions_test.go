@@ -156,7 +156,7 @@ func TestTimescaleDB(t *testing.T) {
 	snapshotAt := s.waitSnapshot(svc.ServiceID, time.Time{}, 60*time.Second)
 	db := s.mustConnect(svc, pw)
 
-	want := []string{"preload=timescaledb", "launcher=1", "max_background_workers=4", "max_worker_processes=14", "telemetry_level=off"}
+	want := []string{"preload=timescaledb,dbcloud_guard", "launcher=1", "max_background_workers=4", "max_worker_processes=14", "telemetry_level=off"}
 	s.waitTimescaleSettings(t, svc.ServiceID, 0, want)
 	var super bool
 	var version string
@@ -247,7 +247,7 @@ func TestTimescaleDB(t *testing.T) {
 		s.waitStatus(svc.ServiceID, "READY", 90*time.Second)
 		works("after resize")
 		// 2 CPUs: 8 TimescaleDB workers plus the launcher on top of 2+8.
-		s.waitTimescaleSettings(t, svc.ServiceID, 0, []string{"preload=timescaledb", "launcher=1", "max_background_workers=8", "max_worker_processes=19", "telemetry_level=off"})
+		s.waitTimescaleSettings(t, svc.ServiceID, 0, []string{"preload=timescaledb,dbcloud_guard", "launcher=1", "max_background_workers=8", "max_worker_processes=19", "telemetry_level=off"})
 
 		const newPW = "timescale-password-42"
 		if code := s.call("POST", s.services()+"/"+svc.ServiceID+"/updatePassword", map[string]string{"password": newPW}, nil); code != 204 {
@@ -272,7 +272,7 @@ func TestTimescaleDB(t *testing.T) {
 		// A hot standby needs the primary's worker count (2 CPUs, 19) and
 		// TimescaleDB preloaded to read hypertables; its launcher waits for
 		// the end of recovery.
-		s.waitTimescaleSettings(t, rs.ID, 0, []string{"preload=timescaledb", "launcher=0", "max_background_workers=8", "max_worker_processes=19", "telemetry_level=off"})
+		s.waitTimescaleSettings(t, rs.ID, 0, []string{"preload=timescaledb,dbcloud_guard", "launcher=0", "max_background_workers=8", "max_worker_processes=19", "telemetry_level=off"})
 		checkBuckets(t, rc, 0, "read replica")
 		s.call("DELETE", s.replicaSets(svc.ServiceID)+"/"+rs.ID, nil, nil)
 		s.waitReplicaSet(svc.ServiceID, rs.ID, "gone", time.Minute)
@@ -327,10 +327,10 @@ func TestAddonTypes(t *testing.T) {
 		wantExts string
 		preload  []string
 	}{
-		{nil, "POSTGRES", "plpgsql", []string{"preload=", "launcher=0", "max_background_workers=", "max_worker_processes=9", "telemetry_level="}},
-		{[]string{"ai"}, "VECTOR", "plpgsql vector", []string{"preload=", "launcher=0", "max_background_workers=", "max_worker_processes=9", "telemetry_level="}},
+		{nil, "POSTGRES", "plpgsql", []string{"preload=dbcloud_guard", "launcher=0", "max_background_workers=", "max_worker_processes=9", "telemetry_level="}},
+		{[]string{"ai"}, "VECTOR", "plpgsql vector", []string{"preload=dbcloud_guard", "launcher=0", "max_background_workers=", "max_worker_processes=9", "telemetry_level="}},
 		{[]string{"time-series", "ai"}, "TIMESERIESDB", "plpgsql timescaledb vector",
-			[]string{"preload=timescaledb", "launcher=1", "max_background_workers=4", "max_worker_processes=14", "telemetry_level=off"}},
+			[]string{"preload=timescaledb,dbcloud_guard", "launcher=1", "max_background_workers=4", "max_worker_processes=14", "telemetry_level=off"}},
 	} {
 		body := map[string]any{"name": strings.ToLower(c.typ)}
 		if c.addons != nil {
@@ -479,7 +479,7 @@ func TestTimescaleDB_HAFailover(t *testing.T) {
 	// Shared size: 4 workers, 4 TimescaleDB workers and the launcher.
 	primary, _ := s.haPrimary(svc.ServiceID)
 	standby := (primary + 1) % 3
-	s.waitTimescaleSettings(t, svc.ServiceID, standby, []string{"preload=timescaledb", "launcher=0", "max_background_workers=4",
+	s.waitTimescaleSettings(t, svc.ServiceID, standby, []string{"preload=timescaledb,dbcloud_guard", "launcher=0", "max_background_workers=4",
 		"max_worker_processes=9", "telemetry_level=off"})
 
 	// The primary's postmaster dies; the service's endpoint moves to a
@@ -512,7 +512,7 @@ func TestTimescaleDB_HAFailover(t *testing.T) {
 	defer c.Close(ctx)
 	t.Logf("the endpoint reached the promoted standby %v after the kill", time.Since(killed).Round(time.Millisecond))
 	now, _ := s.haPrimary(svc.ServiceID)
-	s.waitTimescaleSettings(t, svc.ServiceID, now, []string{"preload=timescaledb", "launcher=1", "max_background_workers=4",
+	s.waitTimescaleSettings(t, svc.ServiceID, now, []string{"preload=timescaledb,dbcloud_guard", "launcher=1", "max_background_workers=4",
 		"max_worker_processes=9", "telemetry_level=off"})
 	checkBuckets(t, c, 0, "after failover")
 	if _, err := c.Exec(ctx, `INSERT INTO m VALUES ('2027-01-01', 1)`); err != nil {

@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -201,6 +202,14 @@ type logFile struct {
 // stderr file (startup.log, postgresql-*.log) is not JSON and is left out.
 // A missing directory has no files: an instance that never started.
 func listFiles(dir string) ([]logFile, error) {
+	// The directory itself must be one, not a symlink to somewhere else.
+	if fi, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("list log files: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("list log files: %s is not a directory", dir)
+	}
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -216,6 +225,36 @@ func listFiles(dir string) ([]logFile, error) {
 	}
 	sort.Slice(files, func(i, j int) bool { return files[i].name < files[j].name })
 	return files, nil
+}
+
+// errNotRegular is what openRegular answers for a symlink, a FIFO, a
+// device or a directory where a log file should be.
+var errNotRegular = errors.New("not a regular file")
+
+// openRegular opens path for reading only if it is a regular file. A log
+// directory is writable by the server's OS user, so a tenant who got a
+// shell could put a symlink there (to make dbcloud read, and show, a file
+// of another service or of the host) or a FIFO (to make it hang):
+// O_NOFOLLOW refuses the symlink, O_NONBLOCK keeps the open of a FIFO from
+// waiting for a writer, and the fstat of what was opened refuses anything
+// but a regular file.
+func openRegular(path string) (*os.File, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("%s: %w", path, errNotRegular)
+	} else if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		syscall.Close(fd)
+		return nil, &os.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		syscall.Close(fd)
+		return nil, fmt.Errorf("%s: %w", path, errNotRegular)
+	}
+	return os.NewFile(uintptr(fd), path), nil
 }
 
 // nameTime parses the time of a name made by

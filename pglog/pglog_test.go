@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -514,5 +515,34 @@ func TestReader_Read_MissingDir(t *testing.T) {
 	p, err := newReader().Read(context.Background(), []pglog.Source{{Node: 0, Dir: filepath.Join(t.TempDir(), "nope")}}, pglog.Query{})
 	if err != nil || len(p.Entries) != 0 || p.Cursor != "" {
 		t.Errorf("missing directory: %+v, %v; want an empty page", p, err)
+	}
+}
+
+// TestReader_Read_SkipsLinksAndFIFOs: a symlink (to a file of someone
+// else) and a FIFO named like the newest log files are skipped; the
+// collector's files are read as ever.
+func TestReader_Read_SkipsLinksAndFIFOs(t *testing.T) {
+	s := newSource(t, 0)
+	s.write(t, 1, rec{ts: at(0), sev: "LOG", msg: "one"}, rec{ts: at(1000), sev: "LOG", msg: "two"})
+	other := t.TempDir()
+	appendLines(t, other, "secret.json", rec{ts: at(2000), sev: "LOG", msg: "secret"})
+	if err := os.Symlink(filepath.Join(other, "secret.json"), filepath.Join(s.dir, fileName(at(2000)))); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(s.dir, fileName(at(3000))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := newReader().Read(ctx, []pglog.Source{s.src()}, pglog.Query{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range p.Entries {
+		got = append(got, e.Message)
+	}
+	if strings.Join(got, ",") != "two,one" {
+		t.Errorf("got %v, want two,one (the link and the FIFO skipped)", got)
 	}
 }

@@ -36,11 +36,14 @@ func Prune(dir string, maxAge time.Duration, maxBytes int64, now time.Time) (rem
 	stats := make([]stat, 0, len(files))
 	var total int64
 	for _, f := range files {
-		fi, err := os.Stat(filepath.Join(dir, f.name))
+		fi, err := os.Lstat(filepath.Join(dir, f.name))
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		} else if err != nil {
 			return 0, fmt.Errorf("prune logs: %w", err)
+		}
+		if !fi.Mode().IsRegular() {
+			continue // never counted, never removed: not the collector's file
 		}
 		stats = append(stats, stat{f.name, fi.Size(), fi.ModTime()})
 		total += fi.Size()

@@ -107,8 +107,10 @@ func (it *sourceIter) openFile(i int, end int64) error {
 		if it.f.until != nil && !lf.opened.IsZero() && !lf.opened.Add(-Slack).Before(*it.f.until) {
 			continue // every line is at or after Until
 		}
-		fh, err := os.Open(filepath.Join(it.src.Dir, lf.name))
-		if errors.Is(err, os.ErrNotExist) {
+		fh, err := openRegular(filepath.Join(it.src.Dir, lf.name))
+		if errors.Is(err, errNotRegular) {
+			continue // not a log file the collector wrote: skipped, never read
+		} else if errors.Is(err, os.ErrNotExist) {
 			if end >= 0 {
 				return errExpired(lf.name, it.src.Node)
 			}

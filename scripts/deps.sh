@@ -6,7 +6,11 @@
 # built from Debian 13 source packages by scripts/extensions.sh (versions
 # pinned in scripts/extensions.env; about 35 s on a fresh machine, then
 # cached). If they cannot be built, dbcloud still runs and answers those
-# addons with ADDON_UNAVAILABLE. Go must be on PATH or in /usr/local/go.
+# addons with ADDON_UNAVAILABLE. It also builds dbcloud_guard, the library
+# every instance preloads to keep tenants inside their own database
+# (scripts/guard.sh, docs/security.md); without it tenants could reach the
+# host, so a failed build fails this script. Go must be on PATH or in
+# /usr/local/go.
 # Safe to run again: it changes nothing that is in place.
 set -euo pipefail
 
@@ -32,6 +36,11 @@ for ext in timescaledb pgvector; do
 		echo "dbcloud: WARNING: could not build the $ext extension; services with its addon will answer ADDON_UNAVAILABLE" >&2
 	fi
 done
+
+if ! "$(dirname "$0")/guard.sh"; then
+	echo "dbcloud: ERROR: could not build the dbcloud_guard library (extensions/dbcloud_guard); dbcloud does not run services without it" >&2
+	exit 1
+fi
 
 if ! command -v go >/dev/null 2>&1; then
 	if [ -x /usr/local/go/bin/go ]; then

@@ -444,3 +444,71 @@ func TestServerCertSource_RenewsWhileRunning(t *testing.T) {
 		t.Error("the renewed certificate was not stored")
 	}
 }
+
+// TestServerConfig_AEADOnly: a client offering only CBC (or SHA-1) suites
+// over TLS 1.2, or only TLS 1.1, gets no connection; AEAD over TLS 1.2 and
+// TLS 1.3 do.
+func TestServerConfig_AEADOnly(t *testing.T) {
+	dir := t.TempDir()
+	ca := MustLoadOrCreateCA(t, dir)
+	cert, err := tlsca.LoadOrCreateServerCert(dir, ca, []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range tlsca.CipherSuites() {
+		for _, insecure := range tls.InsecureCipherSuites() {
+			if insecure.ID == id {
+				t.Errorf("suite %s is insecure", insecure.Name)
+			}
+		}
+		if name := tls.CipherSuiteName(id); !strings.Contains(name, "GCM") && !strings.Contains(name, "CHACHA20") {
+			t.Errorf("suite %s is not AEAD", name)
+		}
+	}
+	// A listener as dbcloud serve has (httptest would add a certificate of its own).
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", tlsca.ServerConfig(func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &cert, nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.(*tls.Conn).Handshake()
+			c.Close()
+		}
+	}()
+	addr := ln.Addr().String()
+	roots := x509.NewCertPool()
+	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots.AppendCertsFromPEM(caPEM)
+	dial := func(c *tls.Config) error {
+		c.RootCAs, c.ServerName = roots, "127.0.0.1"
+		conn, err := tls.Dial("tcp", addr, c)
+		if err == nil {
+			conn.Close()
+		}
+		return err
+	}
+	for _, c := range []struct {
+		name string
+		cfg  *tls.Config
+		ok   bool
+	}{
+		{"TLS 1.2 ECDHE-ECDSA-AES128-CBC-SHA", &tls.Config{MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA}}, false},
+		{"TLS 1.2 ECDHE-ECDSA-AES128-CBC-SHA256", &tls.Config{MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256}}, false},
+		{"TLS 1.1", &tls.Config{MinVersion: tls.VersionTLS10, MaxVersion: tls.VersionTLS11}, false},
+		{"TLS 1.2 ECDHE-ECDSA-AES128-GCM", &tls.Config{MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256}}, true},
+		{"TLS 1.3", &tls.Config{MinVersion: tls.VersionTLS13}, true},
+	} {
+		if err := dial(c.cfg); (err == nil) != c.ok {
+			t.Errorf("%s: handshake error %v, want success %v", c.name, err, c.ok)
+		}
+	}
+}

@@ -399,7 +399,7 @@ func (m *Main) tlsConfig() (*tls.Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
 		}
-		return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+		return tlsca.ServerConfig(func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &cert, nil }), nil
 	}
 	hosts := []string{"127.0.0.1", "::1", "localhost"}
 	for _, h := range []string{c.PublicHost, hostOf(c.Listen)} {
@@ -420,7 +420,7 @@ func (m *Main) tlsConfig() (*tls.Config, error) {
 		m.Logger.Info("server certificate renewed", "not_after", notAfter)
 	}
 	m.CAFile = filepath.Join(dir, tlsca.CAFile)
-	return &tls.Config{GetCertificate: src.GetCertificate, MinVersion: tls.VersionTLS12}, nil
+	return tlsca.ServerConfig(src.GetCertificate), nil
 }
 
 // runtimeDir is where services' instances live: --runtime-dir, else

@@ -348,7 +348,7 @@ func (rt *Runtime) servePrimary(ctx context.Context, svc *dbcloud.Service, prima
 	}
 	for _, a := range svc.Spec.Addons {
 		ext := a.Extension()
-		if err := rt.instances.Exec(ctx, primary, "tsdb", "CREATE EXTENSION IF NOT EXISTS "+postgres.QuoteIdent(ext)); err != nil {
+		if err := rt.instances.Exec(ctx, primary, "tsdb", "CREATE EXTENSION IF NOT EXISTS "+postgres.QuoteIdent(ext)+" SCHEMA public"); err != nil {
 			return fmt.Errorf("create extension %s in %s: %w", ext, primary.ID, err)
 		}
 	}

@@ -217,10 +217,15 @@ func TestPooler(t *testing.T) {
 		if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
 			t.Errorf("tsdbadmin calls get_auth: %v, want insufficient_privilege", err)
 		}
-		// tsdbadmin's CREATEROLE reaches the lookup role in PostgreSQL 15;
-		// a membership it grants itself is revoked at the next ensure, and
-		// the function never answers for a superuser anyway.
-		if _, err := direct.Exec(ctx, `GRANT `+postgres.PoolerRole+` TO tsdbadmin`); err != nil {
+		// tsdbadmin's CREATEROLE reaches the lookup role in PostgreSQL 15,
+		// but the guard refuses the grant. Should a membership exist anyway
+		// (granted by hand as the superuser here), it is revoked at the
+		// next ensure, and the function never answers for a superuser.
+		_, err = direct.Exec(ctx, `GRANT `+postgres.PoolerRole+` TO tsdbadmin`)
+		if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+			t.Errorf("tsdbadmin grants itself the lookup role: %v, want insufficient_privilege", err)
+		}
+		if err := f.rt.instances.Exec(ctx, f.spec, "tsdb", `GRANT `+postgres.PoolerRole+` TO tsdbadmin`); err != nil {
 			t.Fatal(err)
 		}
 		var n int

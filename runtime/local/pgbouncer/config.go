@@ -56,7 +56,9 @@ func renderPoolerConfig(p Spec) (ini, hba []byte) {
 	set("client_tls_sslmode", "require")
 	set("client_tls_cert_file", p.path(poolerCertFile))
 	set("client_tls_key_file", p.path(poolerKeyFile))
-	set("client_tls_protocols", "secure")
+	set("client_tls_protocols", "secure") // TLS 1.2 and 1.3
+	// The instance's own suites: ECDHE with AEAD only, no CBC or SHA-1.
+	set("client_tls_ciphers", postgres.TLSCiphers)
 	set("server_tls_sslmode", "disable") // unix socket
 	// A failed server login (the primary restarting) refuses new clients
 	// for this long; the default 15 s outlasts a restart by far.

@@ -33,13 +33,26 @@ const PoolerRole = "dbcloud_pooler"
 // exists anywhere.
 const identMap = "dbcloud"
 
+// GuardLibrary is the library every instance preloads
+// (extensions/dbcloud_guard, built by scripts/guard.sh): it refuses what
+// would let a tenant's roles out of their database and enforces
+// tsdb_admin's read-only sessions (docs/security.md).
+const GuardLibrary = "dbcloud_guard"
+
+// TLSCiphers are the TLS 1.2 cipher suites instances accept: ECDHE with an
+// AEAD cipher only, no CBC and no SHA-1 MACs (TLS 1.3's suites are all
+// AEAD). The certificates dbcloud issues are ECDSA; the RSA suites serve a
+// certificate an operator supplies.
+const TLSCiphers = "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:" +
+	"ECDHE-RSA-AES128-GCM-SHA256:ECDHE-RSA-AES256-GCM-SHA384:ECDHE-RSA-CHACHA20-POLY1305"
+
 // fixedSetting reports whether a setting is one dbcloud owns: the log
 // reader, the endpoint and crash handling depend on them, so Spec.Settings
 // may not change them. Names are lower case, as PostgreSQL compares them.
 func fixedSetting(name string) bool {
 	switch name {
 	case "listen_addresses", "port", "unix_socket_directories", "cluster_name", "ssl",
-		"ssl_cert_file", "ssl_key_file", "password_encryption", "logging_collector", "log_destination",
+		"ssl_cert_file", "ssl_key_file", "ssl_ciphers", "ssl_min_protocol_version", "password_encryption", "logging_collector", "log_destination",
 		"log_directory", "log_filename", "log_rotation_age", "log_rotation_size",
 		"log_truncate_on_rotation", "log_timezone", "restart_after_crash", "data_directory",
 		"config_file", "hba_file", "ident_file", "external_pid_file", "include", "include_if_exists",
@@ -119,6 +132,8 @@ func RenderConfig(s Spec, osUser string) (postgresqlConf, hbaConf, identConf str
 	writeSetting(&b, "ssl", "on")
 	writeSetting(&b, "ssl_cert_file", quoteValue(filepath.Join(conf, certFile)))
 	writeSetting(&b, "ssl_key_file", quoteValue(filepath.Join(conf, keyFile)))
+	writeSetting(&b, "ssl_min_protocol_version", quoteValue("TLSv1.2"))
+	writeSetting(&b, "ssl_ciphers", quoteValue(TLSCiphers))
 	writeSetting(&b, "password_encryption", quoteValue("scram-sha-256"))
 	b.WriteString("\n# Logs: JSON lines outside the data directory, read by dbcloud\n")
 	writeSetting(&b, "logging_collector", "on")
@@ -155,6 +170,9 @@ func RenderConfig(s Spec, osUser string) (postgresqlConf, hbaConf, identConf str
 			settings[name] = v
 		}
 	}
+	b.WriteString("\n# Tenant guard, after the libraries the service size adds\n")
+	writeSetting(&b, "shared_preload_libraries", quoteValue(preloadLibraries(settings["shared_preload_libraries"])))
+	delete(settings, "shared_preload_libraries")
 	b.WriteString("\n# Defaults\n")
 	defaults := defaultSettings()
 	for _, name := range sortedKeys(defaults) {
@@ -169,6 +187,22 @@ func RenderConfig(s Spec, osUser string) (postgresqlConf, hbaConf, identConf str
 		}
 	}
 	return b.String(), renderHBA(), renderIdent(osUser)
+}
+
+// preloadLibraries returns the size's shared_preload_libraries with the
+// guard added. A size may add libraries but never drop the guard. The guard
+// comes last so its hooks run first: a library preloaded after it (such as
+// TimescaleDB, which executes some COPY and DDL itself) would otherwise
+// see statements before the guard could refuse them.
+func preloadLibraries(fromSize string) string {
+	var libs []string
+	for _, l := range strings.Split(fromSize, ",") {
+		l = strings.TrimSpace(l)
+		if l != "" && !strings.EqualFold(strings.Trim(l, `"`), GuardLibrary) {
+			libs = append(libs, l)
+		}
+	}
+	return strings.Join(append(libs, GuardLibrary), ",")
 }
 
 // renderHBA allows the superuser and the pooler's lookup role only over

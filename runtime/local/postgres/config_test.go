@@ -32,6 +32,8 @@ cluster_name = 'svc-0'
 ssl = on
 ssl_cert_file = '/srv/dbcloud/svc-0/conf/server.crt'
 ssl_key_file = '/srv/dbcloud/svc-0/conf/server.key'
+ssl_min_protocol_version = 'TLSv1.2'
+ssl_ciphers = 'ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-RSA-AES256-GCM-SHA384:ECDHE-RSA-CHACHA20-POLY1305'
 password_encryption = 'scram-sha-256'
 
 # Logs: JSON lines outside the data directory, read by dbcloud
@@ -52,6 +54,9 @@ archive_mode = on
 archive_library = 'basic_archive'
 basic_archive.archive_directory = '/srv/dbcloud/archive'
 archive_timeout = '60s'
+
+# Tenant guard, after the libraries the service size adds
+shared_preload_libraries = 'dbcloud_guard'
 
 # Defaults
 datestyle = 'iso, mdy'
@@ -137,6 +142,39 @@ func TestRenderConfig(t *testing.T) {
 		conf, _, _ := RenderConfig(s, "root")
 		if strings.Contains(conf, "restore_command") || strings.Contains(conf, "recovery_target") {
 			t.Errorf("recovery settings rendered into the config file:\n%s", conf)
+		}
+	})
+	t.Run("GuardAlwaysPreloadedLast", func(t *testing.T) {
+		for from, want := range map[string]string{
+			"":                                "dbcloud_guard",
+			"timescaledb":                     "timescaledb,dbcloud_guard",
+			"dbcloud_guard, timescaledb":      "timescaledb,dbcloud_guard",
+			` timescaledb ,, "dbcloud_guard"`: "timescaledb,dbcloud_guard",
+		} {
+			s := goldenSpec()
+			s.Settings = map[string]string{"shared_preload_libraries": from}
+			conf, _, _ := RenderConfig(s, "root")
+			if strings.Count(conf, "shared_preload_libraries") != 1 ||
+				!strings.Contains(conf, "\nshared_preload_libraries = '"+want+"'\n") {
+				t.Errorf("size preload %q: want %q once, got:\n%s", from, want, conf)
+			}
+		}
+	})
+	t.Run("TLSOnlyAEAD", func(t *testing.T) {
+		s := goldenSpec()
+		s.Settings = map[string]string{"ssl_ciphers": "ALL", "ssl_min_protocol_version": "TLSv1"}
+		if err := validateSettings(s.Settings); err == nil {
+			t.Error("a size may not weaken TLS")
+		}
+		conf, _, _ := RenderConfig(s, "root")
+		if !strings.Contains(conf, "\nssl_min_protocol_version = 'TLSv1.2'\n") || strings.Contains(conf, "'ALL'") ||
+			strings.Contains(conf, "'TLSv1'") {
+			t.Errorf("TLS settings overridden:\n%s", conf)
+		}
+		for _, suite := range strings.Split(TLSCiphers, ":") {
+			if !strings.Contains(suite, "GCM") && !strings.Contains(suite, "CHACHA20") {
+				t.Errorf("suite %s is not AEAD", suite)
+			}
 		}
 	})
 	t.Run("IdentForPostgresUser", func(t *testing.T) {

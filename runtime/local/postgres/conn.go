@@ -20,6 +20,11 @@ const (
 	TenantStatementTimeout = "5min"
 )
 
+// SuperuserSearchPath is the search_path of dbcloud's superuser sessions:
+// only the system catalogs, never a schema a tenant can create objects in.
+// Statements that create objects name their schema.
+const SuperuserSearchPath = "pg_catalog, pg_temp"
+
 // Connect returns a superuser connection over the unix socket in Dir/run:
 // peer authentication maps the OS user dbcloud runs as to the postgres
 // role, so no superuser password exists. The caller closes it.
@@ -35,6 +40,11 @@ func (m *Instances) Connect(ctx context.Context, s Spec, db string) (*pgx.Conn, 
 	// behind them.
 	cfg.RuntimeParams["lock_timeout"] = TenantLockTimeout
 	cfg.RuntimeParams["statement_timeout"] = TenantStatementTimeout
+	// The owner of a database sets its search_path (ALTER DATABASE ... SET
+	// search_path = own_schema, pg_catalog); a function or table there
+	// named like a catalog one would then run as, or be read by, the
+	// superuser. A startup option outranks the database's setting.
+	cfg.RuntimeParams["search_path"] = SuperuserSearchPath
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to instance %s: %w", s.ID, err)

@@ -7,9 +7,11 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -18,6 +20,22 @@ import (
 	"dbcloud/runtime/local/internal/cgroup"
 	"dbcloud/runtime/local/internal/proc"
 )
+
+// checkGuard fails when the guard library is not installed for the
+// PostgreSQL in binDir: every instance preloads it, and running tenants
+// without it would let them reach the host, so dbcloud refuses to start
+// rather than start services that would fail or run unguarded.
+func checkGuard(binDir string) error {
+	libDir := filepath.Join(filepath.Dir(binDir), "lib")
+	if out, err := exec.Command(filepath.Join(binDir, "pg_config"), "--pkglibdir").Output(); err == nil {
+		libDir = strings.TrimSpace(string(out))
+	}
+	lib := filepath.Join(libDir, GuardLibrary+".so")
+	if fi, err := os.Stat(lib); err != nil || !fi.Mode().IsRegular() {
+		return fmt.Errorf("the %s library is not installed (%s missing): run scripts/deps.sh, which builds it from extensions/%s", GuardLibrary, lib, GuardLibrary)
+	}
+	return nil
+}
 
 // pgOSUser is the unprivileged OS user PostgreSQL runs as when dbcloud runs
 // as root: initdb and postgres refuse to run as root.
@@ -93,6 +111,9 @@ func NewInstances(cfg Config) (*Instances, error) {
 		if fi, err := os.Stat(filepath.Join(cfg.BinDir, bin)); err != nil || !fi.Mode().IsRegular() {
 			return nil, fmt.Errorf("PostgreSQL binary %s not found in %s (set --pg-bin-dir)", bin, cfg.BinDir)
 		}
+	}
+	if err := checkGuard(cfg.BinDir); err != nil {
+		return nil, err
 	}
 	poolDir, err := filepath.Abs(cfg.PoolDir)
 	if err != nil {

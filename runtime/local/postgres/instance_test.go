@@ -228,7 +228,7 @@ func TestManager_Lifecycle(t *testing.T) {
 	})
 
 	t.Run("StopStartKeepsData", func(t *testing.T) {
-		if err := m.Exec(ctx, s, "tsdb", "CREATE TABLE kept (x int); INSERT INTO kept VALUES (42)"); err != nil {
+		if err := m.Exec(ctx, s, "tsdb", "CREATE TABLE public.kept (x int); INSERT INTO public.kept VALUES (42)"); err != nil {
 			t.Fatal(err)
 		}
 		begin := time.Now()
@@ -249,7 +249,7 @@ func TestManager_Lifecycle(t *testing.T) {
 		}
 		t.Logf("start: %v", time.Since(begin))
 		pid = newPID
-		if got := queryInt(t, m, s, "tsdb", "SELECT x FROM kept"); got != 42 {
+		if got := queryInt(t, m, s, "tsdb", "SELECT x FROM public.kept"); got != 42 {
 			t.Errorf("after restart: got %d, want 42", got)
 		}
 	})
@@ -290,7 +290,7 @@ func TestManager_Lifecycle(t *testing.T) {
 			}
 		}
 		pid = newPID
-		if got := queryInt(t, m, s, "tsdb", "SELECT x FROM kept"); got != 42 {
+		if got := queryInt(t, m, s, "tsdb", "SELECT x FROM public.kept"); got != 42 {
 			t.Errorf("after crash: got %d, want 42", got)
 		}
 	})

@@ -6,17 +6,25 @@ import (
 	"io"
 	"os"
 	"strings"
+	"syscall"
 )
 
 // LogTail returns what a failed process wrote to its log after offset, for the
 // error message: the cause ("could not bind", a bad setting) is there.
 func LogTail(path string, offset int64) string {
-	f, err := os.Open(path)
+	// The log lives in a directory the server's OS user can write: a symlink
+	// or FIFO put in its place must neither be followed (its target would
+	// end up in an error message) nor block the read.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return ""
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.Size()-offset > 4096 {
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return ""
+	}
+	if fi.Size()-offset > 4096 {
 		offset = fi.Size() - 4096
 	}
 	if _, err := f.Seek(offset, io.SeekStart); err != nil {

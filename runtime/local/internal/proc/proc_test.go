@@ -103,3 +103,41 @@ func TestReadPID(t *testing.T) {
 		}
 	}
 }
+
+// TestLogTail_OnlyRegularFiles: a symlink or a FIFO where a process log
+// should be yields nothing, at once.
+func TestLogTail_OnlyRegularFiles(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte("secret contents\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	regular := filepath.Join(dir, "regular.log")
+	if err := os.WriteFile(regular, []byte("could not bind\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.log")
+	if err := os.Symlink(secret, link); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo.log")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := LogTail(regular, 0); !strings.Contains(got, "could not bind") {
+		t.Errorf("regular log: got %q", got)
+	}
+	if got := LogTail(link, 0); got != "" {
+		t.Errorf("symlinked log followed: %q", got)
+	}
+	done := make(chan string, 1)
+	go func() { done <- LogTail(fifo, 0) }()
+	select {
+	case got := <-done:
+		if got != "" {
+			t.Errorf("FIFO log: got %q", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("LogTail still blocked on a FIFO after 10 s")
+	}
+}

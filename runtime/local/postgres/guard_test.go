@@ -1,0 +1,531 @@
+package postgres
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"dbcloud/internal/pgbin"
+	"dbcloud/runtime/local/internal/localtest"
+)
+
+// sqlState returns err's SQLSTATE, or "" when it is not a server error
+// (or nil: the statement succeeded).
+func sqlState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	if err != nil {
+		return "not a server error: " + err.Error()
+	}
+	return ""
+}
+
+// guardInstance starts one instance as a TIMESERIESDB service's would be
+// (TimescaleDB preloaded, both addons' extensions created in tsdb by the
+// superuser, as servePrimary does), with a tsdbadmin password, plus the
+// pooler's lookup role as PgBouncer's setup would create it, and a role
+// that a superuser made a member of pg_read_server_files. It returns the
+// spec and a DSN for tsdbadmin over TLS.
+func guardInstance(t *testing.T) (*Instances, Spec, string) {
+	t.Helper()
+	ctx := context.Background()
+	base := localtest.Base(t)
+	m := mustInstances(t, base, 0)
+	s := mustSpec(t, base, "guard")
+	s.Settings["shared_preload_libraries"] = "timescaledb"
+	s.Settings["timescaledb.telemetry_level"] = "off"
+	mustCreate(t, m, &s)
+	const password = "guard-test-password"
+	if err := setPassword(ctx, m, s, password); err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{
+		"CREATE EXTENSION IF NOT EXISTS timescaledb",
+		"CREATE EXTENSION IF NOT EXISTS vector",
+		"CREATE ROLE " + PoolerRole + " LOGIN",
+		"CREATE ROLE filereader NOLOGIN",
+		"GRANT pg_read_server_files TO filereader",
+	} {
+		if err := m.Exec(ctx, s, "tsdb", sql); err != nil {
+			if strings.Contains(sql, "EXTENSION") && os.Getenv("CI") == "" {
+				t.Skipf("%s: %v (extensions not built on this host; CI fails instead)", sql, err)
+			}
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	return m, s, tcpDSN(s, password, "require")
+}
+
+func mustConnect(t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// TestGuard_EscapeMatrix makes, as tsdbadmin over TLS, every attempt a
+// tenant would make to leave its database (issue 13's reproduction first)
+// and wants each refused with SQLSTATE 42501; then what a database owner
+// needs, which must keep working.
+func TestGuard_EscapeMatrix(t *testing.T) {
+	ctx := context.Background()
+	m, s, dsn := guardInstance(t)
+	conn := mustConnect(t, dsn)
+	if _, err := conn.Exec(ctx, "CREATE TABLE out(line text); CREATE ROLE victim NOLOGIN; CREATE ROLE victim2 NOLOGIN"); err != nil {
+		t.Fatal(err)
+	}
+
+	escapes := []string{
+		"GRANT pg_execute_server_program, pg_read_server_files TO tsdbadmin",
+		"COPY out FROM PROGRAM 'id'",
+		"COPY out TO PROGRAM 'cat > /tmp/dbcloud-guard-escape'",
+		"GRANT pg_write_server_files TO tsdbadmin",
+		"GRANT pg_execute_server_program TO victim",
+		"GRANT filereader TO tsdbadmin",
+		"CREATE ROLE esc1 IN ROLE pg_execute_server_program",
+		"CREATE ROLE esc2 ROLE tsdbadmin IN ROLE pg_read_server_files",
+		"CREATE ROLE esc3 ADMIN tsdbadmin IN ROLE filereader",
+		"ALTER GROUP pg_execute_server_program ADD USER tsdbadmin",
+		"ALTER GROUP filereader ADD USER tsdbadmin",
+		"COPY out FROM '/etc/passwd'",
+		"COPY out TO '/tmp/dbcloud-guard-escape'",
+		"ALTER SYSTEM SET work_mem = '1MB'",
+		"LOAD 'dbcloud_guard'",
+		"ALTER ROLE postgres PASSWORD 'x'",
+		"ALTER ROLE " + PoolerRole + " PASSWORD 'x'",
+		"ALTER ROLE " + PoolerRole + " SET search_path = evil",
+		"ALTER ROLE victim2 RENAME TO dbcloud_victim",
+		"CREATE ROLE dbcloud_monitor LOGIN",
+		"GRANT victim TO " + PoolerRole,
+		"GRANT " + PoolerRole + " TO tsdbadmin",
+		"SET ROLE " + PoolerRole,
+		"SET ROLE postgres",
+		"SET SESSION AUTHORIZATION postgres",
+		"CREATE LANGUAGE plevil HANDLER plpgsql_call_handler",
+		"CREATE FUNCTION c_fn() RETURNS void LANGUAGE c AS 'dbcloud_guard', '_PG_init'",
+		"CREATE FUNCTION internal_fn(cstring) RETURNS int LANGUAGE internal AS 'int4in'",
+		"ALTER ROLE tsdbadmin SUPERUSER",
+		// Last: without the guard they take the role away from the rows above.
+		"ALTER ROLE " + PoolerRole + " RENAME TO pooler2",
+		"DROP ROLE " + PoolerRole,
+	}
+	var failed []string
+	for _, sql := range escapes {
+		_, err := conn.Exec(ctx, sql)
+		// Without the guard, a SET ROLE that got through would change
+		// who makes the rows after it.
+		_, _ = conn.Exec(ctx, "RESET ROLE; RESET SESSION AUTHORIZATION")
+		if got := sqlState(err); got != "42501" {
+			failed = append(failed, sql)
+			t.Errorf("%s: got SQLSTATE %q (%v), want 42501", sql, got, err)
+		} else if !strings.Contains(err.Error(), "reserved") && !strings.Contains(err.Error(), "not allowed") &&
+			!strings.Contains(err.Error(), "permission denied") && !strings.Contains(err.Error(), "must be superuser") {
+			t.Errorf("%s: the message does not say what is reserved: %v", sql, err)
+		}
+	}
+	if len(failed) > 0 {
+		t.Logf("%d of %d escapes were not refused:\n  %s", len(failed), len(escapes), strings.Join(failed, "\n  "))
+	}
+	// Nothing of the above took effect.
+	var members int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_auth_members a JOIN pg_roles r ON r.oid = a.roleid
+		WHERE r.rolname IN ('pg_execute_server_program', 'pg_read_server_files', 'pg_write_server_files', 'filereader', $1)
+		  AND a.member <> 'filereader'::regrole`, PoolerRole).Scan(&members); err != nil {
+		t.Fatal(err)
+	}
+	if members != 0 {
+		t.Errorf("%d memberships in the reserved roles were granted", members)
+	}
+
+	// A database owner's search_path is not the superuser's: a function
+	// named like a catalog one, first in tsdb's search_path, is not what
+	// dbcloud's superuser session calls (pgbouncer's installLookup runs
+	// this very query in every database).
+	t.Run("SearchPathTrojan", func(t *testing.T) {
+		for _, sql := range []string{
+			"CREATE SCHEMA trojan",
+			`CREATE FUNCTION trojan.pg_get_userbyid(oid) RETURNS name LANGUAGE plpgsql AS $$
+			BEGIN EXECUTE 'ALTER ROLE tsdbadmin SUPERUSER'; RETURN 'x'; END $$`,
+			"GRANT USAGE ON SCHEMA trojan TO PUBLIC",
+			"ALTER DATABASE tsdb SET search_path = trojan, pg_catalog",
+		} {
+			if _, err := conn.Exec(ctx, sql); err != nil {
+				t.Fatalf("%s: %v", sql, err)
+			}
+		}
+		super, err := m.Connect(ctx, s, "tsdb")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var owner *string
+		err = super.QueryRow(ctx, "SELECT pg_get_userbyid(nspowner)::text FROM pg_namespace WHERE nspname = 'trojan'").Scan(&owner)
+		super.Close(ctx)
+		if err != nil || owner == nil || *owner != "tsdbadmin" {
+			t.Errorf("the superuser's query answered %v, %v; want tsdbadmin from pg_catalog's function", owner, err)
+		}
+		var rolsuper bool
+		if err := conn.QueryRow(ctx, "SELECT rolsuper FROM pg_roles WHERE rolname = 'tsdbadmin'").Scan(&rolsuper); err != nil || rolsuper {
+			t.Errorf("tsdbadmin is a superuser now (%v): the trojan ran as the superuser", err)
+		}
+		if _, err := conn.Exec(ctx, "ALTER DATABASE tsdb RESET search_path"); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("TLSRefusesCBC", func(t *testing.T) {
+		for _, c := range []struct {
+			suite uint16
+			ok    bool
+		}{
+			{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, false},
+			{tls.TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA, false},
+			{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, true},
+		} {
+			cfg, err := pgx.ParseConfig(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.TLSConfig = &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{c.suite}}
+			cfg.Fallbacks = nil
+			conn, err := pgx.ConnectConfig(ctx, cfg)
+			if err == nil {
+				conn.Close(ctx)
+			}
+			if (err == nil) != c.ok {
+				t.Errorf("TLS 1.2 with only %s: error %v, want success %v", tls.CipherSuiteName(c.suite), err, c.ok)
+			}
+		}
+	})
+
+	t.Run("OwnerKeepsWhatItNeeds", func(t *testing.T) {
+		for _, sql := range []string{
+			"CREATE ROLE app LOGIN PASSWORD 'app-password-1'",
+			"CREATE ROLE team NOLOGIN",
+			"GRANT team TO app",
+			"GRANT app TO tsdbadmin",
+			"CREATE ROLE member2 LOGIN IN ROLE team",
+			"ALTER ROLE app CONNECTION LIMIT 5",
+			"ALTER ROLE app SET statement_timeout = '30s'",
+			"ALTER ROLE app SET tsdb_admin.read_only_role = true",
+			"ALTER ROLE app RESET tsdb_admin.read_only_role",
+			"ALTER ROLE member2 RENAME TO member3",
+			"DROP ROLE member3",
+			"GRANT pg_signal_backend TO tsdbadmin",
+			"GRANT pg_monitor TO app",
+			"CREATE DATABASE appdb",
+			"CREATE TABLE metrics(time timestamptz NOT NULL, device int, value float8)",
+			"SELECT create_hypertable('metrics', 'time')",
+			"INSERT INTO metrics SELECT now() - i * interval '1 hour', i % 4, i FROM generate_series(1, 100) i",
+			"SELECT time_bucket('1 day', time), avg(value) FROM metrics GROUP BY 1",
+			"CREATE TABLE items(id int, embedding vector(3))",
+			"INSERT INTO items VALUES (1, '[1,2,3]'), (2, '[3,2,1]')",
+			"CREATE INDEX ON items USING hnsw (embedding vector_l2_ops)",
+			"CREATE INDEX ON items USING ivfflat (embedding vector_l2_ops) WITH (lists = 1)",
+			"GRANT SELECT, INSERT ON metrics, out TO app",
+			"CREATE FUNCTION add1(int) RETURNS int LANGUAGE sql AS 'SELECT $1 + 1'",
+			"CREATE FUNCTION add2(i int) RETURNS int LANGUAGE plpgsql AS 'BEGIN RETURN i + 2; END'",
+			"DO 'BEGIN PERFORM 1; END'",
+			"SET ROLE app",
+			"RESET ROLE",
+			"ALTER ROLE tsdbadmin SET work_mem = '8MB'",
+			"ALTER ROLE tsdbadmin RESET work_mem",
+		} {
+			if _, err := conn.Exec(ctx, sql); err != nil {
+				t.Errorf("%s: %v", sql, err)
+			}
+		}
+		// In a database of its own, tsdbadmin creates the trusted extension
+		// itself: the guard lets the extension script's C functions through.
+		appdb := mustConnect(t, strings.Replace(dsn, "/tsdb?", "/appdb?", 1))
+		for _, sql := range []string{
+			"CREATE EXTENSION timescaledb",
+			"CREATE TABLE m(time timestamptz NOT NULL, v int)",
+			"SELECT create_hypertable('m', 'time')",
+		} {
+			if _, err := appdb.Exec(ctx, sql); err != nil {
+				t.Errorf("in appdb, %s: %v", sql, err)
+			}
+		}
+		appdb.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE appdb"); err != nil {
+			t.Errorf("DROP DATABASE appdb: %v", err)
+		}
+		if _, err := conn.CopyFrom(ctx, pgx.Identifier{"out"}, []string{"line"}, pgx.CopyFromRows([][]any{{"a"}, {"b"}})); err != nil {
+			t.Errorf("COPY FROM STDIN: %v", err)
+		}
+		// pg_signal_backend on its own roles' sessions, never on the superuser's.
+		appConn := mustConnect(t, strings.Replace(dsn, "tsdbadmin:guard-test-password", "app:app-password-1", 1))
+		var pid, superPID int
+		if err := appConn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		var ok bool
+		if err := conn.QueryRow(ctx, "SELECT pg_terminate_backend($1)", pid).Scan(&ok); err != nil || !ok {
+			t.Errorf("tsdbadmin terminating its role's session: %v %v", ok, err)
+		}
+		super, err := m.Connect(ctx, s, "tsdb")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer super.Close(ctx)
+		if err := super.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&superPID); err != nil {
+			t.Fatal(err)
+		}
+		err = conn.QueryRow(ctx, "SELECT pg_terminate_backend($1)", superPID).Scan(&ok)
+		if got := sqlState(err); got != "42501" {
+			t.Errorf("tsdbadmin terminating the superuser's session: got %q (%v), want 42501", got, err)
+		}
+	})
+}
+
+// roEscapes are the ways out of a read-only session a client would try.
+// Each is followed by a write, which must fail with 25006 whatever the
+// attempt itself answered.
+var roEscapes = []string{
+	"",
+	"SET tsdb_admin.read_only_connection = off",
+	"RESET tsdb_admin.read_only_connection",
+	"SET tsdb_admin.read_only_role = off",
+	"RESET tsdb_admin.read_only_role",
+	"SET default_transaction_read_only = off",
+	"RESET default_transaction_read_only",
+	"SET transaction_read_only = off",
+	"SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE",
+	"RESET ALL",
+	"DISCARD ALL",
+	"SELECT set_config('default_transaction_read_only', 'off', false)",
+	"SELECT set_config('transaction_read_only', 'off', false)",
+	"SELECT set_config('tsdb_admin.read_only_connection', 'off', false)",
+	"SELECT set_config('tsdb_admin.read_only_role', 'off', false)",
+	"SET ROLE tsdbadmin",
+	"SET ROLE app",
+	"RESET ROLE",
+	"SELECT set_config('transaction_read_only', 'off', true)",
+	"BEGIN; SELECT set_config('transaction_read_only', 'off', true); INSERT INTO ro_t VALUES (1); COMMIT",
+	"ALTER ROLE CURRENT_USER RESET ALL",
+	"ALTER ROLE CURRENT_USER SET tsdb_admin.read_only_role = false",
+}
+
+// roWrites are the writes tried after each escape; each must fail with
+// 25006 ("BEGIN READ WRITE; INSERT" is sent as one simple-protocol string).
+var roWrites = []string{
+	"INSERT INTO ro_t VALUES (1)",
+	"BEGIN READ WRITE; INSERT INTO ro_t VALUES (1); COMMIT",
+	"BEGIN; SET TRANSACTION READ WRITE; INSERT INTO ro_t VALUES (1); COMMIT",
+	"START TRANSACTION READ WRITE; INSERT INTO ro_t VALUES (1); COMMIT",
+	"SELECT ro_writer()",
+	"DO 'BEGIN INSERT INTO ro_t VALUES (1); END'",
+	"CREATE TABLE ro_new(i int)",
+	"SELECT nextval('ro_seq')",
+	"UPDATE ro_t SET i = i + 1",
+	// PostgreSQL 15's large-object functions do not check read-only.
+	"SELECT lo_creat(-1)",
+	"SELECT lo_from_bytea(0, 'x')",
+	"SELECT lo_put(4242, 0, 'x')",
+	"CREATE TEMP TABLE ro_tmp AS SELECT 1",
+}
+
+// readOnlyOption is the startup option tiger-cli sends
+// (internal/common/connection.go), byte for byte.
+const readOnlyOption = "options=-c%20tsdb_admin.read_only_connection%3Dtrue"
+
+// fastPathWrite creates a large object through the protocol's fast-path
+// function call (what libpq's lo_creat sends): it reaches the function
+// without the executor or a utility statement, in a transaction of its own.
+func fastPathWrite(t *testing.T, conn *pgx.Conn) error {
+	t.Helper()
+	ctx := context.Background()
+	var fn uint32
+	if err := conn.QueryRow(ctx, "SELECT 'pg_catalog.lo_creat(integer)'::regprocedure::oid", pgx.QueryExecModeSimpleProtocol).Scan(&fn); err != nil {
+		t.Fatal(err)
+	}
+	fe := conn.PgConn().Frontend()
+	fe.Send(&pgproto3.FunctionCall{Function: fn, ArgFormatCodes: []uint16{0}, Arguments: [][]byte{[]byte("393216")}, ResultFormatCode: 0})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var callErr error
+	for {
+		msg, err := fe.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.ErrorResponse:
+			callErr = pgconn.ErrorResponseToPgError(m)
+		case *pgproto3.ReadyForQuery:
+			return callErr
+		}
+	}
+}
+
+// tryReadOnlyEscapes runs every escape then every write on conn, and wants
+// each write refused with 25006 and the table unchanged.
+func tryReadOnlyEscapes(t *testing.T, conn *pgx.Conn, admin *pgx.Conn) {
+	t.Helper()
+	ctx := context.Background()
+	for _, escape := range roEscapes {
+		if escape != "" {
+			_, err := conn.Exec(ctx, escape)
+			t.Logf("%-70s -> %s", escape, orOK(sqlState(err)))
+			_, _ = conn.Exec(ctx, "ROLLBACK") // an escape that failed inside BEGIN leaves the block open
+		}
+		for _, w := range roWrites {
+			_, err := conn.Exec(ctx, w)
+			if got := sqlState(err); got != "25006" {
+				t.Errorf("after %q, %s: got SQLSTATE %q (%v), want 25006", escape, w, got, err)
+			}
+			_, _ = conn.Exec(ctx, "ROLLBACK")
+		}
+		if _, err := conn.CopyFrom(ctx, pgx.Identifier{"ro_t"}, []string{"i"}, pgx.CopyFromRows([][]any{{1}})); sqlState(err) != "25006" {
+			t.Errorf("after %q, COPY FROM STDIN: got %v, want 25006", escape, err)
+		}
+		if err := fastPathWrite(t, conn); sqlState(err) != "25006" {
+			t.Errorf("after %q, lo_creat by fast-path call: got %v, want 25006", escape, err)
+		}
+	}
+	var n int
+	if err := admin.QueryRow(ctx, "SELECT count(*) FROM ro_t").Scan(&n); err != nil || n != 1 {
+		t.Errorf("ro_t has %d rows (%v), want the 1 row it started with", n, err)
+	}
+	var lo []byte
+	if err := admin.QueryRow(ctx, "SELECT count(*), lo_get(4242) FROM pg_largeobject_metadata GROUP BY 2").Scan(&n, &lo); err != nil || n != 1 || len(lo) != 0 {
+		t.Errorf("%d large objects, 4242 holds %q (%v); want only 4242, empty", n, lo, err)
+	}
+}
+
+func orOK(s string) string {
+	if s == "" {
+		return "accepted"
+	}
+	return s
+}
+
+// TestGuard_ReadOnly opens a session with the startup option tiger-cli
+// sends (tsdb_admin.read_only_connection) and one as a role with
+// tsdb_admin.read_only_role, tries every way out in each, and wants every
+// write refused with 25006.
+func TestGuard_ReadOnly(t *testing.T) {
+	ctx := context.Background()
+	_, _, dsn := guardInstance(t)
+	admin := mustConnect(t, dsn)
+	for _, sql := range []string{
+		"CREATE TABLE ro_t(i int)",
+		"INSERT INTO ro_t VALUES (0)",
+		"CREATE SEQUENCE ro_seq",
+		"CREATE FUNCTION ro_writer() RETURNS void LANGUAGE sql SET default_transaction_read_only = off AS 'INSERT INTO ro_t VALUES (2)'",
+		"CREATE ROLE app NOLOGIN",
+		"GRANT app TO tsdbadmin",
+		"GRANT ALL ON ro_t, ro_seq TO app",
+		"SELECT lo_create(4242)",
+		"GRANT SELECT, UPDATE ON LARGE OBJECT 4242 TO app",
+	} {
+		if _, err := admin.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+
+	t.Run("Connection", func(t *testing.T) {
+		conn := mustConnect(t, dsn+"&"+readOnlyOption)
+		var on string
+		if err := conn.QueryRow(ctx, "SHOW tsdb_admin.read_only_connection").Scan(&on); err != nil || on != "on" {
+			t.Errorf("SHOW tsdb_admin.read_only_connection: %q %v, want on (the guard's boolean, not a placeholder)", on, err)
+		}
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM ro_t").Scan(&n); err != nil {
+			t.Errorf("a read-only session must still read: %v", err)
+		}
+		// Parallel workers restore the session's settings, the guard's too.
+		if _, err := conn.Exec(ctx, "SET force_parallel_mode = on"); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM ro_t").Scan(&n); err != nil {
+			t.Errorf("a read-only session must still read in parallel: %v", err)
+		}
+		if _, err := conn.Exec(ctx, "RESET force_parallel_mode"); err != nil {
+			t.Fatal(err)
+		}
+		tryReadOnlyEscapes(t, conn, admin)
+	})
+
+	roDSN := strings.Replace(dsn, "tsdbadmin:guard-test-password", "ro_user:ro-password-1", 1)
+	t.Run("Role", func(t *testing.T) {
+		for _, sql := range []string{
+			// tiger db create role --read-only, in its transaction:
+			"BEGIN; CREATE ROLE ro_user WITH LOGIN PASSWORD 'ro-password-1' IN ROLE tsdbadmin; ALTER ROLE ro_user SET tsdb_admin.read_only_role = true; COMMIT",
+			"GRANT app TO ro_user",
+			"GRANT ALL ON ro_t, ro_seq TO ro_user",
+			"GRANT SELECT, UPDATE ON LARGE OBJECT 4242 TO ro_user",
+		} {
+			if _, err := admin.Exec(ctx, sql); err != nil {
+				_, _ = admin.Exec(ctx, "ROLLBACK")
+				t.Fatalf("%s: %v", sql, err)
+			}
+		}
+		conn := mustConnect(t, roDSN)
+		var n int
+		if _, err := conn.Exec(ctx, "SET force_parallel_mode = on"); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM ro_t").Scan(&n); err != nil {
+			t.Errorf("a read-only role must still read in parallel: %v", err)
+		}
+		if _, err := conn.Exec(ctx, "RESET force_parallel_mode"); err != nil {
+			t.Fatal(err)
+		}
+		tryReadOnlyEscapes(t, conn, admin)
+		// A startup option outranks the role's setting, so it is refused.
+		_, err := pgx.Connect(ctx, roDSN+"&options=-c%20tsdb_admin.read_only_role%3Doff")
+		if err == nil {
+			t.Error("a read-only role connected with -c tsdb_admin.read_only_role=off")
+		}
+	})
+
+	t.Run("AdminUnsets", func(t *testing.T) {
+		if _, err := admin.Exec(ctx, "ALTER ROLE ro_user RESET tsdb_admin.read_only_role"); err != nil {
+			t.Fatal(err)
+		}
+		conn := mustConnect(t, roDSN)
+		if _, err := conn.Exec(ctx, "INSERT INTO ro_t VALUES (5)"); err != nil {
+			t.Errorf("after tsdbadmin reset read_only_role, the role must write: %v", err)
+		}
+		// The role itself may not set (or unset) it.
+		_, err := conn.Exec(ctx, "ALTER ROLE ro_user SET tsdb_admin.read_only_role = true")
+		if got := sqlState(err); got != "42501" {
+			t.Errorf("the role setting its own read_only_role: got %q (%v), want 42501", got, err)
+		}
+		_, err = admin.Exec(ctx, "ALTER DATABASE tsdb SET tsdb_admin.read_only_role = true")
+		if got := sqlState(err); got != "42501" {
+			t.Errorf("read_only_role on a database: got %q (%v), want 42501", got, err)
+		}
+		_, err = admin.Exec(ctx, "SET tsdb_admin.read_only_role = true")
+		if got := sqlState(err); got != "42501" {
+			t.Errorf("SET tsdb_admin.read_only_role in a session: got %q (%v), want 42501", got, err)
+		}
+	})
+}
+
+// TestCheckGuard: without the library dbcloud refuses to start, saying
+// what to run; with it (as scripts/deps.sh installs it here) it starts.
+func TestCheckGuard(t *testing.T) {
+	err := checkGuard(filepath.Join(t.TempDir(), "bin"))
+	if err == nil || !strings.Contains(err.Error(), "dbcloud_guard") || !strings.Contains(err.Error(), "scripts/deps.sh") {
+		t.Errorf("no library: got %v, want an error naming dbcloud_guard and scripts/deps.sh", err)
+	}
+	if err := checkGuard(pgbin.Dir()); err != nil {
+		t.Errorf("the host's PostgreSQL: %v (scripts/deps.sh installs the guard)", err)
+	}
+}
