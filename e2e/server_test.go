@@ -50,10 +50,7 @@ func TestMain(m *testing.M) {
 // other test on this machine holds, in this process or another checkout's.
 func portRange(t testing.TB) (int, int) {
 	t.Helper()
-	lo, err := testports.Block()
-	if err != nil {
-		t.Fatal(err)
-	}
+	lo := testports.MustBlock(t)
 	return lo, lo + testports.BlockSize - 1
 }
 

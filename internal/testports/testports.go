@@ -26,9 +26,8 @@ const (
 )
 
 // claims are the lock files this process holds, by first port; kept open
-// (the lock lives as long as the descriptor) and never released before the
-// process exits, so a port a test let go is not handed out again while a
-// server of that test may still bind it after a restart.
+// (the lock lives as long as the descriptor) until Release or the
+// process's exit.
 type claims struct {
 	mu    sync.Mutex
 	files map[int]*os.File
@@ -47,17 +46,46 @@ func Port() (int, error) { return process.claim(singleLo, singleHi, 1) }
 // this process alone holds and that were free when claimed.
 func Block() (int, error) { return process.claim(blockLo, blockHi, BlockSize) }
 
-// MustPort is Port for a test: it fails the test when no port is left.
-func MustPort(tb interface {
+// TB is the part of testing.TB these helpers use.
+type TB interface {
 	Helper()
 	Fatal(...any)
-}) int {
+	Cleanup(func())
+}
+
+// MustPort is Port for a test: it fails the test when no port is left,
+// and releases the port when the test and its cleanups are done (register
+// it before the cleanups that stop what uses it).
+func MustPort(tb TB) int {
 	tb.Helper()
 	p, err := Port()
 	if err != nil {
 		tb.Fatal(err)
 	}
+	tb.Cleanup(func() { Release(p) })
 	return p
+}
+
+// MustBlock is Block for a test, released like MustPort's port.
+func MustBlock(tb TB) int {
+	tb.Helper()
+	p, err := Block()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { Release(p) })
+	return p
+}
+
+// Release gives back the port (or block) claimed at first, once nothing
+// uses it any more.
+func Release(first int) {
+	process.mu.Lock()
+	defer process.mu.Unlock()
+	if f, ok := process.files[first]; ok {
+		f.Close()
+		delete(process.files, first)
+	}
 }
 
 func (c *claims) claim(lo, hi, size int) (int, error) {
