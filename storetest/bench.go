@@ -11,13 +11,6 @@ import (
 // default quota is 100 services, so 1,000 is a generous upper bound.
 const benchServices = 1000
 
-// RunStoreBenchmarks runs every store benchmark as a sub-benchmark.
-func RunStoreBenchmarks(b *testing.B, newDB NewDB) {
-	b.Run("ListServices", func(b *testing.B) { BenchmarkListServices(b, newDB) })
-	b.Run("FindService", func(b *testing.B) { BenchmarkFindService(b, newDB) })
-	b.Run("UpdateService", func(b *testing.B) { BenchmarkUpdateService(b, newDB) })
-}
-
 // BenchmarkUpdateService measures an Update that locks the project, reads
 // one service among 1,000 and writes it back: the shape of every change
 // request, and the one that pays for each commit's durability.
