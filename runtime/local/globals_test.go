@@ -69,3 +69,28 @@ func immutable(e ast.Expr) bool {
 	}
 	return pkg.Name == "regexp" && sel.Sel.Name == "MustCompile" || pkg.Name == "errors" && sel.Sel.Name == "New"
 }
+
+// TestSubpackagesTakeSpecs keeps the domain out of the runtime's
+// sub-packages: they take paths and specs, and runtime/local alone turns
+// services into them (and their typed errors into users' sentences).
+func TestSubpackagesTakeSpecs(t *testing.T) {
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || filepath.Dir(path) == "." || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, imp := range f.Imports {
+			if imp.Path.Value == `"dbcloud"` {
+				t.Errorf("%s imports the domain package; sub-packages of runtime/local take paths and specs", path)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
