@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"net"
 	"os/exec"
 	"strconv"
@@ -10,20 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-)
+	"dbcloud/internal/pgtest"
 
-func sqlStateOf(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code
-	}
-	if err != nil {
-		return "not a server error: " + err.Error()
-	}
-	return ""
-}
+	"github.com/jackc/pgx/v5"
+)
 
 // tigerReadOnly is the startup option tiger-cli adds for a read-only
 // connection (internal/common/connection.go), byte for byte.
@@ -77,7 +66,7 @@ func TestGuard_Tenant(t *testing.T) {
 			"SET ROLE postgres",
 			"CREATE FUNCTION c_fn() RETURNS void LANGUAGE c AS 'dbcloud_guard', '_PG_init'",
 		} {
-			if _, err := ca.Exec(ctx, sql); sqlStateOf(err) != "42501" {
+			if _, err := ca.Exec(ctx, sql); pgtest.SQLState(err) != "42501" {
 				t.Errorf("%s: got %v, want SQLSTATE 42501", sql, err)
 			}
 		}
@@ -127,7 +116,7 @@ func TestGuard_Tenant(t *testing.T) {
 				_, _ = c.Exec(ctx, escape)
 			}
 			for _, w := range []string{"INSERT INTO t VALUES (1)", "BEGIN READ WRITE; INSERT INTO t VALUES (1); COMMIT"} {
-				if _, err := c.Exec(ctx, w); sqlStateOf(err) != "25006" {
+				if _, err := c.Exec(ctx, w); pgtest.SQLState(err) != "25006" {
 					t.Errorf("after %q, %s: got %v, want 25006", escape, w, err)
 				}
 				_, _ = c.Exec(ctx, "ROLLBACK")
@@ -160,7 +149,7 @@ func TestGuard_Tenant(t *testing.T) {
 		// PgBouncer does not pass the startup option on: the login is refused.
 		if c, err := pgx.Connect(ctx, dsnFor("tsdbadmin", pw, p)+tigerReadOnly); err == nil {
 			defer c.Close(ctx)
-			if _, err := c.Exec(ctx, "INSERT INTO t VALUES (1)"); sqlStateOf(err) != "25006" {
+			if _, err := c.Exec(ctx, "INSERT INTO t VALUES (1)"); pgtest.SQLState(err) != "25006" {
 				t.Errorf("a read-only connection through the pooler wrote: %v", err)
 			}
 		}
@@ -169,7 +158,7 @@ func TestGuard_Tenant(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close(ctx)
-		if _, err := c.Exec(ctx, "GRANT pg_execute_server_program TO tsdbadmin"); sqlStateOf(err) != "42501" {
+		if _, err := c.Exec(ctx, "GRANT pg_execute_server_program TO tsdbadmin"); pgtest.SQLState(err) != "42501" {
 			t.Errorf("through the pooler, GRANT pg_execute_server_program: %v, want 42501", err)
 		}
 	})

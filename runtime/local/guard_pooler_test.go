@@ -2,25 +2,14 @@ package local
 
 import (
 	"context"
-	"errors"
 	"testing"
 
+	"dbcloud/internal/pgtest"
+
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"dbcloud"
 )
-
-func sqlState(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code
-	}
-	if err != nil {
-		return "not a server error: " + err.Error()
-	}
-	return ""
-}
 
 // TestGuard_ThroughPooler: the guard holds for sessions PgBouncer opens
 // for its clients. The reproduction through the pooler is refused
@@ -58,7 +47,7 @@ func TestGuard_ThroughPooler(t *testing.T) {
 		"GRANT pg_execute_server_program, pg_read_server_files TO tsdbadmin",
 		"COPY ro_t FROM PROGRAM 'id'",
 	} {
-		if _, err := admin.Exec(ctx, sql); sqlState(err) != "42501" {
+		if _, err := admin.Exec(ctx, sql); pgtest.SQLState(err) != "42501" {
 			t.Errorf("through the pooler, %s: got %v, want 42501", sql, err)
 		}
 	}
@@ -82,7 +71,7 @@ func TestGuard_ThroughPooler(t *testing.T) {
 			_, _ = ro.Exec(ctx, "ROLLBACK")
 		}
 		for range 3 { // over whichever server connections the pooler picks
-			if _, err := ro.Exec(ctx, "INSERT INTO ro_t VALUES (1)"); sqlState(err) != "25006" {
+			if _, err := ro.Exec(ctx, "INSERT INTO ro_t VALUES (1)"); pgtest.SQLState(err) != "25006" {
 				t.Errorf("after %q, a read-only role's INSERT through the pooler: got %v, want 25006", escape, err)
 			}
 		}
@@ -94,7 +83,7 @@ func TestGuard_ThroughPooler(t *testing.T) {
 		t.Logf("the pooler refuses the read-only startup option: %v", err)
 	} else {
 		defer c.Close(ctx)
-		if _, err := c.Exec(ctx, "INSERT INTO ro_t VALUES (1)"); sqlState(err) != "25006" {
+		if _, err := c.Exec(ctx, "INSERT INTO ro_t VALUES (1)"); pgtest.SQLState(err) != "25006" {
 			t.Errorf("a read-only connection through the pooler wrote: %v", err)
 		}
 	}

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,21 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"dbcloud/internal/pgbin"
+	"dbcloud/internal/pgtest"
 	"dbcloud/runtime/local/internal/localtest"
 )
-
-// sqlState returns err's SQLSTATE, or "" when it is not a server error
-// (or nil: the statement succeeded).
-func sqlState(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code
-	}
-	if err != nil {
-		return "not a server error: " + err.Error()
-	}
-	return ""
-}
 
 // guardInstance starts one instance as a TIMESERIESDB service's would be
 // (TimescaleDB preloaded, both addons' extensions created in tsdb by the
@@ -128,7 +115,7 @@ func TestGuard_EscapeMatrix(t *testing.T) {
 		// Without the guard, a SET ROLE that got through would change
 		// who makes the rows after it.
 		_, _ = conn.Exec(ctx, "RESET ROLE; RESET SESSION AUTHORIZATION")
-		if got := sqlState(err); got != "42501" {
+		if got := pgtest.SQLState(err); got != "42501" {
 			failed = append(failed, sql)
 			t.Errorf("%s: got SQLSTATE %q (%v), want 42501", sql, got, err)
 		} else if !strings.Contains(err.Error(), "reserved") && !strings.Contains(err.Error(), "not allowed") &&
@@ -285,7 +272,7 @@ func TestGuard_EscapeMatrix(t *testing.T) {
 			t.Fatal(err)
 		}
 		err = conn.QueryRow(ctx, "SELECT pg_terminate_backend($1)", superPID).Scan(&ok)
-		if got := sqlState(err); got != "42501" {
+		if got := pgtest.SQLState(err); got != "42501" {
 			t.Errorf("tsdbadmin terminating the superuser's session: got %q (%v), want 42501", got, err)
 		}
 	})
@@ -380,20 +367,20 @@ func tryReadOnlyEscapes(t *testing.T, conn *pgx.Conn, admin *pgx.Conn) {
 	for _, escape := range roEscapes {
 		if escape != "" {
 			_, err := conn.Exec(ctx, escape)
-			t.Logf("%-70s -> %s", escape, orOK(sqlState(err)))
+			t.Logf("%-70s -> %s", escape, orOK(pgtest.SQLState(err)))
 			_, _ = conn.Exec(ctx, "ROLLBACK") // an escape that failed inside BEGIN leaves the block open
 		}
 		for _, w := range roWrites {
 			_, err := conn.Exec(ctx, w)
-			if got := sqlState(err); got != "25006" {
+			if got := pgtest.SQLState(err); got != "25006" {
 				t.Errorf("after %q, %s: got SQLSTATE %q (%v), want 25006", escape, w, got, err)
 			}
 			_, _ = conn.Exec(ctx, "ROLLBACK")
 		}
-		if _, err := conn.CopyFrom(ctx, pgx.Identifier{"ro_t"}, []string{"i"}, pgx.CopyFromRows([][]any{{1}})); sqlState(err) != "25006" {
+		if _, err := conn.CopyFrom(ctx, pgx.Identifier{"ro_t"}, []string{"i"}, pgx.CopyFromRows([][]any{{1}})); pgtest.SQLState(err) != "25006" {
 			t.Errorf("after %q, COPY FROM STDIN: got %v, want 25006", escape, err)
 		}
-		if err := fastPathWrite(t, conn); sqlState(err) != "25006" {
+		if err := fastPathWrite(t, conn); pgtest.SQLState(err) != "25006" {
 			t.Errorf("after %q, lo_creat by fast-path call: got %v, want 25006", escape, err)
 		}
 	}
@@ -504,15 +491,15 @@ func TestGuard_ReadOnly(t *testing.T) {
 		}
 		// The role itself may not set (or unset) it.
 		_, err := conn.Exec(ctx, "ALTER ROLE ro_user SET tsdb_admin.read_only_role = true")
-		if got := sqlState(err); got != "42501" {
+		if got := pgtest.SQLState(err); got != "42501" {
 			t.Errorf("the role setting its own read_only_role: got %q (%v), want 42501", got, err)
 		}
 		_, err = admin.Exec(ctx, "ALTER DATABASE tsdb SET tsdb_admin.read_only_role = true")
-		if got := sqlState(err); got != "42501" {
+		if got := pgtest.SQLState(err); got != "42501" {
 			t.Errorf("read_only_role on a database: got %q (%v), want 42501", got, err)
 		}
 		_, err = admin.Exec(ctx, "SET tsdb_admin.read_only_role = true")
-		if got := sqlState(err); got != "42501" {
+		if got := pgtest.SQLState(err); got != "42501" {
 			t.Errorf("SET tsdb_admin.read_only_role in a session: got %q (%v), want 42501", got, err)
 		}
 	})
