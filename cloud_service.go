@@ -82,6 +82,36 @@ func (c *Cloud) GetService(ctx context.Context, projectID, id string) (*ServiceV
 	return v, err
 }
 
+// RenameService gives the service a new name (decisions.md section 1: the
+// original's clients call it beyond the API document). A name is only a
+// label: it changes nothing that runs, so no operation is recorded, and it
+// is allowed in every state but DELETING.
+func (c *Cloud) RenameService(ctx context.Context, projectID, id, name string) (*ServiceView, error) {
+	if err := c.authorize(ctx, projectID); err != nil {
+		return nil, err
+	}
+	if err := validateName("name", name); err != nil {
+		return nil, err
+	}
+	var v *ServiceView
+	err := c.update(ctx, projectID, func(tx Tx) error {
+		s, err := findService(tx, projectID, id)
+		if err != nil {
+			return err
+		}
+		if s.Status == StatusDeleting {
+			return Errorf(KindConflict, "Service %s is being deleted.", id)
+		}
+		s.Name = name
+		if err := tx.UpdateService(s); err != nil {
+			return err
+		}
+		v, err = findServiceView(tx, projectID, id)
+		return err
+	})
+	return v, err
+}
+
 func findServiceView(tx Tx, projectID, id string) (*ServiceView, error) {
 	s, err := findService(tx, projectID, id)
 	if err == nil {

@@ -784,3 +784,40 @@ func TestProjectIsolation(t *testing.T) {
 		}
 	})
 }
+
+// TestCompatibilityPaths: the paths of decisions.md section 1 that the
+// original's clients call beyond the API document.
+func TestCompatibilityPaths(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		e := newEnv(t, kind, noLimits)
+		t.Run("RenameService", func(t *testing.T) {
+			e := e.with(t)
+			var created, renamed, got service
+			e.want(202, "", req{Method: "POST", Path: e.pa() + "/services", Body: map[string]any{"name": "before"}}).decode(t, &created)
+			path := e.pa() + "/services/" + created.ServiceID
+			e.want(200, "", req{Method: "POST", Path: path + "/rename", Body: map[string]any{"name": "after"}}).decode(t, &renamed)
+			if renamed.ServiceID != created.ServiceID || renamed.Name != "after" || renamed.InitialPassword != "" {
+				t.Errorf("rename answered %+v, want service %s named after, without a password", renamed, created.ServiceID)
+			}
+			e.want(200, "", req{Method: "GET", Path: path}).decode(t, &got)
+			if got.Name != "after" {
+				t.Errorf("after rename GET shows name %q, want after", got.Name)
+			}
+			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: path + "/rename", Body: map[string]any{"name": ""}})
+			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: path + "/rename", Body: map[string]any{"name": "a\u202eb"}})
+			e.want(400, "INVALID_REQUEST", req{Method: "POST", Path: path + "/rename", Body: map[string]any{}})
+			e.want(404, "NOT_FOUND", req{Method: "POST", Path: e.pa() + "/services/abcdefghij/rename", Body: map[string]any{"name": "x"}})
+			if e.want(200, "", req{Method: "GET", Path: path}).decode(t, &got); got.Name != "after" {
+				t.Errorf("a refused rename changed the name to %q", got.Name)
+			}
+		})
+		t.Run("Analytics", func(t *testing.T) {
+			e := e.with(t)
+			for _, p := range []string{"/analytics/identify", "/analytics/track"} {
+				e.want(204, "", req{Method: "POST", Path: p, Body: map[string]any{"event": "service_create", "properties": map[string]any{"os": "linux"}}})
+				e.want(204, "", req{Method: "POST", Path: p})
+				e.want(401, "UNAUTHORIZED", req{Method: "POST", Path: p, NoAuth: true})
+			}
+		})
+	})
+}

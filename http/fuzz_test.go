@@ -26,6 +26,8 @@ import (
 var fuzzSeeds = []struct{ method, path, body string }{
 	{"GET", "/auth/info", ``},
 	{"POST", "/auth/logout", ``},
+	{"POST", "/analytics/identify", `{"properties":{"os":"linux"}}`},
+	{"POST", "/analytics/track", `{"event":"x"}`},
 	{"GET", "/projects", ``},
 	{"GET", "/projects/{other}/services", ``},
 
@@ -49,6 +51,8 @@ var fuzzSeeds = []struct{ method, path, body string }{
 	{"POST", "/services", `{"name":null,"addons":"ai"}`},
 	{"GET", "/services/{sid}", ``},
 	{"DELETE", "/services/{sid}", ``},
+	{"POST", "/services/{sid}/rename", `{"name":"renamed"}`},
+	{"POST", "/services/{sid}/rename", `{"name":""}`},
 	{"POST", "/services/{sid}/start", ``},
 	{"POST", "/services/{sid}/stop", ``},
 	{"POST", "/services/{sid}/attachToVPC", `{"vpc_id":"{vid}"}`},
@@ -79,7 +83,7 @@ var fuzzSeeds = []struct{ method, path, body string }{
 // fuzzPath turns a fuzzed path into the request's path below the base path.
 func fuzzPath(path string, names *strings.Replacer, projectID string) string {
 	path = names.Replace(path)
-	if strings.HasPrefix(path, "/projects") || strings.HasPrefix(path, "/auth") {
+	if strings.HasPrefix(path, "/projects") || strings.HasPrefix(path, "/auth") || strings.HasPrefix(path, "/analytics") {
 		return path
 	}
 	if !strings.HasPrefix(path, "/") {

@@ -27,6 +27,8 @@ func (h *Handler) routes() []Route {
 	return []Route{
 		get("/auth/info", h.authInfo),
 		post("/auth/logout", false, h.logout),
+		post("/analytics/identify", false, h.analytics),
+		post("/analytics/track", false, h.analytics),
 		get("/projects", h.listProjects),
 
 		get(project+"/vpcs", h.listVPCs),
@@ -55,6 +57,7 @@ func (h *Handler) routes() []Route {
 		post(service+"/setEnvironment", true, h.setEnvironment),
 		get(service+"/logs", h.logs),
 		post(service+"/setHA", true, h.setHA),
+		post(service+"/rename", true, h.renameService),
 
 		get(service+"/replicaSets", h.listReplicaSets),
 		post(service+"/replicaSets", true, h.createReplicaSet),
@@ -80,6 +83,12 @@ func (h *Handler) authInfo(w http.ResponseWriter, r *http.Request) (int, any, er
 // logout ends a user session. API keys have none: they stay valid until
 // revoked, so for a key this is a successful no-op.
 func (h *Handler) logout(w http.ResponseWriter, r *http.Request) (int, any, error) {
+	return http.StatusNoContent, nil, nil
+}
+
+// analytics answers the original clients' usage reports: a self-hosted
+// server collects no usage data, so the body is neither kept nor sent on.
+func (h *Handler) analytics(w http.ResponseWriter, r *http.Request) (int, any, error) {
 	return http.StatusNoContent, nil, nil
 }
 
@@ -231,6 +240,21 @@ func serviceResult(v *dbcloud.ServiceView, err error) (int, any, error) {
 
 func (h *Handler) getService(w http.ResponseWriter, r *http.Request) (int, any, error) {
 	v, err := h.cloud.GetService(r.Context(), r.PathValue("project_id"), r.PathValue("service_id"))
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, toService(v), nil
+}
+
+func (h *Handler) renameService(w http.ResponseWriter, r *http.Request) (int, any, error) {
+	var in nameRequest
+	if err := decode(r, &in); err != nil {
+		return 0, nil, err
+	}
+	if err := required("name", in.Name); err != nil {
+		return 0, nil, err
+	}
+	v, err := h.cloud.RenameService(r.Context(), r.PathValue("project_id"), r.PathValue("service_id"), *in.Name)
 	if err != nil {
 		return 0, nil, err
 	}
