@@ -265,27 +265,6 @@ func chownTo(path string, owner *syscall.Credential) error {
 	return os.Lchown(path, int(owner.Uid), int(owner.Gid))
 }
 
-// ReflinkSupported reports whether files in dir can be cloned (FICLONE),
-// by cloning a small file there. Copies use clones where this holds.
-func ReflinkSupported(dir string) bool {
-	a, err := os.CreateTemp(dir, ".reflink-probe-*")
-	if err != nil {
-		return false
-	}
-	defer os.Remove(a.Name())
-	defer a.Close()
-	if _, err := a.Write([]byte("probe")); err != nil {
-		return false
-	}
-	b, err := os.CreateTemp(dir, ".reflink-probe-*")
-	if err != nil {
-		return false
-	}
-	defer os.Remove(b.Name())
-	defer b.Close()
-	return unix.IoctlFileClone(int(b.Fd()), int(a.Fd())) == nil
-}
-
 // backupSkip leaves out of a copy of a live data directory what
 // pg_basebackup leaves out (basebackup.c excludeDirContents and
 // excludeFiles): state that is rebuilt at start, WAL (copied separately, up
