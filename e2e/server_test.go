@@ -105,6 +105,7 @@ func newServer(t testing.TB, args ...string) *server {
 		}
 		s.stop()
 		stopPostmasters(t, dir)
+		unmountStorageImage(t, filepath.Join(dir, "runtime"))
 		if t.Failed() {
 			if b, err := os.ReadFile(filepath.Join(dir, "server.log")); err == nil {
 				var problems []string
@@ -120,6 +121,19 @@ func newServer(t testing.TB, args ...string) *server {
 	})
 	s.start()
 	return s
+}
+
+// unmountStorageImage detaches the image a server made with
+// --storage-image-gib, once its instances are stopped, so that removing
+// the data directory removes the image too.
+func unmountStorageImage(t testing.TB, dir string) {
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil || !strings.Contains(string(info), " "+dir+" ") {
+		return
+	}
+	if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+		t.Errorf("umount %s: %v: %s", dir, err, out)
+	}
 }
 
 func tail(b []byte, n int) []byte {

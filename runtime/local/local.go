@@ -251,9 +251,23 @@ func (rt *Runtime) instanceBase(svc *dbcloud.Service) (postgres.Spec, error) {
 	}
 	return postgres.Spec{
 		ID: svc.ID + "-0", Dir: filepath.Join(rt.serviceDir(svc.ID), "0"), ListenAddr: listen,
-		Port: svc.Endpoint.Port, Settings: addonSettings(res, svc.Spec.Addons),
+		Port: svc.Endpoint.Port, Settings: rt.storageSettings(addonSettings(res, svc.Spec.Addons)),
 		CPUMillis: res.CPUMillis, MemoryBytes: res.MemoryBytes, ArchiveDir: rt.archiveDir(svc.ID),
 	}, nil
+}
+
+// storageSettings adds to an instance's settings what the runtime's
+// filesystem changes. Where files clone, the first start after a crash or
+// a copy (a fork, a replica node) syncs the data directory with one syncfs
+// rather than an fsync per file: a cloned data directory is metadata, and
+// a thousand fsyncs of it cost seconds on btrfs where one commit costs
+// milliseconds. Elsewhere a copy's data is dirty in the page cache and the
+// per-file walk flushes only it, not the other tenants' writes.
+func (rt *Runtime) storageSettings(settings map[string]string) map[string]string {
+	if rt.volumes.Filesystem().Reflink {
+		settings["recovery_init_sync_method"] = "syncfs"
+	}
+	return settings
 }
 
 // preparedBase is instanceBase with the service's directory made and its
