@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"crypto/tls"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -174,9 +173,7 @@ func TestStoreFullIs503(t *testing.T) {
 		break
 	}
 	var list []map[string]any
-	if err := json.Unmarshal(e.want(200, "", req{Method: "GET", Path: services}).Body, &list); err != nil {
-		t.Fatal(err)
-	}
+	e.want(200, "", req{Method: "GET", Path: services}).decode(t, &list)
 	if len(list) != accepted {
 		t.Fatalf("%d services listed after %d accepted creates and a refused one", len(list), accepted)
 	}

@@ -352,6 +352,11 @@ func certValid(certPEM []byte, margin time.Duration, hosts []string) bool {
 
 // EnsureService makes the service's primary match its spec.
 func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*dbcloud.Observation, error) {
+	obs, err := rt.ensureService(ctx, svc)
+	return obs, userError(err)
+}
+
+func (rt *Runtime) ensureService(ctx context.Context, svc *dbcloud.Service) (*dbcloud.Observation, error) {
 	if rt.isHA(svc) {
 		return rt.ensureHA(ctx, svc)
 	}
@@ -381,6 +386,20 @@ func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*db
 		return nil, err
 	}
 	return obs, nil
+}
+
+// userError turns what a caller can act on into the sentence users read;
+// other errors pass as they are (the engine shows a generic reason and
+// logs them). A full disk is retryable: the instance starts once space is
+// freed.
+func userError(err error) error {
+	var full *postgres.DiskFullError
+	if errors.As(err, &full) {
+		return fmt.Errorf("%w (%v)", dbcloud.Errorf(dbcloud.KindUnavailable,
+			"The disk holding this service's data is full (%d MiB free); it starts again by itself once space is freed: delete data, resize the service, or ask the operator to free disk space.",
+			full.FreeBytes>>20), err)
+	}
+	return err
 }
 
 // servePrimary is the end of every ensure of a running service, HA or

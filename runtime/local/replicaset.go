@@ -126,6 +126,11 @@ func (rt *Runtime) replicaSetCert(svc *dbcloud.Service) (cert, key []byte, err e
 // EnsureReplicaSet makes the set's nodes, endpoint and pooler match its
 // spec, following the parent's current primary.
 func (rt *Runtime) EnsureReplicaSet(ctx context.Context, parent *dbcloud.Service, set *dbcloud.ReadReplicaSet) (*dbcloud.Observation, error) {
+	obs, err := rt.ensureReplicaSet(ctx, parent, set)
+	return obs, userError(err)
+}
+
+func (rt *Runtime) ensureReplicaSet(ctx context.Context, parent *dbcloud.Service, set *dbcloud.ReadReplicaSet) (*dbcloud.Observation, error) {
 	svc, upstream, err := rt.replicaSetBase(parent, set)
 	if err != nil {
 		return nil, err
