@@ -91,7 +91,7 @@ func (rt *Runtime) restoreFork(ctx context.Context, svc *dbcloud.Service, spec p
 		return err
 	}
 	copied := time.Since(began)
-	if err := rt.instances.WriteServerFile(filepath.Join(spec.PGData(), "recovery.signal"), nil, 0o600); err != nil {
+	if err := rt.instances.WriteServerFile(spec, filepath.Join(spec.PGData(), "recovery.signal"), nil, 0o600); err != nil {
 		return err
 	}
 	if err := rt.instances.Prepare(ctx, spec); err != nil {
@@ -156,7 +156,7 @@ func (rt *Runtime) holdParent(forkID, parentID string) error {
 // restored from (for logs and messages).
 func (rt *Runtime) restoreData(ctx context.Context, svc *dbcloud.Service, spec postgres.Spec) (map[string]string, string, error) {
 	src := svc.Fork
-	owner := backup.CopyOptions{Owner: rt.instances.Credential()}
+	owner := backup.CopyOptions{Owner: rt.instances.Owner(spec)}
 	immediate := map[string]string{
 		// The WAL the backup needs is in its pg_wal; recovery insists on a
 		// restore_command all the same.
