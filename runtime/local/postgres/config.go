@@ -37,16 +37,24 @@ const ReplicatorRole = "dbcloud_replicator"
 
 // replicatorSQL makes ReplicatorRole on a primary made before it existed;
 // run in the postgres database, which pg_rewind connects to (function
-// grants are per database).
-const replicatorSQL = `DO $$BEGIN
-IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '` + ReplicatorRole + `') THEN
-  CREATE ROLE ` + ReplicatorRole + ` LOGIN REPLICATION;
-END IF;
-END$$;
-GRANT EXECUTE ON FUNCTION pg_catalog.pg_ls_dir(text, boolean, boolean) TO ` + ReplicatorRole + `;
-GRANT EXECUTE ON FUNCTION pg_catalog.pg_stat_file(text, boolean) TO ` + ReplicatorRole + `;
-GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text) TO ` + ReplicatorRole + `;
-GRANT EXECUTE ON FUNCTION pg_catalog.pg_read_binary_file(text, bigint, bigint, boolean) TO ` + ReplicatorRole
+// grants are per database). When all is in place it writes nothing, so it
+// never waits for a synchronous standby (a dead one is what a repair
+// calls it for); when it does write, its commit is local only.
+const replicatorSQL = `DO $$
+DECLARE
+  fn text;
+BEGIN
+  PERFORM pg_catalog.set_config('synchronous_commit', 'local', true);
+  IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = '` + ReplicatorRole + `') THEN
+    CREATE ROLE ` + ReplicatorRole + ` LOGIN REPLICATION;
+  END IF;
+  FOREACH fn IN ARRAY ARRAY['pg_catalog.pg_ls_dir(text, boolean, boolean)', 'pg_catalog.pg_stat_file(text, boolean)',
+      'pg_catalog.pg_read_binary_file(text)', 'pg_catalog.pg_read_binary_file(text, bigint, bigint, boolean)'] LOOP
+    IF NOT pg_catalog.has_function_privilege('` + ReplicatorRole + `', fn, 'EXECUTE') THEN
+      EXECUTE 'GRANT EXECUTE ON FUNCTION ' || fn || ' TO ` + ReplicatorRole + `';
+    END IF;
+  END LOOP;
+END$$`
 
 // identMap is the pg_ident.conf map that lets the OS user dbcloud runs as
 // log in as the superuser over the unix socket, so no superuser password
