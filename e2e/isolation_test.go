@@ -246,7 +246,7 @@ type osProc struct {
 func (p osProc) String() string { return fmt.Sprintf("%d/%s/uid %d", p.pid, p.kind, p.uid) }
 
 // serviceProcesses finds the processes whose command line names a path
-// under one of dirs (postmasters, PgBouncer, endpoint proxies) and every
+// under one of dirs (postmasters, PgBouncer, endpoint proxies: `dbcloud __endpoint-proxy DIR`) and every
 // process they forked (backends, workers), from /proc.
 func serviceProcesses(dirs ...string) []osProc {
 	type entry struct {
@@ -290,7 +290,7 @@ func serviceProcesses(dirs ...string) []osProc {
 			switch {
 			case strings.Contains(e.p.cmd, "pgbouncer"):
 				roots[pid] = "pgbouncer"
-			case strings.Contains(e.p.cmd, " proxy "):
+			case strings.Contains(e.p.cmd, "endpoint-proxy "):
 				roots[pid] = "proxy"
 			case strings.Contains(e.p.cmd, "postgres"):
 				roots[pid] = "postgres"
