@@ -101,7 +101,13 @@ func proxyBinary(dataDir, exe string) (string, error) {
 	dst := filepath.Join(dir, "dbcloud-proxy")
 	tmp := dst + ".tmp"
 	_ = os.Remove(tmp)
-	if err := os.Link(exe, tmp); err != nil {
+	// A link only of a binary everyone may run already: chmod of a link
+	// would change the original's mode too.
+	linked := false
+	if fi, err := os.Stat(exe); err == nil && fi.Mode().Perm()&0o005 == 0o005 {
+		linked = os.Link(exe, tmp) == nil
+	}
+	if !linked {
 		if err := copyFile(exe, tmp); err != nil {
 			return "", fmt.Errorf("copy %s for the endpoint proxies: %w", exe, err)
 		}

@@ -444,7 +444,9 @@ func (rt *Runtime) DeleteService(ctx context.Context, svc *dbcloud.Service) erro
 	dir := rt.serviceDir(svc.ID)
 	entries, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {
-		return nil
+		// A delete that crashed after removing the files still removes
+		// the service's OS user.
+		return rt.removeOwner(ctx, svc.ID)
 	} else if err != nil {
 		return err
 	}
