@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"dbcloud/internal/atomicfile"
 )
@@ -173,6 +174,7 @@ func (m *Instances) ownTree(s Spec, dir string) error {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid == c.Uid && st.Gid == c.Gid {
 		return nil
 	}
+	begin, files := time.Now(), 0
 	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -180,10 +182,16 @@ func (m *Instances) ownTree(s Spec, dir string) error {
 		if path == dir {
 			return nil
 		}
+		files++
 		return os.Lchown(path, int(c.Uid), int(c.Gid))
 	})
 	if err != nil {
 		return fmt.Errorf("give %s to uid %d: %w", dir, c.Uid, err)
 	}
-	return os.Lchown(dir, int(c.Uid), int(c.Gid))
+	if err := os.Lchown(dir, int(c.Uid), int(c.Gid)); err != nil {
+		return err
+	}
+	m.Logger.Info("files given to the service's OS user", "instance", s.ID, "dir", dir, "uid", c.Uid,
+		"files", files, "ms", time.Since(begin).Milliseconds())
+	return nil
 }
