@@ -170,3 +170,25 @@ func TestSystem(t *testing.T) {
 		t.Fatal("group still exists after Remove")
 	}
 }
+
+// A host that refuses to make users (a read-only /etc, no useradd) fails
+// Check with a sentence saying so, which dbcloud prints at start.
+func TestCheckFailsClearly(t *testing.T) {
+	tools := Tools{
+		Run: func(context.Context, string, ...string) (int, string, error) {
+			return 1, "useradd: cannot lock /etc/passwd; try again later.", nil
+		},
+		Lookup: func(name string) (*user.User, error) { return nil, user.UnknownUserError(name) },
+	}
+	err := New(DefaultPrefix, tools, nil).Check(context.Background())
+	if err == nil {
+		t.Fatal("Check passed on a host that makes no users")
+	}
+	want := "needs root"
+	if os.Geteuid() == 0 {
+		want = "does not let it create one"
+	}
+	if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "OS user of its own") {
+		t.Errorf("Check: %v; want a sentence containing %q", err, want)
+	}
+}
