@@ -476,6 +476,13 @@ func stopPostmasters(t testing.TB, dir string) {
 	for _, f := range pidFiles {
 		stopByPIDFile(f)
 	}
+	// The OS users of services the test did not delete (dbcloud makes one
+	// per service, named dbc-<id>).
+	svcs, _ := os.ReadDir(filepath.Join(dir, "runtime", "services"))
+	for _, svc := range svcs {
+		exec.Command("userdel", "dbc-"+svc.Name()).Run()
+		exec.Command("groupdel", "dbc-"+svc.Name()).Run()
+	}
 }
 
 // stopByPIDFile stops the process whose PID is the file's first line.
@@ -499,7 +506,7 @@ func stopByPIDFile(f string) {
 func removeCgroups(dir string) {
 	svcs, _ := os.ReadDir(filepath.Join(dir, "runtime", "services"))
 	for _, s := range svcs {
-		for _, c := range []string{"cpu", "cpuacct", "memory"} {
+		for _, c := range []string{"cpu", "cpuacct", "memory", "pids"} {
 			groups, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", c, "dbcloud", s.Name()+"-*"))
 			for _, g := range groups {
 				for i := 0; i < 50 && os.Remove(g) != nil; i++ {

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"dbcloud/internal/atomicfile"
+	"dbcloud/runtime/local/internal/osuser"
 	"dbcloud/runtime/local/internal/proc"
 )
 
@@ -56,7 +57,7 @@ func (m *Instances) Open(ctx context.Context) error {
 	if err := os.MkdirAll(m.PoolDir, 0o755); err != nil {
 		return fmt.Errorf("open pool %s: %w", m.PoolDir, err)
 	}
-	if err := m.checkTraversable(m.PoolDir); err != nil {
+	if err := m.checkTraversable(Spec{}, m.PoolDir); err != nil {
 		return fmt.Errorf("open pool %s: %w", m.PoolDir, err)
 	}
 	if err := m.cleanPool(); err != nil {
@@ -186,7 +187,7 @@ func (m *Instances) addToPool(ctx context.Context) (err error) {
 			_ = removeWorkDir(work)
 		}
 	}()
-	if err := m.prepareCluster(ctx, work); err != nil {
+	if err := m.prepareCluster(ctx, work, nil); err != nil {
 		return err
 	}
 	if err := os.Rename(work, filepath.Join(m.PoolDir, poolReadyPrefix+name)); err != nil {
@@ -245,22 +246,29 @@ func (m *Instances) takeFromPool(pgdata string) (bool, error) {
 // fsync (each cluster gets its own system identifier), one start on a
 // unix socket only, the SQL, a fast shutdown, and one syncfs instead of
 // initdb's per-file fsyncs.
-func (m *Instances) prepareCluster(ctx context.Context, work string) error {
+//
+// owner is the OS identity the cluster is made as: nil (the Instances'
+// own) for the pool, whose clusters are given to their service's identity
+// when taken (ownTree), or the service's when made inline.
+func (m *Instances) prepareCluster(ctx context.Context, work string, owner *osuser.Identity) error {
 	if err := os.Mkdir(work, 0o755); err != nil {
 		return err
 	}
 	pgdata := filepath.Join(work, "pgdata")
 	// A throwaway spec gives the preparation run the same peer mapping as
 	// the instance will have.
-	s := Spec{ID: "pool", Dir: work, Port: 5432}
-	for _, dir := range []string{pgdata, s.RunDir(), s.ConfDir()} {
-		if err := m.MakeServerDir(dir); err != nil {
+	s := Spec{ID: "pool", Dir: work, Port: 5432, Owner: owner}
+	for _, dir := range []string{pgdata, s.RunDir()} {
+		if err := m.MakeServerDir(s, dir); err != nil {
 			return err
 		}
 	}
+	if err := m.makeReadOnlyDir(s, s.ConfDir()); err != nil {
+		return err
+	}
 	_, hba, ident := RenderConfig(s, m.osUser)
 	for name, data := range map[string]string{hbaFile: hba, identFile: ident} {
-		if err := m.WriteServerFile(s.ConfPath(name), []byte(data), 0o600); err != nil {
+		if err := m.writeReadOnlyFile(s, s.ConfPath(name), []byte(data), 0o600); err != nil {
 			return err
 		}
 	}
@@ -273,7 +281,7 @@ func (m *Instances) prepareCluster(ctx context.Context, work string) error {
 	// Own process group, killed as a whole on cancel: initdb runs its
 	// bootstrap backend through popen, and killing initdb alone would leave
 	// that backend writing into a directory being removed.
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: m.cred, Setpgid: true}
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: m.Owner(s), Setpgid: true}
 	initdb.Cancel = func() error { return syscall.Kill(-initdb.Process.Pid, syscall.SIGKILL) }
 	if out, err := initdb.CombinedOutput(); err != nil {
 		if initdb.Process != nil {
@@ -294,7 +302,7 @@ func (m *Instances) prepareCluster(ctx context.Context, work string) error {
 		"-c", "shared_buffers=16MB",
 		"-c", "max_connections=10",
 		"-c", "cluster_name=dbcloud-pool",
-	}, nil)
+	}, s, nil)
 	if err != nil {
 		return err
 	}
@@ -317,6 +325,10 @@ func (m *Instances) prepareCluster(ctx context.Context, work string) error {
 		return err
 	}
 	if err := m.Exec(ctx, s, "postgres", "CREATE DATABASE tsdb OWNER tsdbadmin"); err != nil {
+		_ = stopErr()
+		return err
+	}
+	if err := m.Exec(ctx, s, "postgres", replicatorSQL); err != nil {
 		_ = stopErr()
 		return err
 	}
