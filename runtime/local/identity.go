@@ -54,7 +54,11 @@ func (rt *Runtime) ensureOwner(ctx context.Context, id string) (*osuser.Identity
 // owner's group (by everyone without identities: the default user must
 // pass).
 func (rt *Runtime) makeServiceDir(id string, owner *osuser.Identity) error {
-	dir := rt.serviceDir(id)
+	return makeTenantDir(rt.serviceDir(id), owner)
+}
+
+// makeTenantDir makes dir as makeServiceDir makes a service's directory.
+func makeTenantDir(dir string, owner *osuser.Identity) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}

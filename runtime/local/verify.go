@@ -126,14 +126,18 @@ func (rt *Runtime) restoreScratch(ctx context.Context, s postgres.Spec, snap bac
 	if err := rt.removeScratch(s); err != nil {
 		return 0, err
 	}
-	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+	// Traversable, not listable, like the services' directory.
+	if err := os.MkdirAll(filepath.Dir(s.Dir), 0o711); err != nil {
 		return 0, err
 	}
-	owner := backup.CopyOptions{Owner: rt.instances.Credential()}
+	if err := makeTenantDir(s.Dir, s.Owner); err != nil {
+		return 0, err
+	}
+	owner := backup.CopyOptions{Owner: rt.instances.Owner(s)}
 	if err := rt.backups.CopySnapshot(ctx, snap, s.PGData(), owner); err != nil {
 		return 0, fmt.Errorf("copy snapshot %s: %w", snap.Name, err)
 	}
-	if err := rt.instances.WriteServerFile(filepath.Join(s.PGData(), "recovery.signal"), nil, 0o600); err != nil {
+	if err := rt.instances.WriteServerFile(s, filepath.Join(s.PGData(), "recovery.signal"), nil, 0o600); err != nil {
 		return 0, err
 	}
 	if err := rt.instances.Prepare(ctx, s); err != nil {
