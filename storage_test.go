@@ -14,8 +14,8 @@ func TestStorageLimit(t *testing.T) {
 		{Size{CPUMillis: 500, MemoryGBs: 2}, 50},
 		{Size{CPUMillis: 32000, MemoryGBs: 128}, 3200},
 	} {
-		if got := StorageLimit(c.size); got != c.gib<<30 {
-			t.Errorf("StorageLimit(%v) = %d GiB, want %d", c.size, got>>30, c.gib)
+		if got := DefaultStorageLimits.Of(c.size); got != c.gib<<30 {
+			t.Errorf("limit of %v = %d GiB, want %d", c.size, got>>30, c.gib)
 		}
 	}
 }

@@ -142,6 +142,9 @@ func (e *Engine) check(ctx context.Context, svc *dbcloud.Service) {
 					return false
 				}
 				s.Metrics = obs.Metrics
+				// A running service's notice (near its storage limit)
+				// comes and goes with the measurements.
+				s.StatusReason = obs.Notice
 				return true
 			}, nil); err != nil && ctx.Err() == nil {
 				e.Logger.Warn("record metrics", "service", svc.ID, "error", err)

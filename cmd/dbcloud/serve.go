@@ -64,6 +64,8 @@ type Config struct {
 	LogMaxBytes int64
 	// PgBouncer is the PgBouncer binary; empty finds it.
 	PgBouncer string
+	// StorageLimits size what each service may keep on disk.
+	StorageLimits dbcloud.StorageLimits
 	// StorageImageGiB, above 0, keeps the runtime directory on a btrfs
 	// image of that size.
 	StorageImageGiB int
@@ -88,7 +90,7 @@ func DefaultConfig() Config {
 		AdminName: "admin", AdminEmail: "admin@example.com", LogFormat: "json", Quotas: d.Quotas,
 		PoolSize: 2, Overcommit: 4, VPCBlock: netip.MustParsePrefix("127.77.0.0/16"),
 		SnapshotInterval: local.DefaultSnapshotInterval, SnapshotRetention: local.DefaultSnapshotRetention,
-		LogMaxAge: 7 * 24 * time.Hour, LogMaxBytes: 1 << 30, HTTP: http.DefaultServerConfig(),
+		StorageLimits: dbcloud.DefaultStorageLimits, LogMaxAge: 7 * 24 * time.Hour, LogMaxBytes: 1 << 30, HTTP: http.DefaultServerConfig(),
 	}
 }
 
@@ -164,6 +166,8 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.DurationVar(&c.SnapshotRetention, "snapshot-retention", c.SnapshotRetention, "how long snapshots are kept: the point-in-time recovery window")
 	fs.DurationVar(&c.LogMaxAge, "log-max-age", c.LogMaxAge, "keep each instance's PostgreSQL logs this long, unless they exceed --log-max-bytes")
 	fs.Int64Var(&c.LogMaxBytes, "log-max-bytes", c.LogMaxBytes, "keep at most this many bytes of each instance's PostgreSQL logs (the newest file always stays)")
+	fs.Int64Var(&c.StorageLimits.SharedMiB, "storage-shared-mib", c.StorageLimits.SharedMiB, "what a shared service may keep on disk (data, WAL archive, snapshots), in MiB; read-only at 95%")
+	fs.Int64Var(&c.StorageLimits.MiBPerMemoryGiB, "storage-mib-per-memory-gib", c.StorageLimits.MiBPerMemoryGiB, "what a dedicated service may keep on disk per GiB of its memory, in MiB")
 	fs.IntVar(&c.StorageImageGiB, "storage-image-gib", c.StorageImageGiB, "keep the runtime directory on a btrfs image file of this many GiB (RUNTIME_DIR.img, sparse, loop-mounted; needs root): copy-on-write forks and snapshots and per-service quotas on a host whose filesystem has neither (0: off)")
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this process's name in leases (default HOSTNAME:DATA_DIR; keep it stable across restarts)")
 	quotaFlags(fs, &c.Quotas)
@@ -206,6 +210,9 @@ func (c *Config) validate() error {
 	}
 	if c.PortMin < 1024 || c.PortMax > 65535 || c.PortMin > c.PortMax {
 		errs = append(errs, fmt.Errorf("--port-min %d and --port-max %d: want 1024 <= min <= max <= 65535", c.PortMin, c.PortMax))
+	}
+	if c.StorageLimits.SharedMiB <= 0 || c.StorageLimits.MiBPerMemoryGiB <= 0 {
+		errs = append(errs, errors.New("--storage-shared-mib and --storage-mib-per-memory-gib must be above 0"))
 	}
 	if c.LogMaxAge <= 0 || c.LogMaxBytes <= 0 || c.SnapshotInterval <= 0 || c.SnapshotRetention <= 0 {
 		errs = append(errs, fmt.Errorf("--log-max-age, --log-max-bytes, --snapshot-interval and --snapshot-retention must be above 0"))
@@ -275,7 +282,7 @@ func (m *Main) Run(ctx context.Context) error {
 		PoolSize: c.PoolSize, Overcommit: c.Overcommit, Logger: m.Logger,
 		SnapshotInterval: c.SnapshotInterval, SnapshotRetention: c.SnapshotRetention,
 		LogRetention: local.LogRetention{MaxAge: c.LogMaxAge, MaxBytes: c.LogMaxBytes},
-		PgBouncer:    c.PgBouncer, StorageImageGiB: c.StorageImageGiB,
+		PgBouncer:    c.PgBouncer, StorageImageGiB: c.StorageImageGiB, StorageLimits: c.StorageLimits,
 	})
 	if err != nil {
 		return err

@@ -63,6 +63,9 @@ type Config struct {
 	// PgBouncer is the PgBouncer binary; empty finds Debian's, else one on
 	// PATH.
 	PgBouncer string
+	// StorageLimits size what each service may keep on disk; zero fields
+	// take dbcloud.DefaultStorageLimits'.
+	StorageLimits dbcloud.StorageLimits
 	// StorageImageGiB, when above 0, keeps DataDir on a btrfs image of that
 	// size (DataDir + ".img", sparse), loop-mounted: copy-on-write clones
 	// and per-service quotas on a host whose filesystem has neither.
@@ -114,6 +117,12 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	if cfg.Overcommit <= 0 {
 		cfg.Overcommit = 4
+	}
+	if cfg.StorageLimits.SharedMiB <= 0 {
+		cfg.StorageLimits.SharedMiB = dbcloud.DefaultStorageLimits.SharedMiB
+	}
+	if cfg.StorageLimits.MiBPerMemoryGiB <= 0 {
+		cfg.StorageLimits.MiBPerMemoryGiB = dbcloud.DefaultStorageLimits.MiBPerMemoryGiB
 	}
 	if cfg.CA == nil {
 		return nil, fmt.Errorf("local runtime: a CA is required")
@@ -279,24 +288,10 @@ func (rt *Runtime) instanceBase(svc *dbcloud.Service) (postgres.Spec, error) {
 	}
 	return postgres.Spec{
 		ID: svc.ID + "-0", Dir: filepath.Join(rt.serviceDir(svc.ID), "0"), ListenAddr: listen,
-		Port: svc.Endpoint.Port, Settings: rt.storageSettings(addonSettings(res, svc.Spec.Addons)),
+		Port: svc.Endpoint.Port, Settings: rt.storageSettings(svc.ID, addonSettings(res, svc.Spec.Addons)),
 		CPUMillis: res.CPUMillis, MemoryBytes: res.MemoryBytes, ArchiveDir: rt.archiveDir(svc.ID),
 		Owner: owner,
 	}, nil
-}
-
-// storageSettings adds to an instance's settings what the runtime's
-// filesystem changes. Where files clone, the first start after a crash or
-// a copy (a fork, a replica node) syncs the data directory with one syncfs
-// rather than an fsync per file: a cloned data directory is metadata, and
-// a thousand fsyncs of it cost seconds on btrfs where one commit costs
-// milliseconds. Elsewhere a copy's data is dirty in the page cache and the
-// per-file walk flushes only it, not the other tenants' writes.
-func (rt *Runtime) storageSettings(settings map[string]string) map[string]string {
-	if rt.volumes.Filesystem().Reflink {
-		settings["recovery_init_sync_method"] = "syncfs"
-	}
-	return settings
 }
 
 // preparedBase is instanceBase with the service's directory made and its
@@ -308,6 +303,9 @@ func (rt *Runtime) preparedBase(ctx context.Context, svc *dbcloud.Service) (post
 	}
 	base, err := rt.instanceBase(svc)
 	if err != nil {
+		return postgres.Spec{}, err
+	}
+	if err := rt.makeServiceVolume(ctx, svc, rt.serviceDir(svc.ID)); err != nil {
 		return postgres.Spec{}, err
 	}
 	// The service directory is traversable by the service's user so its
@@ -494,6 +492,15 @@ func (rt *Runtime) checkServing(svc *dbcloud.Service, primary postgres.Spec, obs
 	obs.Running = true
 	if measure {
 		obs.Metrics = rt.metrics(svc.ID, primary)
+		if obs.Metrics != nil {
+			used, err := rt.serviceStorage(context.Background(), svc.ID, obs.Metrics.StorageMB<<20)
+			if err != nil {
+				rt.cfg.Logger.Warn("storage not measured", "service", svc.ID, "error", err)
+				return obs
+			}
+			obs.Metrics.StorageMB = used >> 20
+			rt.enforceStorage(svc, used, obs)
+		}
 	}
 	return obs
 }
