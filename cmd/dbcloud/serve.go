@@ -54,6 +54,9 @@ type Config struct {
 	Overcommit float64
 	NodeID     string
 	RuntimeDir string
+	// LeaseTTL is how long a plane's lease on a resource outlives its last
+	// renewal: the takeover time when a plane dies (docs/multi-plane.md).
+	LeaseTTL time.Duration
 	// VPCBlock is where VPC endpoint addresses come from, inside 127.0.0.0/8.
 	VPCBlock netip.Prefix
 	// SnapshotInterval and SnapshotRetention schedule base backups.
@@ -86,6 +89,7 @@ func DefaultConfig() Config {
 		PoolSize: 2, Overcommit: 4, VPCBlock: netip.MustParsePrefix("127.77.0.0/16"),
 		SnapshotInterval: local.DefaultSnapshotInterval, SnapshotRetention: local.DefaultSnapshotRetention,
 		LogMaxAge: 7 * 24 * time.Hour, LogMaxBytes: 1 << 30, HTTP: http.DefaultServerConfig(),
+		LeaseTTL: engine.DefaultLeaseTTL,
 	}
 }
 
@@ -162,6 +166,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.DurationVar(&c.LogMaxAge, "log-max-age", c.LogMaxAge, "keep each instance's PostgreSQL logs this long, unless they exceed --log-max-bytes")
 	fs.Int64Var(&c.LogMaxBytes, "log-max-bytes", c.LogMaxBytes, "keep at most this many bytes of each instance's PostgreSQL logs (the newest file always stays)")
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this process's name in leases (default HOSTNAME:DATA_DIR; keep it stable across restarts)")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "how long a resource's lease outlives the plane's last renewal (renewed every third of it): the takeover time when a plane dies")
 	quotaFlags(fs, &c.Quotas)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -205,6 +210,9 @@ func (c *Config) validate() error {
 	}
 	if c.LogMaxAge <= 0 || c.LogMaxBytes <= 0 || c.SnapshotInterval <= 0 || c.SnapshotRetention <= 0 {
 		errs = append(errs, fmt.Errorf("--log-max-age, --log-max-bytes, --snapshot-interval and --snapshot-retention must be above 0"))
+	}
+	if c.LeaseTTL < 300*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--lease-ttl %v: want at least 300ms", c.LeaseTTL))
 	}
 	if c.PoolSize < 0 || c.Overcommit <= 0 {
 		errs = append(errs, fmt.Errorf("--pool-size must be 0 or more and --overcommit above 0"))
@@ -287,6 +295,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.cloud.Network = network
 	m.engine = engine.New(m.store, m.runtime, c.NodeID, m.Logger)
 	m.engine.Network = network
+	m.engine.LeaseTTL = c.LeaseTTL
 	m.cloud.Notify = m.engine.Notify
 
 	m.listener, err = net.Listen("tcp", c.Listen)
