@@ -57,6 +57,9 @@ type Config struct {
 	// LeaseTTL is how long a plane's lease on a resource outlives its last
 	// renewal: the takeover time when a plane dies (docs/multi-plane.md).
 	LeaseTTL time.Duration
+	// CADir holds the CA that issues every service's certificate; empty
+	// is DATA_DIR/tls. Control planes of one installation share it.
+	CADir string
 	// VPCBlock is where VPC endpoint addresses come from, inside 127.0.0.0/8.
 	VPCBlock netip.Prefix
 	// SnapshotInterval and SnapshotRetention schedule base backups.
@@ -166,6 +169,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.DurationVar(&c.LogMaxAge, "log-max-age", c.LogMaxAge, "keep each instance's PostgreSQL logs this long, unless they exceed --log-max-bytes")
 	fs.Int64Var(&c.LogMaxBytes, "log-max-bytes", c.LogMaxBytes, "keep at most this many bytes of each instance's PostgreSQL logs (the newest file always stays)")
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this process's name in leases (default HOSTNAME:DATA_DIR; keep it stable across restarts)")
+	fs.StringVar(&c.CADir, "ca-dir", c.CADir, "directory of the installation's CA (ca.pem, ca-key.pem), made on first use; every control plane of one store uses the same (default DATA_DIR/tls)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "how long a resource's lease outlives the plane's last renewal (renewed every third of it): the takeover time when a plane dies")
 	quotaFlags(fs, &c.Quotas)
 	if err := parseFlags(fs, args); err != nil {
@@ -398,7 +402,11 @@ func (m *Main) tlsConfig() (*tls.Config, error) {
 	// The CA exists even with --tls-cert: it issues every service's
 	// PostgreSQL certificate.
 	dir := filepath.Join(c.DataDir, "tls")
-	ca, err := tlsca.LoadOrCreateCA(dir)
+	caDir := c.CADir
+	if caDir == "" {
+		caDir = dir
+	}
+	ca, err := tlsca.LoadOrCreateCA(caDir)
 	if err != nil {
 		return nil, err
 	}
@@ -428,7 +436,7 @@ func (m *Main) tlsConfig() (*tls.Config, error) {
 		}
 		m.Logger.Info("server certificate renewed", "not_after", notAfter)
 	}
-	m.CAFile = filepath.Join(dir, tlsca.CAFile)
+	m.CAFile = filepath.Join(caDir, tlsca.CAFile)
 	return tlsca.ServerConfig(src.GetCertificate), nil
 }
 
