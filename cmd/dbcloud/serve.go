@@ -128,10 +128,18 @@ func NewMain(stderr io.Writer) *Main {
 	return &Main{Config: DefaultConfig(), stderr: stderr}
 }
 
+const serveSynopsis = `Serve the dbcloud API over HTTPS.
+
+Several control planes (serve processes on this host) can run one
+installation: give them one --store (PostgreSQL), one --runtime-dir and one
+--ca-dir, the same port range and schedules, and each its own --data-dir,
+--listen and --node-id. Work a plane held moves to another within about
+--lease-ttl after it dies. See docs/multi-plane.md.`
+
 // ParseFlags reads the serve flags and their environment variables.
 func (m *Main) ParseFlags(args []string) error {
 	c := &m.Config
-	fs := newFlagSet("dbcloud serve", "Serve the dbcloud API over HTTPS.", m.stderr)
+	fs := newFlagSet("dbcloud serve", serveSynopsis, m.stderr)
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for the SQLite store, TLS files, bootstrap.json and service data")
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address the HTTPS API listens on")
 	fs.StringVar(&c.Store, "store", c.Store, "store: empty for SQLite in the data directory, or a postgres:// URL")
