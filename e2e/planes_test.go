@@ -170,11 +170,10 @@ func TestPlanes_TwoPlanesOneStore(t *testing.T) {
 	a.kill()
 
 	for _, m := range all {
-		svc := b.waitStatus(m.id, "READY", 180*time.Second)
+		b.waitStatus(m.id, "READY", 180*time.Second)
 		if pids := b.postmasters(m.id); len(pids) != 1 {
 			t.Errorf("service %s: postmasters %v, want exactly one", m.id, pids)
 		}
-		_ = svc
 	}
 	resized, _ := b.get(first[0].id)
 	var sb string
