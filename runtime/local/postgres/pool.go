@@ -41,8 +41,10 @@ const (
 
 const (
 	// poolRecheck is how often the refill loop looks at the pool without
-	// being woken, to notice entries removed behind its back.
-	poolRecheck = 30 * time.Second
+	// being woken, to notice entries removed behind its back: taken by
+	// the creates of other control planes sharing the directory, which
+	// cannot wake it. A directory listing; cheap.
+	poolRecheck = 5 * time.Second
 	// poolBackoffMin and poolBackoffMax bound the wait after a failed
 	// preparation (disk full, broken binaries); failures are logged at
 	// most once per wait, so a persistent one logs about once a minute.
