@@ -73,8 +73,12 @@ func runChaos(t *testing.T, nRounds int, planes []*server, dsn string) {
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano()%1_000_000_000) + 1
 	}
-	t.Logf("chaos: seed %d, %d rounds, at most %d services, %d control planes (replay: make chaos SEED=%d ROUNDS=%d)",
-		seed, nRounds, *chaosServices, len(planes), seed, nRounds)
+	replay := fmt.Sprintf("make chaos SEED=%d ROUNDS=%d", seed, nRounds)
+	if len(planes) > 1 {
+		replay = fmt.Sprintf("go test ./e2e -run '^TestChaos_TwoPlanes$' -v -chaos.seed=%d -chaos.planes.rounds=%d", seed, nRounds)
+	}
+	t.Logf("chaos: seed %d, %d rounds, at most %d services, %d control planes (replay: %s)",
+		seed, nRounds, *chaosServices, len(planes), replay)
 	begin := time.Now()
 	s := planes[0]
 	c := &chaosRun{t: t, s: s, planes: planes, dsn: dsn, seed: seed, m: chaos.NewModel(), seen: map[string]bool{},
