@@ -160,12 +160,23 @@ func TestPlanes_TwoPlanesOneStore(t *testing.T) {
 		b.waitStatus(m.id, "READY", 120*time.Second)
 	}
 
-	// Plane A accepts three creates and a resize, and dies at once.
+	// Plane A accepts three creates, a resize and a fork, and is killed
+	// while it takes a snapshot (if it takes one within a minute), the
+	// other work likely in flight.
 	for i := range 3 {
 		create(a, "during-kill-"+strconv.Itoa(i))
 	}
 	if code := a.call("POST", a.services()+"/"+first[0].id+"/resize", map[string]string{"cpu_millis": "1000", "memory_gbs": "4"}, nil); code != 202 {
 		t.Fatalf("resize: %d", code)
+	}
+	parent, _ := a.get(first[1].id)
+	f := a.mustFork(parent, map[string]any{"fork_strategy": "NOW"})
+	all = append(all, made{f.ServiceID, f.InitialPassword})
+	aPID := a.cmd.Process.Pid
+	if tmp := p.waitSnapshotInProgress(aPID, time.Minute); tmp != "" {
+		t.Logf("killing plane-a while it writes %s", tmp)
+	} else {
+		t.Logf("plane-a took no snapshot within a minute; killing it anyway")
 	}
 	a.kill()
 
@@ -230,6 +241,36 @@ func TestPlanes_TwoPlanesOneStore(t *testing.T) {
 	if bad := p.incompleteSnapshots(); len(bad) > 0 {
 		t.Errorf("incomplete snapshots published: %v", bad)
 	}
+	// What the killed plane left half-written goes with the next snapshot
+	// of its service.
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		left := p.snapshotsInProgress(aPID)
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the killed plane's snapshots in progress are still there: %v", left)
+			break
+		}
+	}
+}
+
+// snapshotsInProgress lists the snapshots being written (or left half
+// written) by the process pid: .tmp-NAME.PID.
+func (p *planes) snapshotsInProgress(pid int) []string {
+	tmp, _ := filepath.Glob(filepath.Join(p.shared, "runtime", "services", "*", "snapshots", ".tmp-*."+strconv.Itoa(pid)))
+	return tmp
+}
+
+// waitSnapshotInProgress waits until the process pid is writing a
+// snapshot and returns it; "" if none was seen within.
+func (p *planes) waitSnapshotInProgress(pid int, within time.Duration) string {
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if tmp := p.snapshotsInProgress(pid); len(tmp) > 0 {
+			return tmp[0]
+		}
+	}
+	return ""
 }
 
 var planesLeaseTTL = flag.String("planes.lease-ttl", "", "--lease-ttl of the planes of BenchmarkPlanes_Takeover (empty: the default)")
