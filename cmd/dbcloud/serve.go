@@ -286,6 +286,10 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if c.Store != "" && (c.RuntimeDir == "" || c.CADir == "") {
+		m.Logger.Info("this plane's runtime directory or CA is its own: another control plane on the store cannot finish its work or share its CA; give every plane the same --runtime-dir and --ca-dir (docs/multi-plane.md)",
+			"runtime_dir", runtimeDir, "node_id", c.NodeID)
+	}
 	m.runtime, err = local.New(local.Config{
 		BinDir: c.PGBinDir, DataDir: runtimeDir, Host: c.PublicHost, CA: m.ca,
 		PoolSize: c.PoolSize, Overcommit: c.Overcommit, Logger: m.Logger,
