@@ -136,7 +136,7 @@ func (p *planes) incompleteSnapshots() []string {
 // a point-in-time fork inside every service's window succeeds.
 func TestPlanes_TwoPlanesOneStore(t *testing.T) {
 	ctx := context.Background()
-	p := newPlanes(t, "--snapshot-interval", "15s", "--lease-ttl", "3s")
+	p := newPlanes(t, "--snapshot-interval", "30s", "--lease-ttl", "3s")
 	a := p.plane("plane-a", nil)
 	b := p.plane("plane-b", a)
 	t.Cleanup(func() { // before the planes stop
@@ -243,7 +243,7 @@ func TestPlanes_TwoPlanesOneStore(t *testing.T) {
 	}
 	// What the killed plane left half-written goes with the next snapshot
 	// of its service.
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		left := p.snapshotsInProgress(aPID)
 		if len(left) == 0 {
 			break
