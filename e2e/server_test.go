@@ -83,6 +83,17 @@ type server struct {
 		CAFile    string `json:"ca_file"`
 	}
 	baseURL string
+	// runtime is where the server's instances live, when not
+	// dir/runtime (a runtime directory shared by control planes).
+	runtime string
+}
+
+// runtimeDir is where the server's instances live.
+func (s *server) runtimeDir() string {
+	if s.runtime != "" {
+		return s.runtime
+	}
+	return filepath.Join(s.dir, "runtime")
 }
 
 // newServer makes a data directory that PostgreSQL's OS user can reach and
@@ -376,7 +387,7 @@ func (s *server) mustConnect(svc service, password string) *pgx.Conn {
 // postmasters lists the live postmasters serving a service's data directory,
 // from the process table, so a duplicate start would show.
 func (s *server) postmasters(id string) []int {
-	pgdata := filepath.Join(s.dir, "runtime", "services", id, "0", "pgdata")
+	pgdata := filepath.Join(s.runtimeDir(), "services", id, "0", "pgdata")
 	var pids []int
 	candidates := map[int]int{} // pid -> parent pid
 	entries, _ := os.ReadDir("/proc")

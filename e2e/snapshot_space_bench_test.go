@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,6 +100,9 @@ func snapshotAfter(b *testing.B, dir string, since time.Time, within time.Durati
 	for {
 		manifests, _ := filepath.Glob(filepath.Join(dir, "*", "manifest.json"))
 		for _, m := range manifests {
+			if strings.HasPrefix(filepath.Base(filepath.Dir(m)), ".") {
+				continue // still being written
+			}
 			var snap struct{ Started time.Time }
 			if raw, err := os.ReadFile(m); err == nil && json.Unmarshal(raw, &snap) == nil && snap.Started.After(since) {
 				return filepath.Base(filepath.Dir(m))
@@ -111,8 +115,9 @@ func snapshotAfter(b *testing.B, dir string, since time.Time, within time.Durati
 	}
 }
 
-// pruneSnapshotsExcept removes every complete snapshot but the kept ones
-// (one being written stays, and is removed the next time).
+// pruneSnapshotsExcept removes every published snapshot but the kept ones
+// (one being written, under a dot name, stays: it is removed once
+// published).
 func pruneSnapshotsExcept(b *testing.B, dir string, kept []string) {
 	b.Helper()
 	keep := map[string]bool{}
@@ -122,7 +127,7 @@ func pruneSnapshotsExcept(b *testing.B, dir string, kept []string) {
 	manifests, _ := filepath.Glob(filepath.Join(dir, "*", "manifest.json"))
 	for _, m := range manifests {
 		snap := filepath.Dir(m)
-		if !keep[filepath.Base(snap)] {
+		if name := filepath.Base(snap); !keep[name] && !strings.HasPrefix(name, ".") {
 			if err := os.RemoveAll(snap); err != nil {
 				b.Fatal(err)
 			}

@@ -26,15 +26,24 @@ func (e *Engine) backupLoop(ctx context.Context, b dbcloud.BackupMaintainer) {
 			continue // the health loop logs store errors
 		}
 		for _, svc := range w.services {
-			e.mu.Lock()
-			busy := e.active[svc.ID]
-			e.mu.Unlock()
-			if busy || svc.Status != dbcloud.StatusReady {
-				continue
-			}
-			if err := b.MaintainBackups(ctx, svc); err != nil && ctx.Err() == nil {
-				e.Logger.Warn("maintain backups", "service", svc.ID, "error", err)
+			if svc.Status == dbcloud.StatusReady {
+				e.maintainBackups(ctx, b, svc)
 			}
 		}
+	}
+}
+
+// maintainBackups runs the service's backup work under its lease: with
+// several control planes on one store exactly one takes (or prunes) the
+// service's snapshots at a time, and never while another reconciles it.
+// A service whose lease another plane holds is left to that plane.
+func (e *Engine) maintainBackups(ctx context.Context, b dbcloud.BackupMaintainer, svc *dbcloud.Service) {
+	lctx, release, ok := e.claimLeased(ctx, svc.ID)
+	if !ok {
+		return
+	}
+	defer release()
+	if err := b.MaintainBackups(lctx, svc); err != nil && lctx.Err() == nil {
+		e.Logger.Warn("maintain backups", "service", svc.ID, "error", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"dbcloud/internal/atomicfile"
+	"dbcloud/internal/flock"
 	"dbcloud/runtime/local/internal/osuser"
 	"dbcloud/runtime/local/internal/proc"
 )
@@ -31,12 +32,20 @@ import (
 const (
 	poolTmpPrefix   = ".tmp-"
 	poolReadyPrefix = "ready-"
+	// poolLockFile is held by the one process that prepares and cleans
+	// up pool entries.
+	poolLockFile = ".lock"
+	// poolLockRetry is how often a process that does not keep the pool
+	// tries to take it over.
+	poolLockRetry = 2 * time.Second
 )
 
 const (
 	// poolRecheck is how often the refill loop looks at the pool without
-	// being woken, to notice entries removed behind its back.
-	poolRecheck = 30 * time.Second
+	// being woken, to notice entries removed behind its back: taken by
+	// the creates of other control planes sharing the directory, which
+	// cannot wake it. A directory listing; cheap.
+	poolRecheck = 5 * time.Second
 	// poolBackoffMin and poolBackoffMax bound the wait after a failed
 	// preparation (disk full, broken binaries); failures are logged at
 	// most once per wait, so a persistent one logs about once a minute.
@@ -60,8 +69,19 @@ func (m *Instances) Open(ctx context.Context) error {
 	if err := m.checkTraversable(Spec{}, m.PoolDir); err != nil {
 		return fmt.Errorf("open pool %s: %w", m.PoolDir, err)
 	}
-	if err := m.cleanPool(); err != nil {
+	// With a runtime directory shared by several control planes, one of
+	// them keeps the pool: the holder of its lock. It alone prepares and
+	// cleans up, so the .tmp- entries it removes are no other plane's work
+	// in progress. The others take the lock over when it dies.
+	lock, owner, err := flock.TryLock(filepath.Join(m.PoolDir, poolLockFile))
+	if err != nil {
 		return fmt.Errorf("open pool %s: %w", m.PoolDir, err)
+	}
+	if owner {
+		if err := m.cleanPool(); err != nil {
+			lock.Unlock()
+			return fmt.Errorf("open pool %s: %w", m.PoolDir, err)
+		}
 	}
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.mu.Lock()
@@ -75,9 +95,39 @@ func (m *Instances) Open(ctx context.Context) error {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
+		if !owner {
+			if lock = m.awaitPoolLock(loopCtx); lock == nil {
+				return
+			}
+		}
+		defer lock.Unlock()
 		m.refillLoop(loopCtx)
 	}()
 	return nil
+}
+
+// awaitPoolLock waits until this process holds the pool's lock (another
+// plane that kept the pool stopped or died), cleans up what that plane
+// left, and returns the lock; nil once ctx ends.
+func (m *Instances) awaitPoolLock(ctx context.Context) *flock.Lock {
+	for {
+		lock, ok, err := flock.TryLock(filepath.Join(m.PoolDir, poolLockFile))
+		if err != nil {
+			m.Logger.Error("lock the pool", "error", err)
+		}
+		if ok {
+			m.Logger.Info("this plane keeps the pool of prepared clusters now", "pool_dir", m.PoolDir)
+			if err := m.cleanPool(); err != nil {
+				m.Logger.Error("clean up the pool", "error", err)
+			}
+			return lock
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(poolLockRetry):
+		}
+	}
 }
 
 // Close stops the refill loop, abandoning (and removing) a cluster being
