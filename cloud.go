@@ -94,6 +94,8 @@ type Cloud struct {
 	Network Network
 	// PasswordTimeout bounds updatePassword's work on the tenant's database.
 	PasswordTimeout time.Duration
+	// History, when set, answers the metrics preview (history.go).
+	History *History
 }
 
 // NewCloud returns a Cloud with the given dependencies.

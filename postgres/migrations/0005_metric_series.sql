@@ -1,0 +1,17 @@
+-- Metric history: one row per service, series, label set, resolution
+-- (seconds; 0 for raw samples) and bucket start (Unix seconds).
+CREATE TABLE metric_series (
+    service_id TEXT COLLATE "C" NOT NULL,
+    name       TEXT COLLATE "C" NOT NULL,
+    labels     TEXT COLLATE "C" NOT NULL,
+    resolution BIGINT NOT NULL,
+    bucket     BIGINT NOT NULL,
+    count      BIGINT NOT NULL,
+    sum        DOUBLE PRECISION NOT NULL,
+    min        DOUBLE PRECISION NOT NULL,
+    max        DOUBLE PRECISION NOT NULL,
+    last       DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (service_id, name, resolution, labels, bucket)
+);
+-- Retention deletes by resolution and age.
+CREATE INDEX metric_series_age ON metric_series (resolution, bucket);

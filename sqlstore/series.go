@@ -1,0 +1,117 @@
+package sqlstore
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"dbcloud"
+)
+
+var _ dbcloud.SeriesStore = (*Store)(nil)
+
+// seriesKey orders rows as the primary key does, so concurrent batches on
+// PostgreSQL lock rows in one order and cannot deadlock.
+func seriesKey(a, b dbcloud.SeriesRow) int {
+	return cmp.Or(cmp.Compare(a.ServiceID, b.ServiceID), cmp.Compare(a.Name, b.Name),
+		cmp.Compare(a.Resolution, b.Resolution), cmp.Compare(a.Labels, b.Labels), a.Bucket.Compare(b.Bucket))
+}
+
+// AddSeriesRows merges rows in one transaction: one statement per row, the
+// merge done by the database (ON CONFLICT), so a batch costs one commit.
+func (s *Store) AddSeriesRows(ctx context.Context, rows []dbcloud.SeriesRow) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	rows = slices.Clone(rows)
+	slices.SortFunc(rows, seriesKey)
+	tx, err := s.db.BeginTx(ctx, &s.dialect.UpdateTx)
+	if err != nil {
+		return fmt.Errorf("begin %s transaction: %w", s.dialect.Name, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	stmt, err := tx.PrepareContext(ctx, s.rebind(`INSERT INTO metric_series
+		(service_id, name, labels, resolution, bucket, count, sum, min, max, last)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (service_id, name, resolution, labels, bucket) DO UPDATE SET
+			count = metric_series.count + excluded.count,
+			sum = metric_series.sum + excluded.sum,
+			min = CASE WHEN excluded.min < metric_series.min THEN excluded.min ELSE metric_series.min END,
+			max = CASE WHEN excluded.max > metric_series.max THEN excluded.max ELSE metric_series.max END,
+			last = excluded.last`))
+	if err != nil {
+		return fmt.Errorf("add series rows: %w", err)
+	}
+	defer stmt.Close()
+	for _, r := range rows {
+		if _, err := stmt.ExecContext(ctx, r.ServiceID, r.Name, r.Labels, int64(r.Resolution/time.Second), r.Bucket.Unix(),
+			r.Count, r.Sum, r.Min, r.Max, r.Last); err != nil {
+			return fmt.Errorf("add series rows: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit series rows: %w", err)
+	}
+	return nil
+}
+
+// ListSeriesRows returns a service's rows of one series and resolution in
+// [from, to), ordered by labels, then bucket.
+func (s *Store) ListSeriesRows(ctx context.Context, serviceID, name string, res time.Duration, from, to time.Time) ([]dbcloud.SeriesRow, error) {
+	rows, err := s.readDB.QueryContext(ctx, s.rebind(`SELECT labels, bucket, count, sum, min, max, last FROM metric_series
+		WHERE service_id = ? AND name = ? AND resolution = ? AND bucket >= ? AND bucket < ?
+		ORDER BY labels, bucket`), serviceID, name, int64(res/time.Second), from.Unix(), ceilUnix(to))
+	if err != nil {
+		return nil, fmt.Errorf("list series %s of %s: %w", name, serviceID, err)
+	}
+	defer rows.Close()
+	var out []dbcloud.SeriesRow
+	for rows.Next() {
+		r := dbcloud.SeriesRow{ServiceID: serviceID, Name: name, Resolution: res}
+		var bucket int64
+		if err := rows.Scan(&r.Labels, &bucket, &r.Count, &r.Sum, &r.Min, &r.Max, &r.Last); err != nil {
+			return nil, fmt.Errorf("list series %s of %s: %w", name, serviceID, err)
+		}
+		r.Bucket = time.Unix(bucket, 0).UTC()
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list series %s of %s: %w", name, serviceID, err)
+	}
+	return out, nil
+}
+
+// ceilUnix is t in Unix seconds, rounded up: buckets are whole seconds, and
+// one starting within t's second is before t only if t has a fraction.
+func ceilUnix(t time.Time) int64 {
+	u := t.Unix()
+	if t.Nanosecond() > 0 {
+		u++
+	}
+	return u
+}
+
+// DeleteSeriesRowsBefore deletes one resolution's rows older than before.
+func (s *Store) DeleteSeriesRowsBefore(ctx context.Context, res time.Duration, before time.Time) (int, error) {
+	r, err := s.db.ExecContext(ctx, s.rebind(`DELETE FROM metric_series WHERE resolution = ? AND bucket < ?`),
+		int64(res/time.Second), before.Unix())
+	if err != nil {
+		return 0, fmt.Errorf("delete series rows before %s: %w", before.UTC().Format(time.RFC3339), err)
+	}
+	n, err := r.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("delete series rows: %w", err)
+	}
+	return int(n), nil
+}
+
+// CountSeriesRows returns how many series rows are stored.
+func (s *Store) CountSeriesRows(ctx context.Context) (int, error) {
+	var n int
+	if err := s.readDB.QueryRowContext(ctx, `SELECT COUNT(*) FROM metric_series`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count series rows: %w", err)
+	}
+	return n, nil
+}
