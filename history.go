@@ -143,6 +143,7 @@ type SeriesRow struct {
 	Bucket     time.Time // start, whole seconds
 	Count      int64
 	Sum        float64
+	First      float64
 	Min        float64
 	Max        float64
 	Last       float64
@@ -152,8 +153,9 @@ type SeriesRow struct {
 // written in batches of their own, never together with desired state.
 type SeriesStore interface {
 	// AddSeriesRows merges rows into the stored ones of the same key
-	// (service, name, labels, resolution, bucket): counts and sums add,
-	// min and max combine, Last is replaced.
+	// (service, name, labels, resolution, bucket), in the order given:
+	// counts and sums add, First stays, min and max combine, Last is
+	// replaced.
 	AddSeriesRows(ctx context.Context, rows []SeriesRow) error
 	// ListSeriesRows returns a service's rows of one name and resolution
 	// with from <= bucket < to, ordered by labels, then bucket.
@@ -217,7 +219,7 @@ func (h *History) Record(ctx context.Context, samples []SeriesSample) error {
 		for _, t := range h.tiers() {
 			rows = append(rows, SeriesRow{
 				ServiceID: s.ServiceID, Name: s.Name, Labels: labels, Resolution: t.Resolution,
-				Bucket: bucketStart(s.Time, t.Resolution), Count: 1, Sum: s.Value, Min: s.Value, Max: s.Value, Last: s.Value,
+				Bucket: bucketStart(s.Time, t.Resolution), Count: 1, Sum: s.Value, First: s.Value, Min: s.Value, Max: s.Value, Last: s.Value,
 			})
 		}
 	}
@@ -459,6 +461,13 @@ func (h *History) pickTier(q SeriesQuery) (SeriesTier, time.Duration, error) {
 	return *pick, bucket, nil
 }
 
+func growth(from, to float64) float64 {
+	if to < from {
+		return to
+	}
+	return to - from
+}
+
 func matches(labels map[string]string, filters []LabelFilter) bool {
 	for _, f := range filters {
 		if !strings.EqualFold(labels[f.Key], f.Value) {
@@ -480,11 +489,11 @@ func aggregate(rows []SeriesRow, fn SeriesFn, from time.Time, bucket time.Durati
 	var prev *SeriesRow
 	for i := range rows {
 		r := &rows[i]
-		var delta float64
+		// A counter's growth: from the previous row's last value to this
+		// row's first, then within the row. A drop is a restart from 0.
+		delta := growth(r.First, r.Last)
 		if prev != nil {
-			if delta = r.Last - prev.Last; delta < 0 {
-				delta = r.Last // a reset: the counter restarted from 0
-			}
+			delta += growth(prev.Last, r.First)
 		}
 		prev = r
 		k := int(r.Bucket.Sub(from) / bucket)

@@ -26,15 +26,17 @@ func (s *Store) AddSeriesRows(ctx context.Context, rows []dbcloud.SeriesRow) err
 		return nil
 	}
 	rows = slices.Clone(rows)
-	slices.SortFunc(rows, seriesKey)
+	// Stable: rows of one key merge in the caller's (time) order, which
+	// makes first and last right.
+	slices.SortStableFunc(rows, seriesKey)
 	tx, err := s.db.BeginTx(ctx, &s.dialect.UpdateTx)
 	if err != nil {
 		return fmt.Errorf("begin %s transaction: %w", s.dialect.Name, err)
 	}
 	defer func() { _ = tx.Rollback() }()
 	stmt, err := tx.PrepareContext(ctx, s.rebind(`INSERT INTO metric_series
-		(service_id, name, labels, resolution, bucket, count, sum, min, max, last)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		(service_id, name, labels, resolution, bucket, count, sum, first, min, max, last)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (service_id, name, resolution, labels, bucket) DO UPDATE SET
 			count = metric_series.count + excluded.count,
 			sum = metric_series.sum + excluded.sum,
@@ -47,7 +49,7 @@ func (s *Store) AddSeriesRows(ctx context.Context, rows []dbcloud.SeriesRow) err
 	defer stmt.Close()
 	for _, r := range rows {
 		if _, err := stmt.ExecContext(ctx, r.ServiceID, r.Name, r.Labels, int64(r.Resolution/time.Second), r.Bucket.Unix(),
-			r.Count, r.Sum, r.Min, r.Max, r.Last); err != nil {
+			r.Count, r.Sum, r.First, r.Min, r.Max, r.Last); err != nil {
 			return fmt.Errorf("add series rows: %w", err)
 		}
 	}
@@ -60,7 +62,7 @@ func (s *Store) AddSeriesRows(ctx context.Context, rows []dbcloud.SeriesRow) err
 // ListSeriesRows returns a service's rows of one series and resolution in
 // [from, to), ordered by labels, then bucket.
 func (s *Store) ListSeriesRows(ctx context.Context, serviceID, name string, res time.Duration, from, to time.Time) ([]dbcloud.SeriesRow, error) {
-	rows, err := s.readDB.QueryContext(ctx, s.rebind(`SELECT labels, bucket, count, sum, min, max, last FROM metric_series
+	rows, err := s.readDB.QueryContext(ctx, s.rebind(`SELECT labels, bucket, count, sum, first, min, max, last FROM metric_series
 		WHERE service_id = ? AND name = ? AND resolution = ? AND bucket >= ? AND bucket < ?
 		ORDER BY labels, bucket`), serviceID, name, int64(res/time.Second), from.Unix(), ceilUnix(to))
 	if err != nil {
@@ -71,7 +73,7 @@ func (s *Store) ListSeriesRows(ctx context.Context, serviceID, name string, res 
 	for rows.Next() {
 		r := dbcloud.SeriesRow{ServiceID: serviceID, Name: name, Resolution: res}
 		var bucket int64
-		if err := rows.Scan(&r.Labels, &bucket, &r.Count, &r.Sum, &r.Min, &r.Max, &r.Last); err != nil {
+		if err := rows.Scan(&r.Labels, &bucket, &r.Count, &r.Sum, &r.First, &r.Min, &r.Max, &r.Last); err != nil {
 			return nil, fmt.Errorf("list series %s of %s: %w", name, serviceID, err)
 		}
 		r.Bucket = time.Unix(bucket, 0).UTC()

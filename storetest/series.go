@@ -25,7 +25,7 @@ func testSeries(t *testing.T, newDB NewDB) {
 	t0 := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	row := func(labels string, res time.Duration, at time.Time, v float64) dbcloud.SeriesRow {
 		return dbcloud.SeriesRow{ServiceID: "svc1", Name: "cpu", Labels: labels, Resolution: res, Bucket: at,
-			Count: 1, Sum: v, Min: v, Max: v, Last: v}
+			Count: 1, Sum: v, First: v, Min: v, Max: v, Last: v}
 	}
 	if err := s.AddSeriesRows(ctx, []dbcloud.SeriesRow{
 		row("role=primary", time.Minute, t0, 5),
@@ -33,7 +33,7 @@ func testSeries(t *testing.T, newDB NewDB) {
 		row("role=primary", time.Minute, t0.Add(time.Minute), 7),
 		row("role=replica", time.Minute, t0, 1),
 		row("role=primary", time.Hour, t0, 5),
-		{ServiceID: "svc2", Name: "cpu", Labels: "role=primary", Resolution: time.Minute, Bucket: t0, Count: 1, Sum: 9, Min: 9, Max: 9, Last: 9},
+		{ServiceID: "svc2", Name: "cpu", Labels: "role=primary", Resolution: time.Minute, Bucket: t0, Count: 1, Sum: 9, First: 9, Min: 9, Max: 9, Last: 9},
 	}); err != nil {
 		t.Fatalf("AddSeriesRows: %v", err)
 	}
@@ -46,9 +46,9 @@ func testSeries(t *testing.T, newDB NewDB) {
 		t.Fatalf("ListSeriesRows: %v", err)
 	}
 	want := []string{
-		"role=primary@12:00 n=3 sum=11 min=2 max=5 last=4",
-		"role=primary@12:01 n=1 sum=7 min=7 max=7 last=7",
-		"role=replica@12:00 n=1 sum=1 min=1 max=1 last=1",
+		"role=primary@12:00 n=3 sum=11 first=5 min=2 max=5 last=4",
+		"role=primary@12:01 n=1 sum=7 first=7 min=7 max=7 last=7",
+		"role=replica@12:00 n=1 sum=1 first=1 min=1 max=1 last=1",
 	}
 	if g := formatRows(got); fmt.Sprint(g) != fmt.Sprint(want) {
 		t.Errorf("ListSeriesRows:\n got %q\nwant %q", g, want)
@@ -74,7 +74,7 @@ func testSeries(t *testing.T, newDB NewDB) {
 func formatRows(rows []dbcloud.SeriesRow) []string {
 	out := make([]string, len(rows))
 	for i, r := range rows {
-		out[i] = fmt.Sprintf("%s@%s n=%d sum=%g min=%g max=%g last=%g", r.Labels, r.Bucket.Format("15:04"), r.Count, r.Sum, r.Min, r.Max, r.Last)
+		out[i] = fmt.Sprintf("%s@%s n=%d sum=%g first=%g min=%g max=%g last=%g", r.Labels, r.Bucket.Format("15:04"), r.Count, r.Sum, r.First, r.Min, r.Max, r.Last)
 	}
 	return out
 }

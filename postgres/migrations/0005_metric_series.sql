@@ -1,5 +1,6 @@
 -- Metric history: one row per service, series, label set, resolution
--- (seconds; 0 for raw samples) and bucket start (Unix seconds).
+-- (seconds; 0 for raw samples) and bucket start (Unix seconds): how many
+-- samples fell in, their sum, first, min, max and last value.
 CREATE TABLE metric_series (
     service_id TEXT COLLATE "C" NOT NULL,
     name       TEXT COLLATE "C" NOT NULL,
@@ -8,6 +9,7 @@ CREATE TABLE metric_series (
     bucket     BIGINT NOT NULL,
     count      BIGINT NOT NULL,
     sum        DOUBLE PRECISION NOT NULL,
+    first      DOUBLE PRECISION NOT NULL,
     min        DOUBLE PRECISION NOT NULL,
     max        DOUBLE PRECISION NOT NULL,
     last       DOUBLE PRECISION NOT NULL,

@@ -1,5 +1,6 @@
 -- Metric history: one row per service, series, label set, resolution
--- (seconds; 0 for raw samples) and bucket start (Unix seconds).
+-- (seconds; 0 for raw samples) and bucket start (Unix seconds): how many
+-- samples fell in, their sum, first, min, max and last value.
 CREATE TABLE metric_series (
     service_id TEXT NOT NULL,
     name       TEXT NOT NULL,
@@ -8,6 +9,7 @@ CREATE TABLE metric_series (
     bucket     INTEGER NOT NULL,
     count      INTEGER NOT NULL,
     sum        REAL NOT NULL,
+    first      REAL NOT NULL,
     min        REAL NOT NULL,
     max        REAL NOT NULL,
     last       REAL NOT NULL,
