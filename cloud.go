@@ -103,7 +103,11 @@ func NewCloud(store Store, runtime Runtime, cfg Config, logger *slog.Logger) *Cl
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Cloud{Store: store, Runtime: runtime, Config: cfg, Logger: logger, Now: time.Now, PasswordTimeout: DefaultPasswordTimeout}
+	c := &Cloud{Store: store, Runtime: runtime, Config: cfg, Logger: logger, Now: time.Now, PasswordTimeout: DefaultPasswordTimeout}
+	if ss, ok := store.(SeriesStore); ok {
+		c.History = &History{Store: ss}
+	}
+	return c
 }
 
 func (c *Cloud) now() time.Time { return c.Now().UTC().Truncate(time.Microsecond) }
