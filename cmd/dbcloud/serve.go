@@ -66,6 +66,8 @@ type Config struct {
 	PgBouncer string
 	// HTTP bounds what one client can hold of the API server.
 	HTTP http.ServerConfig
+	// Metrics: the Prometheus listener and the history's retention.
+	Metrics MetricsConfig
 }
 
 // crashAfterCommitEnv, set to 1, makes the server kill itself after the
@@ -86,6 +88,7 @@ func DefaultConfig() Config {
 		PoolSize: 2, Overcommit: 4, VPCBlock: netip.MustParsePrefix("127.77.0.0/16"),
 		SnapshotInterval: local.DefaultSnapshotInterval, SnapshotRetention: local.DefaultSnapshotRetention,
 		LogMaxAge: 7 * 24 * time.Hour, LogMaxBytes: 1 << 30, HTTP: http.DefaultServerConfig(),
+		Metrics: DefaultMetricsConfig(),
 	}
 }
 
@@ -112,6 +115,9 @@ type Main struct {
 	ca       *tlsca.CA
 	cancel   context.CancelFunc
 	done     chan struct{}
+	// metricsServer serves /metrics on metricsListener (--metrics-listen).
+	metricsServer   *stdhttp.Server
+	metricsListener net.Listener
 	// CAFile is the CA clients must trust; empty with --tls-cert.
 	CAFile string
 }
@@ -163,6 +169,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.Int64Var(&c.LogMaxBytes, "log-max-bytes", c.LogMaxBytes, "keep at most this many bytes of each instance's PostgreSQL logs (the newest file always stays)")
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this process's name in leases (default HOSTNAME:DATA_DIR; keep it stable across restarts)")
 	quotaFlags(fs, &c.Quotas)
+	metricsFlags(fs, &c.Metrics)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -214,6 +221,9 @@ func (c *Config) validate() error {
 	}
 	if _, err := dbcloud.ParseSizeTable(c.Sizes); err != nil {
 		errs = append(errs, fmt.Errorf("--sizes: %w", err))
+	}
+	if err := c.Metrics.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if strings.TrimSpace(c.Regions) == "" {
 		errs = append(errs, errors.New("--regions must name at least one region"))
@@ -306,6 +316,10 @@ func (m *Main) Run(ctx context.Context) error {
 		// the commit of a change and its response.
 		h.AfterIdempotentChange = func() { syscall.Kill(os.Getpid(), syscall.SIGKILL) }
 	}
+	if err := m.wireMetrics(h); err != nil {
+		m.listener.Close()
+		return err
+	}
 	m.server = http.NewServer(h, c.HTTP, m.Logger)
 	m.server.TLSConfig = tlsConfig
 	bg, cancel := context.WithCancel(context.Background())
@@ -358,6 +372,9 @@ func (m *Main) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		errs = append(errs, m.server.Shutdown(ctx))
 		cancel()
+	}
+	if m.metricsServer != nil {
+		errs = append(errs, m.metricsServer.Close())
 	}
 	if m.cancel != nil {
 		m.cancel()

@@ -79,6 +79,11 @@ func (rt *Runtime) databaseMetrics(ctx context.Context, svc *dbcloud.Service, sp
 	return d
 }
 
+// PoolReady is how many prepared clusters wait for creates now, and
+// PoolTarget how many the pool is refilled to.
+func (rt *Runtime) PoolReady() int  { return rt.instances.PoolReady() }
+func (rt *Runtime) PoolTarget() int { return rt.cfg.PoolSize }
+
 // xactSample is the last transaction count of a service, for rates.
 type xactSample struct {
 	n  int64
