@@ -4,48 +4,16 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"dbcloud"
+	"dbcloud/internal/promtest"
 	"dbcloud/sqlite"
 	"dbcloud/telemetry"
 )
-
-// Scrape fetches url and parses it with Prometheus's text-format parser.
-func Scrape(tb testing.TB, url string) map[string]*dto.MetricFamily {
-	tb.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		tb.Fatalf("GET %s: %s", url, resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		tb.Fatalf("parse %s: %v", url, err)
-	}
-	return fams
-}
-
-func label(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
-}
 
 func TestTelemetry_Scrape(t *testing.T) {
 	s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "db"))
@@ -78,7 +46,7 @@ func TestTelemetry_Scrape(t *testing.T) {
 	tel.ObserveReconcile("service", time.Second, errors.New("boom"))
 	srv := httptest.NewServer(tel.Handler())
 	defer srv.Close()
-	fams := Scrape(t, srv.URL+"/metrics")
+	fams := promtest.Scrape(t, srv.URL+"/metrics")
 
 	gauge := func(name string) float64 {
 		t.Helper()
@@ -86,11 +54,7 @@ func TestTelemetry_Scrape(t *testing.T) {
 		if f == nil || len(f.GetMetric()) == 0 {
 			t.Fatalf("no %s in the scrape", name)
 		}
-		m := f.GetMetric()[0]
-		if m.GetGauge() != nil {
-			return m.GetGauge().GetValue()
-		}
-		return m.GetCounter().GetValue()
+		return promtest.Value(f.GetMetric()[0])
 	}
 	for name, want := range map[string]float64{
 		"dbcloud_engine_queue_depth": 7, "dbcloud_engine_leases_held": 2,
@@ -110,7 +74,7 @@ func TestTelemetry_Scrape(t *testing.T) {
 		}
 	}
 	m := fams["dbcloud_service_cpu_millicores"].GetMetric()[0]
-	if label(m, "project") != b.Project.ID || label(m, "service") != "abcde12345" {
+	if promtest.Label(m, "project") != b.Project.ID || promtest.Label(m, "service") != "abcde12345" {
 		t.Errorf("service labels %v, want project %s and service abcde12345", m.GetLabel(), b.Project.ID)
 	}
 	if lag := fams["dbcloud_service_replication_lag_bytes"].GetMetric(); len(lag) != 2 {
@@ -118,7 +82,7 @@ func TestTelemetry_Scrape(t *testing.T) {
 	}
 	requests := map[string]float64{}
 	for _, m := range fams["dbcloud_http_requests_total"].GetMetric() {
-		requests[label(m, "route")+" "+label(m, "code")] = m.GetCounter().GetValue()
+		requests[promtest.Label(m, "route")+" "+promtest.Label(m, "code")] = m.GetCounter().GetValue()
 	}
 	if requests["/public/api/v1/projects/{project_id}/services 200"] != 2 || requests["unmatched 404"] != 1 {
 		t.Errorf("requests by route and code = %v", requests)
