@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"dbcloud"
@@ -19,37 +21,45 @@ func seriesKey(a, b dbcloud.SeriesRow) int {
 		cmp.Compare(a.Resolution, b.Resolution), cmp.Compare(a.Labels, b.Labels), a.Bucket.Compare(b.Bucket))
 }
 
-// AddSeriesRows merges rows in one transaction: one statement per row, the
-// merge done by the database (ON CONFLICT), so a batch costs one commit.
+// seriesChunk is how many rows one INSERT carries: 11 parameters each,
+// well below SQLite's and PostgreSQL's limits, and few round trips.
+const seriesChunk = 200
+
+// AddSeriesRows merges rows in one transaction. Rows of one key are merged
+// here first (a batch may hold several samples of one minute), because one
+// INSERT ... ON CONFLICT may not touch a row twice; then each chunk is one
+// multi-row statement, the merge with stored rows done by the database.
 func (s *Store) AddSeriesRows(ctx context.Context, rows []dbcloud.SeriesRow) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	rows = slices.Clone(rows)
-	// Stable: rows of one key merge in the caller's (time) order, which
-	// makes first and last right.
-	slices.SortStableFunc(rows, seriesKey)
+	rows = mergeSeriesRows(rows)
 	tx, err := s.db.BeginTx(ctx, &s.dialect.UpdateTx)
 	if err != nil {
 		return fmt.Errorf("begin %s transaction: %w", s.dialect.Name, err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	stmt, err := tx.PrepareContext(ctx, s.rebind(`INSERT INTO metric_series
-		(service_id, name, labels, resolution, bucket, count, sum, first, min, max, last)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (service_id, name, resolution, labels, bucket) DO UPDATE SET
+	for len(rows) > 0 {
+		chunk := rows[:min(len(rows), seriesChunk)]
+		rows = rows[len(chunk):]
+		var b strings.Builder
+		b.WriteString(`INSERT INTO metric_series (service_id, name, labels, resolution, bucket, count, sum, first, min, max, last) VALUES `)
+		args := make([]any, 0, len(chunk)*11)
+		for i, r := range chunk {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+			args = append(args, r.ServiceID, r.Name, r.Labels, int64(r.Resolution/time.Second), r.Bucket.Unix(),
+				r.Count, r.Sum, r.First, r.Min, r.Max, r.Last)
+		}
+		b.WriteString(` ON CONFLICT (service_id, name, resolution, labels, bucket) DO UPDATE SET
 			count = metric_series.count + excluded.count,
 			sum = metric_series.sum + excluded.sum,
 			min = CASE WHEN excluded.min < metric_series.min THEN excluded.min ELSE metric_series.min END,
 			max = CASE WHEN excluded.max > metric_series.max THEN excluded.max ELSE metric_series.max END,
-			last = excluded.last`))
-	if err != nil {
-		return fmt.Errorf("add series rows: %w", err)
-	}
-	defer stmt.Close()
-	for _, r := range rows {
-		if _, err := stmt.ExecContext(ctx, r.ServiceID, r.Name, r.Labels, int64(r.Resolution/time.Second), r.Bucket.Unix(),
-			r.Count, r.Sum, r.First, r.Min, r.Max, r.Last); err != nil {
+			last = excluded.last`)
+		if _, err := tx.ExecContext(ctx, s.rebind(b.String()), args...); err != nil {
 			return fmt.Errorf("add series rows: %w", err)
 		}
 	}
@@ -57,6 +67,28 @@ func (s *Store) AddSeriesRows(ctx context.Context, rows []dbcloud.SeriesRow) err
 		return fmt.Errorf("commit series rows: %w", err)
 	}
 	return nil
+}
+
+// mergeSeriesRows sorts rows by key (stably: rows of one key stay in the
+// caller's time order, which makes first and last right) and merges the
+// rows of each key into one.
+func mergeSeriesRows(in []dbcloud.SeriesRow) []dbcloud.SeriesRow {
+	rows := slices.Clone(in)
+	slices.SortStableFunc(rows, seriesKey)
+	out := rows[:0]
+	for _, r := range rows {
+		if n := len(out); n > 0 && seriesKey(out[n-1], r) == 0 {
+			m := &out[n-1]
+			m.Count += r.Count
+			m.Sum += r.Sum
+			m.Min = math.Min(m.Min, r.Min)
+			m.Max = math.Max(m.Max, r.Max)
+			m.Last = r.Last
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // ListSeriesRows returns a service's rows of one series and resolution in
