@@ -302,7 +302,8 @@ const (
 type SeriesQuery struct {
 	Name     string
 	From, To time.Time
-	// Bucket is the output bucket; 0 picks one from the window.
+	// Bucket is the output bucket; 0 picks one from the window, and a
+	// negative one is refused.
 	Bucket  time.Duration
 	Fn      SeriesFn // "" is LAST
 	Filters []LabelFilter
@@ -336,14 +337,25 @@ const (
 // Query answers a query for one service from the finest tier that can
 // produce its buckets exactly.
 func (h *History) Query(ctx context.Context, serviceID string, q SeriesQuery) ([]SeriesResult, error) {
+	if q.Name == "" {
+		return nil, Errorf(KindInvalid, "name is required.")
+	}
 	if !slices.Contains(AvailableSeries(), q.Name) {
 		return nil, Errorf(KindInvalid, "Unknown metric series %q; GET .../metrics/available-series lists them.", q.Name)
 	}
-	if q.From.IsZero() || q.To.IsZero() || !q.From.Before(q.To) {
+	if q.From.IsZero() || q.To.IsZero() {
+		return nil, Errorf(KindInvalid, "from and to are required.")
+	}
+	if !q.From.Before(q.To) {
 		return nil, Errorf(KindInvalid, "from must be before to.")
 	}
 	if len(q.Filters) > maxSeriesFilters {
 		return nil, Errorf(KindInvalid, "At most %d filters are allowed.", maxSeriesFilters)
+	}
+	for _, f := range q.Filters {
+		if f.Key == "" || f.Value == "" {
+			return nil, Errorf(KindInvalid, "Each filter needs a key and a value.")
+		}
 	}
 	fn, err := checkFn(q.Name, q.Fn)
 	if err != nil {
@@ -419,6 +431,9 @@ func (h *History) pickTier(q SeriesQuery) (SeriesTier, time.Duration, error) {
 	tiers := h.tiers()
 	now := h.now()
 	bucket := q.Bucket
+	if bucket < 0 {
+		return SeriesTier{}, 0, Errorf(KindInvalid, "bucket_seconds must be a whole number of at least %d.", int(MinSeriesBucket/time.Second))
+	}
 	if bucket == 0 {
 		switch w := q.To.Sub(q.From); {
 		case w <= defaultFineWindow:

@@ -133,6 +133,10 @@ func TestHistory_Query(t *testing.T) {
 		old := t0.Add(-30 * 24 * time.Hour)
 		for name, q := range map[string]dbcloud.SeriesQuery{
 			"unknown name":       {Name: "nope", From: t0, To: now},
+			"no name":            {From: t0, To: now},
+			"no from":            {Name: dbcloud.SeriesConnections, To: now},
+			"negative bucket":    {Name: dbcloud.SeriesConnections, From: t0, To: now, Bucket: -1},
+			"filter no value":    q(dbcloud.SeriesConnections, "", dbcloud.LabelFilter{Key: "role"}),
 			"from after to":      {Name: dbcloud.SeriesConnections, From: now, To: t0},
 			"fn on a fixed one":  q(dbcloud.SeriesCPUUsage, dbcloud.FnAvg),
 			"rate of a gauge":    q(dbcloud.SeriesTransactions, dbcloud.FnRate),

@@ -49,23 +49,22 @@ func (h *Handler) metricsSeries(w http.ResponseWriter, r *http.Request) (int, an
 	if err := decode(r, &in); err != nil {
 		return 0, nil, err
 	}
-	if err := required("name", in.Name); err != nil {
-		return 0, nil, err
+	// Every check is the domain's, after it has found the caller's
+	// service: another project's service is a 404 whatever the body.
+	q := dbcloud.SeriesQuery{Name: str(in.Name), Fn: dbcloud.SeriesFn(strings.ToUpper(str(in.Fn)))}
+	if in.From != nil {
+		q.From = *in.From
 	}
-	if in.From == nil || in.To == nil {
-		return 0, nil, dbcloud.Errorf(dbcloud.KindInvalid, "from and to are required.")
+	if in.To != nil {
+		q.To = *in.To
 	}
-	q := dbcloud.SeriesQuery{Name: *in.Name, From: *in.From, To: *in.To, Fn: dbcloud.SeriesFn(strings.ToUpper(str(in.Fn)))}
 	if in.BucketSeconds != nil {
-		if *in.BucketSeconds < 60 {
-			return 0, nil, dbcloud.Errorf(dbcloud.KindInvalid, "bucket_seconds must be at least 60, got %d.", *in.BucketSeconds)
-		}
 		q.Bucket = time.Duration(*in.BucketSeconds) * time.Second
+		if q.Bucket <= 0 {
+			q.Bucket = -1 // refused, not the default
+		}
 	}
 	for _, f := range in.Filters {
-		if f.Key == "" || f.Value == "" {
-			return 0, nil, dbcloud.Errorf(dbcloud.KindInvalid, "Each filter needs a key and a value.")
-		}
 		q.Filters = append(q.Filters, dbcloud.LabelFilter{Key: f.Key, Value: f.Value})
 	}
 	series, err := h.cloud.MetricSeries(r.Context(), r.PathValue("project_id"), r.PathValue("service_id"), q)
