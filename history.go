@@ -163,6 +163,8 @@ type SeriesStore interface {
 	// DeleteSeriesRowsBefore deletes the rows of a resolution whose bucket
 	// starts before before, and returns how many.
 	DeleteSeriesRowsBefore(ctx context.Context, res time.Duration, before time.Time) (int, error)
+	// DeleteSeries deletes every row of a service, and returns how many.
+	DeleteSeries(ctx context.Context, serviceID string) (int, error)
 	// CountSeriesRows returns how many rows are stored.
 	CountSeriesRows(ctx context.Context) (int, error)
 }
@@ -239,6 +241,13 @@ func (h *History) Prune(ctx context.Context) (int, error) {
 		}
 	}
 	return total, nil
+}
+
+// Forget deletes a deleted service's history at once, rather than at the
+// end of the longest retention.
+func (h *History) Forget(ctx context.Context, serviceID string) error {
+	_, err := h.Store.DeleteSeries(ctx, serviceID)
+	return err
 }
 
 // bucketStart is the start of the bucket of resolution res holding t;

@@ -35,7 +35,7 @@ func TestEngine_RecordsHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.waitStatus(t, v.Service.ID, dbcloud.StatusReady)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for {
 		rows, err := f.cloud.History.Store.ListSeriesRows(t.Context(), v.Service.ID, dbcloud.SeriesMemoryUsage, time.Minute,
 			time.Unix(0, 0), time.Now().Add(time.Hour))
@@ -50,7 +50,24 @@ func TestEngine_RecordsHistory(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no memory samples in the history after 10 s: %+v", rows)
+			t.Fatalf("no memory samples in the history after 20 s: %+v", rows)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// A deleted service's history goes with it.
+	if err := f.cloud.DeleteService(f.ctx, f.pid, v.Service.ID); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		n, err := f.cloud.History.Store.CountSeriesRows(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d history rows left after the delete", n)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

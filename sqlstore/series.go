@@ -141,6 +141,19 @@ func (s *Store) DeleteSeriesRowsBefore(ctx context.Context, res time.Duration, b
 	return int(n), nil
 }
 
+// DeleteSeries deletes a service's rows (a prefix of the primary key).
+func (s *Store) DeleteSeries(ctx context.Context, serviceID string) (int, error) {
+	r, err := s.db.ExecContext(ctx, s.rebind(`DELETE FROM metric_series WHERE service_id = ?`), serviceID)
+	if err != nil {
+		return 0, fmt.Errorf("delete series of %s: %w", serviceID, err)
+	}
+	n, err := r.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("delete series of %s: %w", serviceID, err)
+	}
+	return int(n), nil
+}
+
 // CountSeriesRows returns how many series rows are stored.
 func (s *Store) CountSeriesRows(ctx context.Context) (int, error) {
 	var n int

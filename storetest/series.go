@@ -34,6 +34,7 @@ func testSeries(t *testing.T, newDB NewDB) {
 		row("role=replica", time.Minute, t0, 1),
 		row("role=primary", time.Hour, t0, 5),
 		{ServiceID: "svc2", Name: "cpu", Labels: "role=primary", Resolution: time.Minute, Bucket: t0, Count: 1, Sum: 9, First: 9, Min: 9, Max: 9, Last: 9},
+		{ServiceID: "svc2", Name: "cpu", Labels: "role=primary", Resolution: time.Hour, Bucket: t0, Count: 1, Sum: 9, First: 9, Min: 9, Max: 9, Last: 9},
 	}); err != nil {
 		t.Fatalf("AddSeriesRows: %v", err)
 	}
@@ -64,10 +65,17 @@ func testSeries(t *testing.T, newDB NewDB) {
 	}
 	n, err := s.DeleteSeriesRowsBefore(ctx, time.Minute, t0.Add(time.Minute))
 	if err != nil || n != 3 {
-		t.Errorf("DeleteSeriesRowsBefore = %d, %v; want the 3 minute rows at 12:00", n, err)
+		t.Errorf("DeleteSeriesRowsBefore = %d, %v; want the 3 minute rows at 12:00 (svc1's two, svc2's)", n, err)
 	}
-	if c, err := s.CountSeriesRows(ctx); err != nil || c != 2 {
-		t.Errorf("CountSeriesRows = %d, %v; want 2 (the 12:01 minute and the hour row)", c, err)
+	if c, err := s.CountSeriesRows(ctx); err != nil || c != 3 {
+		t.Errorf("CountSeriesRows = %d, %v; want 3 (svc1's 12:01 minute and hour rows, svc2's hour row)", c, err)
+	}
+	n, err = s.DeleteSeries(ctx, "svc1")
+	if err != nil || n != 2 {
+		t.Errorf("DeleteSeries(svc1) = %d, %v; want its 2 rows", n, err)
+	}
+	if c, err := s.CountSeriesRows(ctx); err != nil || c != 1 {
+		t.Errorf("CountSeriesRows after DeleteSeries = %d, %v; want svc2's row", c, err)
 	}
 }
 
