@@ -337,6 +337,7 @@ type SeriesResult struct {
 // Limits of a query.
 const (
 	MinSeriesBucket   = time.Minute
+	MaxSeriesBucket   = 366 * 24 * time.Hour
 	MaxSeriesBuckets  = 10000
 	maxSeriesFilters  = 20
 	defaultFineWindow = time.Hour
@@ -375,11 +376,13 @@ func (h *History) Query(ctx context.Context, serviceID string, q SeriesQuery) ([
 		return nil, err
 	}
 	from := bucketStart(q.From, bucket)
-	n := int64(q.To.Sub(from)+bucket-1) / int64(bucket)
-	if n > MaxSeriesBuckets {
-		return nil, Errorf(KindInvalid, "The window holds %d buckets of %d seconds; at most %d are allowed: widen bucket_seconds or narrow the window.",
-			n, int64(bucket/time.Second), MaxSeriesBuckets)
+	// Sub saturates, and bucket is at most MaxSeriesBucket: no overflow.
+	window := q.To.Sub(from)
+	if window/bucket >= MaxSeriesBuckets {
+		return nil, Errorf(KindInvalid, "The window holds more than %d buckets of %d seconds: widen bucket_seconds or narrow the window.",
+			MaxSeriesBuckets, int64(bucket/time.Second))
 	}
+	n := int64((window + bucket - 1) / bucket)
 	// A rate needs the sample before the window's first bucket.
 	listFrom := from
 	if fn == FnRate || fn == FnIncrease {
@@ -441,7 +444,7 @@ func (h *History) pickTier(q SeriesQuery) (SeriesTier, time.Duration, error) {
 	now := h.now()
 	bucket := q.Bucket
 	if bucket < 0 {
-		return SeriesTier{}, 0, Errorf(KindInvalid, "bucket_seconds must be a whole number of at least %d.", int(MinSeriesBucket/time.Second))
+		return SeriesTier{}, 0, errBucket()
 	}
 	if bucket == 0 {
 		switch w := q.To.Sub(q.From); {
@@ -460,8 +463,8 @@ func (h *History) pickTier(q SeriesQuery) (SeriesTier, time.Duration, error) {
 			}
 		}
 	}
-	if bucket < MinSeriesBucket || bucket%time.Second != 0 {
-		return SeriesTier{}, 0, Errorf(KindInvalid, "bucket_seconds must be a whole number of at least %d.", int(MinSeriesBucket/time.Second))
+	if bucket < MinSeriesBucket || bucket > MaxSeriesBucket || bucket%time.Second != 0 {
+		return SeriesTier{}, 0, errBucket()
 	}
 	var pick *SeriesTier
 	for i := range tiers {
@@ -490,6 +493,11 @@ func growth(from, to float64) float64 {
 		return to
 	}
 	return to - from
+}
+
+func errBucket() error {
+	return Errorf(KindInvalid, "bucket_seconds must be a whole number from %d to %d.",
+		int64(MinSeriesBucket/time.Second), int64(MaxSeriesBucket/time.Second))
 }
 
 func matches(labels map[string]string, filters []LabelFilter) bool {

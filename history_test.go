@@ -136,6 +136,8 @@ func TestHistory_Query(t *testing.T) {
 			"no name":            {From: t0, To: now},
 			"no from":            {Name: dbcloud.SeriesConnections, To: now},
 			"negative bucket":    {Name: dbcloud.SeriesConnections, From: t0, To: now, Bucket: -1},
+			"bucket over a year": {Name: dbcloud.SeriesConnections, From: t0, To: now, Bucket: 400 * 24 * time.Hour},
+			"window of ages":     {Name: dbcloud.SeriesConnections, From: time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC), To: time.Date(9000, 1, 1, 0, 0, 0, 0, time.UTC)},
 			"filter no value":    q(dbcloud.SeriesConnections, "", dbcloud.LabelFilter{Key: "role"}),
 			"from after to":      {Name: dbcloud.SeriesConnections, From: now, To: t0},
 			"fn on a fixed one":  q(dbcloud.SeriesCPUUsage, dbcloud.FnAvg),

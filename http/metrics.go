@@ -58,10 +58,12 @@ func (h *Handler) metricsSeries(w http.ResponseWriter, r *http.Request) (int, an
 	if in.To != nil {
 		q.To = *in.To
 	}
-	if in.BucketSeconds != nil {
-		q.Bucket = time.Duration(*in.BucketSeconds) * time.Second
-		if q.Bucket <= 0 {
-			q.Bucket = -1 // refused, not the default
+	if b := in.BucketSeconds; b != nil {
+		// Out of range is -1, which the domain refuses: never the default
+		// (0), nor a Duration that overflowed.
+		q.Bucket = -1
+		if *b > 0 && int64(*b) <= int64(dbcloud.MaxSeriesBucket/time.Second) {
+			q.Bucket = time.Duration(*b) * time.Second
 		}
 	}
 	for _, f := range in.Filters {

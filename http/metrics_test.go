@@ -63,6 +63,9 @@ func TestMetricsPreview(t *testing.T) {
 			bad(map[string]any{"from": "yesterday"}),
 			bad(map[string]any{"to": nil}),
 			bad(map[string]any{"bucket_seconds": 30}),
+			bad(map[string]any{"bucket_seconds": 0}),
+			bad(map[string]any{"bucket_seconds": int64(1) << 62}),
+			bad(map[string]any{"from": "0001-01-02T00:00:00Z", "to": "9999-01-01T00:00:00Z"}),
 			bad(map[string]any{"fn": "AVG"}),
 			bad(map[string]any{"filters": []map[string]string{{"key": "role"}}}),
 		} {
