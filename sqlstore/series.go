@@ -17,8 +17,8 @@ var _ dbcloud.SeriesStore = (*Store)(nil)
 // seriesKey orders rows as the primary key does, so concurrent batches on
 // PostgreSQL lock rows in one order and cannot deadlock.
 func seriesKey(a, b dbcloud.SeriesRow) int {
-	return cmp.Or(cmp.Compare(a.ServiceID, b.ServiceID), cmp.Compare(a.Name, b.Name),
-		cmp.Compare(a.Resolution, b.Resolution), cmp.Compare(a.Labels, b.Labels), a.Bucket.Compare(b.Bucket))
+	return cmp.Or(cmp.Compare(a.ServiceID, b.ServiceID), cmp.Compare(a.Resolution, b.Resolution),
+		a.Bucket.Compare(b.Bucket), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Labels, b.Labels))
 }
 
 // seriesChunk is how many rows one INSERT carries: 11 parameters each,
@@ -53,7 +53,7 @@ func (s *Store) AddSeriesRows(ctx context.Context, rows []dbcloud.SeriesRow) err
 			args = append(args, r.ServiceID, r.Name, r.Labels, int64(r.Resolution/time.Second), r.Bucket.Unix(),
 				r.Count, r.Sum, r.First, r.Min, r.Max, r.Last)
 		}
-		b.WriteString(` ON CONFLICT (service_id, name, resolution, labels, bucket) DO UPDATE SET
+		b.WriteString(` ON CONFLICT (service_id, resolution, bucket, name, labels) DO UPDATE SET
 			count = metric_series.count + excluded.count,
 			sum = metric_series.sum + excluded.sum,
 			min = CASE WHEN excluded.min < metric_series.min THEN excluded.min ELSE metric_series.min END,
@@ -127,18 +127,53 @@ func ceilUnix(t time.Time) int64 {
 	return u
 }
 
-// DeleteSeriesRowsBefore deletes one resolution's rows older than before.
+// seriesServices lists the services that have rows, reading one key per
+// service (a loose index scan: each step seeks the next service_id), not
+// every row.
+const seriesServices = `WITH RECURSIVE s(id) AS (
+	SELECT MIN(service_id) FROM metric_series
+	UNION ALL
+	SELECT (SELECT MIN(service_id) FROM metric_series WHERE service_id > s.id) FROM s WHERE s.id IS NOT NULL
+) SELECT id FROM s WHERE id IS NOT NULL`
+
+// DeleteSeriesRowsBefore deletes one resolution's rows older than before:
+// per service, one range of the primary key, so the work is the rows
+// deleted, not the table.
 func (s *Store) DeleteSeriesRowsBefore(ctx context.Context, res time.Duration, before time.Time) (int, error) {
-	r, err := s.db.ExecContext(ctx, s.rebind(`DELETE FROM metric_series WHERE resolution = ? AND bucket < ?`),
-		int64(res/time.Second), before.Unix())
-	if err != nil {
-		return 0, fmt.Errorf("delete series rows before %s: %w", before.UTC().Format(time.RFC3339), err)
+	fail := func(err error) error {
+		return fmt.Errorf("delete series rows before %s: %w", before.UTC().Format(time.RFC3339), err)
 	}
-	n, err := r.RowsAffected()
+	rows, err := s.db.QueryContext(ctx, seriesServices)
 	if err != nil {
-		return 0, fmt.Errorf("delete series rows: %w", err)
+		return 0, fail(err)
 	}
-	return int(n), nil
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, fail(err)
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fail(err)
+	}
+	total := 0
+	q := s.rebind(`DELETE FROM metric_series WHERE service_id = ? AND resolution = ? AND bucket < ?`)
+	for _, id := range ids {
+		r, err := s.db.ExecContext(ctx, q, id, int64(res/time.Second), before.Unix())
+		if err != nil {
+			return total, fail(err)
+		}
+		n, err := r.RowsAffected()
+		if err != nil {
+			return total, fail(err)
+		}
+		total += int(n)
+	}
+	return total, nil
 }
 
 // DeleteSeries deletes a service's rows (a prefix of the primary key).

@@ -1,6 +1,9 @@
 -- Metric history: one row per service, series, label set, resolution
 -- (seconds; 0 for raw samples) and bucket start (Unix seconds): how many
--- samples fell in, their sum, first, min, max and last value.
+-- samples fell in, their sum, first, min, max and last value. The key
+-- leads with service, resolution and bucket, so retention deletes a range
+-- of the key per service and a query reads one range of it; no second
+-- index repeats the key's text.
 CREATE TABLE metric_series (
     service_id TEXT COLLATE "C" NOT NULL,
     name       TEXT COLLATE "C" NOT NULL,
@@ -13,7 +16,5 @@ CREATE TABLE metric_series (
     min        DOUBLE PRECISION NOT NULL,
     max        DOUBLE PRECISION NOT NULL,
     last       DOUBLE PRECISION NOT NULL,
-    PRIMARY KEY (service_id, name, resolution, labels, bucket)
+    PRIMARY KEY (service_id, resolution, bucket, name, labels)
 );
--- Retention deletes by resolution and age.
-CREATE INDEX metric_series_age ON metric_series (resolution, bucket);
