@@ -51,7 +51,8 @@ type Engine struct {
 	// History, when set, keeps every metrics sample over time (history.go).
 	History *dbcloud.History
 	// Observe, when set, is told of each reconcile: its kind ("service",
-	// "peering", "replica_set"), how long it took and its error.
+	// "peering", "replica_set", or "repair" for the health loop's restart
+	// of a service), how long it took and its error.
 	Observe func(kind string, d time.Duration, err error)
 
 	queueDepth atomic.Int64 // pending operations at the last dispatch

@@ -185,7 +185,11 @@ func (e *Engine) repair(ctx context.Context, svc *dbcloud.Service, obs *dbcloud.
 		}
 		e.Logger.Warn("service unhealthy", "service", svc.ID, "reason", reason)
 	}
+	start := time.Now()
 	fixed, err := e.Provisioner.EnsureService(lctx, svc)
+	if e.Observe != nil && lctx.Err() == nil {
+		e.Observe("repair", time.Since(start), err)
+	}
 	if err != nil {
 		if lctx.Err() == nil {
 			e.backoff(svc.ID, 1)
