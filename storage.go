@@ -64,7 +64,12 @@ func StorageLevelOf(used, limit int64, readOnly bool) StorageLevel {
 // StorageNotice is what the service's status_reason says at a level; ""
 // at StorageNormal.
 func StorageNotice(level StorageLevel, used, limit int64) string {
-	gib := func(b int64) string { return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30)) }
+	gib := func(b int64) string {
+		if b < 1<<30 {
+			return fmt.Sprintf("%d MiB", b>>20)
+		}
+		return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
+	}
 	switch level {
 	case StorageWarning:
 		return fmt.Sprintf("The service uses %s of its %s storage limit (%d%%); at %d%% writes that add data are refused.",

@@ -118,7 +118,10 @@ func newServerIn(t testing.TB, dir string, args ...string) *server {
 	}
 	lo, hi := portRange(t)
 	s := &server{t: t, dir: dir, listen: "127.0.0.1:" + strconv.Itoa(apiPort(t)),
-		args: append([]string{"--port-min", strconv.Itoa(lo), "--port-max", strconv.Itoa(hi)}, args...)}
+		args: append([]string{"--port-min", strconv.Itoa(lo), "--port-max", strconv.Itoa(hi),
+			// Restore checks cost a scratch instance per service; the
+			// tests of them turn them on.
+			"--restore-check-interval", "0"}, args...)}
 	t.Cleanup(func() {
 		if s.cmd != nil && s.client != nil {
 			s.deleteAll()

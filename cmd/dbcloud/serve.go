@@ -72,6 +72,9 @@ type Config struct {
 	PgBouncer string
 	// StorageLimits size what each service may keep on disk.
 	StorageLimits dbcloud.StorageLimits
+	// RestoreCheckInterval is the least time between two verified restores
+	// of a service; 0 turns them off.
+	RestoreCheckInterval time.Duration
 	// StorageImageGiB, above 0, keeps the runtime directory on a btrfs
 	// image of that size.
 	StorageImageGiB int
@@ -99,7 +102,7 @@ func DefaultConfig() Config {
 		PoolSize: 2, Overcommit: 4, VPCBlock: netip.MustParsePrefix("127.77.0.0/16"),
 		SnapshotInterval: local.DefaultSnapshotInterval, SnapshotRetention: local.DefaultSnapshotRetention,
 		StorageLimits: dbcloud.DefaultStorageLimits, LogMaxAge: 7 * 24 * time.Hour, LogMaxBytes: 1 << 30, HTTP: http.DefaultServerConfig(),
-		LeaseTTL: engine.DefaultLeaseTTL, Metrics: DefaultMetricsConfig(),
+		LeaseTTL: engine.DefaultLeaseTTL, Metrics: DefaultMetricsConfig(), RestoreCheckInterval: time.Hour,
 	}
 }
 
@@ -188,6 +191,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.Int64Var(&c.LogMaxBytes, "log-max-bytes", c.LogMaxBytes, "keep at most this many bytes of each instance's PostgreSQL logs (the newest file always stays)")
 	fs.Int64Var(&c.StorageLimits.SharedMiB, "storage-shared-mib", c.StorageLimits.SharedMiB, "what a shared service may keep on disk (data, WAL archive, snapshots), in MiB; read-only at 95%")
 	fs.Int64Var(&c.StorageLimits.MiBPerMemoryGiB, "storage-mib-per-memory-gib", c.StorageLimits.MiBPerMemoryGiB, "what a dedicated service may keep on disk per GiB of its memory, in MiB")
+	fs.DurationVar(&c.RestoreCheckInterval, "restore-check-interval", c.RestoreCheckInterval, "least time between two verified restores of a service: each new snapshot is restored into a scratch instance and checked (pg_amcheck), and the newest again after a day (0: off)")
 	fs.IntVar(&c.StorageImageGiB, "storage-image-gib", c.StorageImageGiB, "keep the runtime directory on a btrfs image file of this many GiB (RUNTIME_DIR.img, sparse, loop-mounted; needs root): copy-on-write forks and snapshots and per-service quotas on a host whose filesystem has neither (0: off)")
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this process's name in leases (default HOSTNAME:DATA_DIR; keep it stable across restarts)")
 	fs.StringVar(&c.CADir, "ca-dir", c.CADir, "directory of the installation's CA (ca.pem, ca-key.pem), made on first use; every control plane of one store uses the same (default DATA_DIR/tls)")
@@ -316,6 +320,7 @@ func (m *Main) Run(ctx context.Context) error {
 		SnapshotInterval: c.SnapshotInterval, SnapshotRetention: c.SnapshotRetention,
 		LogRetention: local.LogRetention{MaxAge: c.LogMaxAge, MaxBytes: c.LogMaxBytes},
 		PgBouncer:    c.PgBouncer, StorageImageGiB: c.StorageImageGiB, StorageLimits: c.StorageLimits,
+		RestoreCheckInterval: c.RestoreCheckInterval,
 	})
 	if err != nil {
 		return err

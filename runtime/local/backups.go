@@ -64,11 +64,16 @@ func (rt *Runtime) runningPrimary(id string) (postgres.Spec, bool) {
 // cheap when nothing is due (a directory listing), returns at once when a
 // snapshot of the service is already being taken, and does nothing for a
 // service that is not running. Call it for READY services, from a loop of
-// its own: a snapshot copies the whole data directory.
+// its own: a snapshot copies the whole data directory. Then, when due, a
+// restore of the newest snapshot is verified (verify.go).
 func (rt *Runtime) MaintainBackups(ctx context.Context, svc *dbcloud.Service) error {
-	return rt.backups.Maintain(ctx, rt.serviceDir(svc.ID), rt.backupPolicy(), func() (postgres.Spec, bool) {
+	err := rt.backups.Maintain(ctx, rt.serviceDir(svc.ID), rt.backupPolicy(), func() (postgres.Spec, bool) {
 		return rt.runningPrimary(svc.ID)
 	})
+	if err != nil {
+		return err
+	}
+	return rt.maybeVerifyRestore(ctx, svc)
 }
 
 // RecoveryWindow reports what a fork of the service can restore: the

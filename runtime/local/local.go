@@ -66,6 +66,10 @@ type Config struct {
 	// StorageLimits size what each service may keep on disk; zero fields
 	// take dbcloud.DefaultStorageLimits'.
 	StorageLimits dbcloud.StorageLimits
+	// RestoreCheckInterval is the least time between two verified
+	// restores of a service (each new snapshot is verified, and the
+	// newest again after a day); 0 turns the checks off.
+	RestoreCheckInterval time.Duration
 	// StorageImageGiB, when above 0, keeps DataDir on a btrfs image of that
 	// size (DataDir + ".img", sparse), loop-mounted: copy-on-write clones
 	// and per-service quotas on a host whose filesystem has neither.
@@ -94,7 +98,10 @@ type Runtime struct {
 	cpu       map[string]cpuSample  // last CPU reading per service, for rates
 	xacts     map[string]xactSample // last transaction count per service, for rates
 	downSince map[string]time.Time  // since when each HA service's primary is seen dead
-	cursorKey []byte                // signs log cursors; read from its file once
+	// storageNear says which services were last measured near their
+	// storage limit, whose next measurement is made fresh.
+	storageNear map[string]bool
+	cursorKey   []byte // signs log cursors; read from its file once
 
 	stopLogs context.CancelFunc // ends the log retention loop
 	logsDone chan struct{}
@@ -175,18 +182,19 @@ func New(cfg Config) (*Runtime, error) {
 		Binary: cfg.PgBouncer,
 	})
 	return &Runtime{
-		cfg:       cfg,
-		instances: instances,
-		poolers:   poolers,
-		proxies:   proxies,
-		backups:   backup.New(instances, cfg.BinDir, cfg.Logger),
-		cgroups:   cgroups,
-		volumes:   volumes,
-		roots:     roots,
-		users:     users,
-		cpu:       map[string]cpuSample{},
-		xacts:     map[string]xactSample{},
-		downSince: map[string]time.Time{},
+		cfg:         cfg,
+		instances:   instances,
+		poolers:     poolers,
+		proxies:     proxies,
+		backups:     backup.New(instances, cfg.BinDir, cfg.Logger),
+		cgroups:     cgroups,
+		volumes:     volumes,
+		roots:       roots,
+		users:       users,
+		cpu:         map[string]cpuSample{},
+		xacts:       map[string]xactSample{},
+		downSince:   map[string]time.Time{},
+		storageNear: map[string]bool{},
 	}, nil
 }
 
@@ -502,6 +510,9 @@ func (rt *Runtime) checkServing(ctx context.Context, svc *dbcloud.Service, prima
 			}
 			obs.Metrics.StorageMB = used >> 20
 			rt.enforceStorage(svc, used, obs)
+			if obs.Notice == "" {
+				obs.Notice = rt.restoreNotice(svc)
+			}
 		}
 	}
 	return obs
@@ -539,6 +550,7 @@ func (rt *Runtime) DeleteService(ctx context.Context, svc *dbcloud.Service) erro
 	delete(rt.cpu, svc.ID)
 	delete(rt.xacts, svc.ID)
 	delete(rt.downSince, svc.ID)
+	delete(rt.storageNear, svc.ID)
 	rt.mu.Unlock()
 	// A fork deleted before its restore finished releases its own hold on
 	// its parent.

@@ -51,6 +51,13 @@ func (rt *Runtime) storageSettings(serviceID string, settings map[string]string)
 	return settings
 }
 
+// hardLimitPercent is where the filesystem stops a volume, in percent of
+// the service's limit: above the read-only level, so that the guard, which
+// acts at the next measurement, stops the tenant first, and the quota only
+// a writer faster than the measurements. The quota's refusal is harsh:
+// PostgreSQL stops at a WAL write it cannot make.
+const hardLimitPercent = 110
+
 // makeServiceVolume makes the service's directory a volume limited to
 // what its size may keep (a btrfs subvolume with a quota where the
 // filesystem has quotas, else a plain directory); a resize moves the
@@ -59,7 +66,7 @@ func (rt *Runtime) makeServiceVolume(ctx context.Context, svc *dbcloud.Service, 
 	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
 		return err
 	}
-	return rt.volumes.Create(ctx, dir, 0o700, rt.cfg.StorageLimits.Of(svc.Spec.Size))
+	return rt.volumes.Create(ctx, dir, 0o700, rt.cfg.StorageLimits.Of(svc.Spec.Size)*hardLimitPercent/100)
 }
 
 // serviceStorage is what the service keeps on disk: data, WAL archive and
@@ -69,7 +76,12 @@ func (rt *Runtime) makeServiceVolume(ctx context.Context, svc *dbcloud.Service, 
 // from their manifests, each snapshot a full copy.
 func (rt *Runtime) serviceStorage(ctx context.Context, id string, primaryData int64) (int64, error) {
 	dir := rt.serviceDir(id)
-	u, err := rt.volumes.Usage(ctx, dir)
+	// Near the limit every measurement counts: the filesystem commits
+	// first, so what was just written is accounted.
+	rt.mu.Lock()
+	near := rt.storageNear[id]
+	rt.mu.Unlock()
+	u, err := rt.volumes.Usage(ctx, dir, near)
 	if err == nil {
 		return u.Referenced, nil
 	}
@@ -96,12 +108,19 @@ func (rt *Runtime) serviceStorage(ctx context.Context, id string, primaryData in
 	return total, nil
 }
 
+// storageNearPercent is the usage, in percent of the limit, from which
+// measurements commit the filesystem first.
+const storageNearPercent = 75
+
 // enforceStorage compares what the service keeps with its limit: near it
 // the service gets a notice, at the read-only level the guard refuses
 // writes that add data (a reload of the primary, no restart), and below
 // it again writes resume by themselves. obs.Notice says where it stands.
 func (rt *Runtime) enforceStorage(svc *dbcloud.Service, used int64, obs *dbcloud.Observation) {
 	limit := rt.cfg.StorageLimits.Of(svc.Spec.Size)
+	rt.mu.Lock()
+	rt.storageNear[svc.ID] = used*100 >= limit*storageNearPercent
+	rt.mu.Unlock()
 	was := rt.storageReadOnly(svc.ID)
 	level := dbcloud.StorageLevelOf(used, limit, was)
 	obs.Notice = dbcloud.StorageNotice(level, used, limit)

@@ -77,6 +77,50 @@ func (rt *Runtime) VerifyRestore(ctx context.Context, svc *dbcloud.Service) (*db
 	return check, nil
 }
 
+// restoreRecheck is how old a verified restore may grow before the same
+// snapshot is verified again: files rot without anyone writing them.
+const restoreRecheck = 24 * time.Hour
+
+// maybeVerifyRestore verifies a restore of the service's newest snapshot
+// when it has not been verified yet, or its last check is a day old; never
+// twice within the configured interval (a short snapshot interval must not
+// make the service restore itself over and over), and never with checks
+// off (an interval of 0).
+func (rt *Runtime) maybeVerifyRestore(ctx context.Context, svc *dbcloud.Service) error {
+	every := rt.cfg.RestoreCheckInterval
+	if every <= 0 {
+		return nil
+	}
+	last, err := rt.LastRestoreCheck(svc)
+	if err != nil {
+		return err
+	}
+	if last != nil {
+		since := time.Since(last.Started)
+		snaps, err := rt.backups.Snapshots(rt.serviceDir(svc.ID))
+		if err != nil || len(snaps) == 0 {
+			return err
+		}
+		fresh := snaps[len(snaps)-1].Name != last.Snapshot
+		if since < every || (!fresh && since < restoreRecheck) {
+			return nil
+		}
+	}
+	_, err = rt.VerifyRestore(ctx, svc)
+	return err
+}
+
+// restoreNotice is what a running service's status says after its last
+// restore check failed: its backups may not restore.
+func (rt *Runtime) restoreNotice(svc *dbcloud.Service) string {
+	last, err := rt.LastRestoreCheck(svc)
+	if err != nil || last == nil || last.OK {
+		return ""
+	}
+	return fmt.Sprintf("The last restore check (snapshot %s, %s) failed: %s. Take care before relying on this service's snapshots; the operator's logs have the details.",
+		last.Snapshot, last.Started.Format(time.RFC3339), last.Error)
+}
+
 // LastRestoreCheck is the service's last verified restore, nil when none
 // ran yet.
 func (rt *Runtime) LastRestoreCheck(svc *dbcloud.Service) (*dbcloud.RestoreCheck, error) {

@@ -179,8 +179,10 @@ type Usage struct {
 var ErrNotAccounted = errors.New("volume: not accounted by the filesystem")
 
 // Usage reads a volume's accounting. btrfs updates it when a transaction
-// commits (within 30 s, or at a sync), so it lags fresh writes slightly.
-func (v *Volumes) Usage(ctx context.Context, dir string) (Usage, error) {
+// commits (every few seconds), so it lags fresh writes; fresh commits the
+// filesystem first, which costs a flush of everything dirty on it: for
+// volumes near their limit, not for every measurement.
+func (v *Volumes) Usage(ctx context.Context, dir string, fresh bool) (Usage, error) {
 	if !v.fs.Quotas {
 		return Usage{}, ErrNotAccounted
 	}
@@ -189,7 +191,11 @@ func (v *Volumes) Usage(ctx context.Context, dir string) (Usage, error) {
 	} else if !ok {
 		return Usage{}, ErrNotAccounted
 	}
-	out, err := btrfs(ctx, "qgroup", "show", "--raw", "-re", "-f", dir)
+	args := []string{"qgroup", "show", "--raw", "-re", "-f", dir}
+	if fresh {
+		args = append(args, "--sync")
+	}
+	out, err := btrfs(ctx, args...)
 	if err != nil {
 		return Usage{}, err
 	}

@@ -70,7 +70,7 @@ func TestPlainDirectoryVolumes(t *testing.T) {
 	if fi, err := os.Stat(svc); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("volume directory: %v, %v", fi, err)
 	}
-	if _, err := v.Usage(ctx, svc); !errors.Is(err, ErrNotAccounted) {
+	if _, err := v.Usage(ctx, svc, true); !errors.Is(err, ErrNotAccounted) {
 		t.Fatalf("usage of a plain directory: %v, want ErrNotAccounted", err)
 	}
 	if err := v.Remove(ctx, svc); err != nil {
@@ -127,7 +127,7 @@ func TestImageVolumes(t *testing.T) {
 	clone := filepath.Join(svc, "snapshot")
 	cloneFile(t, data, clone)
 	syncFS(t, svc)
-	u, err := v.Usage(ctx, svc)
+	u, err := v.Usage(ctx, svc, true)
 	if err != nil {
 		t.Fatal(err)
 	}
