@@ -65,6 +65,18 @@ type Tx interface {
 	FindOperation(id string) (*Operation, error)
 	ListOperations(f OperationFilter) ([]*Operation, error)
 	UpdateOperation(op *Operation) error
+	// DeleteOperationsBefore deletes the terminal operations last updated
+	// before t and returns how many it deleted.
+	DeleteOperationsBefore(t time.Time) (int, error)
+
+	// InsertEvent records e and sets e.ID to the project's next event ID:
+	// IDs of one project increase by one in commit order.
+	InsertEvent(e *Event) error
+	// ListEvents returns up to limit events of the project with IDs above
+	// after, oldest first.
+	ListEvents(projectID string, after int64, limit int) ([]*Event, error)
+	// DeleteEventsBefore deletes events older than t and returns how many.
+	DeleteEventsBefore(t time.Time) (int, error)
 
 	// ListPorts returns the claimed endpoint ports and their owners.
 	ListPorts() (map[int]string, error)

@@ -202,6 +202,9 @@ func (e *Engine) work(ctx context.Context, resourceID, kind, projectID string) {
 		return
 	}
 	defer release()
+	if err := e.markStarted(ctx, resourceID); err != nil && ctx.Err() == nil {
+		e.Logger.Warn("mark operations started", "resource", resourceID, "error", err)
+	}
 	var err error
 	switch kind {
 	case "service":
