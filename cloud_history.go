@@ -196,3 +196,16 @@ func (c *Cloud) ListSnapshots(ctx context.Context, projectID, serviceID string) 
 	}
 	return out, nil
 }
+
+// GetOperation returns one operation of the project.
+func (c *Cloud) GetOperation(ctx context.Context, projectID, id string) (*Operation, error) {
+	var op *Operation
+	err := c.view(ctx, projectID, func(tx Tx) (err error) {
+		op, err = tx.FindOperation(id)
+		if IsNotFound(err) || (err == nil && op.ProjectID != projectID) {
+			return Errorf(KindNotFound, "Operation %q not found.", id)
+		}
+		return err
+	})
+	return op, err
+}

@@ -271,7 +271,10 @@ func (t *eventTx) operationEnded(op *Operation) error {
 		Status: string(s.Status), Outcome: string(op.State), Reason: op.Error, OperationID: op.ID, OperationType: op.Type})
 }
 
-// resourceKind is the kind of resource an operation of type t acts on.
+// ResourceKindOf is the kind of resource an operation of type t acts on:
+// service, replica_set or peering.
+func ResourceKindOf(t OperationType) string { return t.resourceKind() }
+
 func (t OperationType) resourceKind() string {
 	switch t {
 	case OpCreateReplicaSet, OpDeleteReplicaSet, OpResizeReplicaSet, OpSetReplicaPooler:

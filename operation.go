@@ -138,6 +138,13 @@ func NewContextWithOperationLog(ctx context.Context, log *OperationLog) context.
 	return context.WithValue(ctx, operationLogKey{}, log)
 }
 
+// OperationLogFromContext returns the log NewContextWithOperationLog put
+// into ctx, or nil.
+func OperationLogFromContext(ctx context.Context) *OperationLog {
+	l, _ := ctx.Value(operationLogKey{}).(*OperationLog)
+	return l
+}
+
 func logOperation(ctx context.Context, op *Operation) {
 	if l, _ := ctx.Value(operationLogKey{}).(*OperationLog); l != nil {
 		l.ID, l.ResourceID = op.ID, op.ResourceID

@@ -80,7 +80,8 @@ func openStore(t testing.TB, kind string) dbcloud.Store {
 		t.Fatalf("open %s store: %v", kind, err)
 	}
 	t.Cleanup(func() { s.Close() })
-	return s
+	// As dbcloud serve opens it: changes are recorded as events.
+	return dbcloud.NewEventStore(s)
 }
 
 // testRuntime stands in for the runtime in these HTTP tests, which are

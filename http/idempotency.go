@@ -97,6 +97,9 @@ func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, rt Route, p
 		// this exact body is lost, and a retry answers from the resource.
 		h.logger.WarnContext(ctx, "idempotent response not stored", "request_id", requestID(ctx), "error", err)
 	}
+	if l := dbcloud.OperationLogFromContext(r.Context()); l != nil {
+		operationHeaders(w, r, l)
+	}
 	writeRaw(w, status, b)
 }
 

@@ -332,7 +332,8 @@ func (m *Main) URL() string {
 // Cloud returns the domain service, for in-process tests.
 func (m *Main) Cloud() *dbcloud.Cloud { return m.cloud }
 
-// purgeLoop forgets idempotency keys past their lifetime.
+// purgeLoop forgets idempotency keys, operations and events past their
+// lifetime.
 func (m *Main) purgeLoop(ctx context.Context) {
 	defer close(m.done)
 	t := time.NewTicker(time.Hour)
@@ -342,6 +343,11 @@ func (m *Main) purgeLoop(ctx context.Context) {
 			m.Logger.Warn("purge idempotency keys", "error", err)
 		} else if n > 0 {
 			m.Logger.Info("purged idempotency keys", "count", n)
+		}
+		if ops, evs, err := m.cloud.PurgeHistory(ctx); err != nil && ctx.Err() == nil {
+			m.Logger.Warn("purge history", "error", err)
+		} else if ops+evs > 0 {
+			m.Logger.Info("purged history", "operations", ops, "events", evs)
 		}
 		select {
 		case <-ctx.Done():
