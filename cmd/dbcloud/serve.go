@@ -249,45 +249,10 @@ func (m *Main) Run(ctx context.Context) error {
 	if m.Logger == nil {
 		m.Logger = newLogger(m.stderr, c.LogFormat)
 	}
-	// Others may traverse the data directory but not list it: PostgreSQL,
-	// running as its own OS user, reaches its instances through it.
-	if err := os.MkdirAll(c.DataDir, 0o711); err != nil {
-		return fmt.Errorf("data directory: %w", err)
-	}
-	var err error
-	if m.store, err = openStore(ctx, c.DataDir, c.Store); err != nil {
-		return err
-	}
-	tlsConfig, err := m.tlsConfig()
+	tlsConfig, err := m.openControlPlane(ctx)
 	if err != nil {
 		return err
 	}
-	runtimeDir, err := m.runtimeDir()
-	if err != nil {
-		return err
-	}
-	m.runtime, err = local.New(local.Config{
-		BinDir: c.PGBinDir, DataDir: runtimeDir, Host: c.PublicHost, CA: m.ca,
-		PoolSize: c.PoolSize, Overcommit: c.Overcommit, Logger: m.Logger,
-		SnapshotInterval: c.SnapshotInterval, SnapshotRetention: c.SnapshotRetention,
-		LogRetention: local.LogRetention{MaxAge: c.LogMaxAge, MaxBytes: c.LogMaxBytes},
-		PgBouncer:    c.PgBouncer,
-	})
-	if err != nil {
-		return err
-	}
-	if err := m.runtime.Open(ctx); err != nil {
-		return err
-	}
-	network, err := loopback.New(c.VPCBlock, c.PortMin, c.PortMax)
-	if err != nil {
-		return fmt.Errorf("--vpc-address-block: %w", err)
-	}
-	m.cloud = dbcloud.NewCloud(m.store, m.runtime, c.domain(), m.Logger)
-	m.cloud.Network = network
-	m.engine = engine.New(m.store, m.runtime, c.NodeID, m.Logger)
-	m.engine.Network = network
-	m.cloud.Notify = m.engine.Notify
 
 	m.listener, err = net.Listen("tcp", c.Listen)
 	if err != nil {
@@ -321,7 +286,55 @@ func (m *Main) Run(ctx context.Context) error {
 	}()
 	go m.purgeLoop(bg)
 	m.Logger.Info("serving", "url", m.URL(), "ca_file", m.CAFile, "data_dir", c.DataDir)
+	m.banner()
 	return nil
+}
+
+// openControlPlane opens what serves and what administers services: the
+// store, the CA, the runtime over the data directory, the domain and the
+// engine (not yet started). It returns the API's TLS configuration.
+func (m *Main) openControlPlane(ctx context.Context) (*tls.Config, error) {
+	c := &m.Config
+	// Others may traverse the data directory but not list it: PostgreSQL,
+	// running as its own OS user, reaches its instances through it.
+	if err := os.MkdirAll(c.DataDir, 0o711); err != nil {
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	var err error
+	if m.store, err = openStore(ctx, c.DataDir, c.Store); err != nil {
+		return nil, err
+	}
+	tlsConfig, err := m.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	runtimeDir, err := m.runtimeDir()
+	if err != nil {
+		return nil, err
+	}
+	m.runtime, err = local.New(local.Config{
+		BinDir: c.PGBinDir, DataDir: runtimeDir, Host: c.PublicHost, CA: m.ca,
+		PoolSize: c.PoolSize, Overcommit: c.Overcommit, Logger: m.Logger,
+		SnapshotInterval: c.SnapshotInterval, SnapshotRetention: c.SnapshotRetention,
+		LogRetention: local.LogRetention{MaxAge: c.LogMaxAge, MaxBytes: c.LogMaxBytes},
+		PgBouncer:    c.PgBouncer,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := m.runtime.Open(ctx); err != nil {
+		return nil, err
+	}
+	network, err := loopback.New(c.VPCBlock, c.PortMin, c.PortMax)
+	if err != nil {
+		return nil, fmt.Errorf("--vpc-address-block: %w", err)
+	}
+	m.cloud = dbcloud.NewCloud(m.store, m.runtime, c.domain(), m.Logger)
+	m.cloud.Network = network
+	m.engine = engine.New(m.store, m.runtime, c.NodeID, m.Logger)
+	m.engine.Network = network
+	m.cloud.Notify = m.engine.Notify
+	return tlsConfig, nil
 }
 
 // URL is the API's base URL.
