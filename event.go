@@ -77,10 +77,22 @@ func NewEventStore(s Store) *EventStore {
 func (s *EventStore) Update(ctx context.Context, fn func(Tx) error) error {
 	etx := &eventTx{Tx: nil, now: func() time.Time { return s.now().UTC().Truncate(time.Microsecond) }}
 	err := s.Store.Update(ctx, func(tx Tx) error {
-		etx.Tx, etx.wrote = tx, false
-		return fn(etx)
+		etx.Tx, etx.events = tx, nil
+		if err := fn(etx); err != nil {
+			return err
+		}
+		// Events go in last. Their project's counter row is then the last
+		// lock the transaction takes, so a transaction holding it never
+		// waits for another: no lock cycle with a writer that locked a
+		// service first.
+		for _, e := range etx.events {
+			if err := tx.InsertEvent(e); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
-	if err == nil && etx.wrote {
+	if err == nil && len(etx.events) > 0 {
 		s.mu.Lock()
 		close(s.changed)
 		s.changed = make(chan struct{})
@@ -101,28 +113,24 @@ func (s *EventStore) Changed() <-chan struct{} {
 // eventTx is a transaction that adds an event to each change worth one.
 type eventTx struct {
 	Tx
-	now   func() time.Time
-	wrote bool
+	now func() time.Time
+	// events are inserted, in order, when the transaction's work is done.
+	events []*Event
 }
 
 func (t *eventTx) emit(e *Event) error {
 	e.Time = t.now()
-	if err := t.Tx.InsertEvent(e); err != nil {
-		return err
-	}
-	t.wrote = true
+	t.events = append(t.events, e)
 	return nil
 }
 
-// InsertEvent records an event written by the caller itself.
+// InsertEvent records an event written by the caller itself, with the
+// others at the end of the transaction; its ID is set then.
 func (t *eventTx) InsertEvent(e *Event) error {
 	if e.Time.IsZero() {
 		e.Time = t.now()
 	}
-	if err := t.Tx.InsertEvent(e); err != nil {
-		return err
-	}
-	t.wrote = true
+	t.events = append(t.events, e)
 	return nil
 }
 
