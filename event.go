@@ -77,7 +77,7 @@ func NewEventStore(s Store) *EventStore {
 func (s *EventStore) Update(ctx context.Context, fn func(Tx) error) error {
 	etx := &eventTx{Tx: nil, now: func() time.Time { return s.now().UTC().Truncate(time.Microsecond) }}
 	err := s.Store.Update(ctx, func(tx Tx) error {
-		etx.Tx, etx.events = tx, nil
+		etx.Tx, etx.events, etx.restores = tx, nil, nil
 		if err := fn(etx); err != nil {
 			return err
 		}
@@ -85,6 +85,9 @@ func (s *EventStore) Update(ctx context.Context, fn func(Tx) error) error {
 		// lock the transaction takes, so a transaction holding it never
 		// waits for another: no lock cycle with a writer that locked a
 		// service first.
+		if err := etx.settleRestores(); err != nil {
+			return err
+		}
 		for _, e := range etx.events {
 			if err := tx.InsertEvent(e); err != nil {
 				return err
@@ -116,6 +119,31 @@ type eventTx struct {
 	now func() time.Time
 	// events are inserted, in order, when the transaction's work is done.
 	events []*Event
+	// restores are the forks whose create ended; their events follow the
+	// others, with the status the fork has once the transaction is done.
+	restores []*Event
+}
+
+// settleRestores completes the restore events with the fork's final status
+// and queues them last.
+func (t *eventTx) settleRestores() error {
+	for _, e := range t.restores {
+		s, err := t.Tx.FindService(e.ProjectID, e.ResourceID)
+		if IsNotFound(err) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		if s.Fork == nil {
+			continue
+		}
+		e.Status = string(s.Status)
+		if e.Reason == "" {
+			e.Reason = s.StatusReason
+		}
+		t.events = append(t.events, e)
+	}
+	return nil
 }
 
 func (t *eventTx) emit(e *Event) error {
@@ -265,18 +293,11 @@ func (t *eventTx) operationEnded(op *Operation) error {
 	if err != nil || op.Type != OpCreateService || op.State == OpSuperseded {
 		return err
 	}
-	// A fork's create ends with its restore: report that as such too.
-	s, err := t.Tx.FindService(op.ProjectID, op.ResourceID)
-	if IsNotFound(err) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	if s.Fork == nil {
-		return nil
-	}
-	return t.emit(&Event{ProjectID: op.ProjectID, Type: EventRestoreFinished, ResourceKind: "service", ResourceID: s.ID,
-		Status: string(s.Status), Outcome: string(op.State), Reason: op.Error, OperationID: op.ID, OperationType: op.Type})
+	// A fork's create ends with its restore: report that as such too
+	// (settleRestores keeps only forks).
+	t.restores = append(t.restores, &Event{ProjectID: op.ProjectID, Type: EventRestoreFinished, ResourceKind: "service",
+		ResourceID: op.ResourceID, Time: t.now(), Outcome: string(op.State), Reason: op.Error, OperationID: op.ID, OperationType: op.Type})
+	return nil
 }
 
 // ResourceKindOf is the kind of resource an operation of type t acts on:
