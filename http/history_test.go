@@ -242,3 +242,28 @@ func TestEvents_Stream(t *testing.T) {
 		})
 	}
 }
+
+// TestOperations_ReplicaSet lists a read replica set's operations under it
+// and under its service.
+func TestOperations_ReplicaSet(t *testing.T) {
+	e := newEnv(t, "sqlite", noLimits)
+	s := e.readyService(map[string]any{"name": "parent"})
+	svc := e.pa() + "/services/" + s.ServiceID
+	res := e.want(202, "", req{Method: "POST", Path: svc + "/replicaSets", Body: map[string]any{"name": "r", "cpu_millis": 500, "memory_gbs": 2, "nodes": 1}})
+	var r struct{ ID string }
+	res.decode(t, &r)
+	opID := res.Header.Get("Operation-Id")
+	if opID == "" {
+		t.Fatal("replica set create names no operation")
+	}
+	var l operationList
+	e.want(200, "", req{Method: "GET", Path: svc + "/replicaSets/" + r.ID + "/operations"}).decode(t, &l)
+	if len(l.Operations) != 1 || l.Operations[0].ID != opID || l.Operations[0].ResourceType != "replica_set" {
+		t.Errorf("replica set operations %+v", l.Operations)
+	}
+	e.want(200, "", req{Method: "GET", Path: svc + "/operations"}).decode(t, &l)
+	if len(l.Operations) != 2 || l.Operations[0].ID != opID || l.Operations[1].Type != "create_service" {
+		t.Errorf("service operations %+v", l.Operations)
+	}
+	e.want(404, "NOT_FOUND", req{Method: "GET", Path: svc + "/replicaSets/aaaaaaaaaa/operations"})
+}
