@@ -126,3 +126,5 @@ func BenchmarkListServices(b *testing.B) { storetest.BenchmarkListServices(b, ne
 func BenchmarkFindService(b *testing.B) { storetest.BenchmarkFindService(b, newDB) }
 
 func BenchmarkUpdateService(b *testing.B) { storetest.BenchmarkUpdateService(b, newDB) }
+
+func BenchmarkStatusChange(b *testing.B) { storetest.BenchmarkStatusChange(b, newDB) }

@@ -96,6 +96,8 @@ func BenchmarkFindService(b *testing.B) { storetest.BenchmarkFindService(b, newD
 
 func BenchmarkUpdateService(b *testing.B) { storetest.BenchmarkUpdateService(b, newDB) }
 
+func BenchmarkStatusChange(b *testing.B) { storetest.BenchmarkStatusChange(b, newDB) }
+
 func TestOpen_PrivateFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "db")
 	s, err := sqlite.Open(t.Context(), path)
