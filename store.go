@@ -113,8 +113,11 @@ type IdempotencyRecord struct {
 	// Response is the first response, sealed with a key derived from the
 	// caller's secret: it may hold an initial password, and only the same
 	// caller can open it.
-	Response []byte    `json:"response,omitempty"`
-	Created  time.Time `json:"created"`
+	Response []byte `json:"response,omitempty"`
+	// OperationID is the operation the first request recorded, named
+	// again in a replay's headers.
+	OperationID string    `json:"operation_id,omitempty"`
+	Created     time.Time `json:"created"`
 	// Secret is what the response held that cannot be made again (a
 	// create's initial password), sealed like Response, and written in the
 	// same transaction as the change: a retry after a crash between commit

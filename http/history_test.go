@@ -267,3 +267,17 @@ func TestOperations_ReplicaSet(t *testing.T) {
 	}
 	e.want(404, "NOT_FOUND", req{Method: "GET", Path: svc + "/replicaSets/aaaaaaaaaa/operations"})
 }
+
+// TestOperations_IdempotentReplay: a replayed response names the operation
+// of the first request, which the replay did not repeat.
+func TestOperations_IdempotentReplay(t *testing.T) {
+	e := newEnv(t, "sqlite", noLimits)
+	r := req{Method: "POST", Path: e.pa() + "/services", Body: map[string]any{"name": "once"}, Header: map[string]string{"Idempotency-Key": "k1"}}
+	first := e.want(202, "", r)
+	again := e.want(202, "", r)
+	id := first.Header.Get("Operation-Id")
+	if id == "" || again.Header.Get("Operation-Id") != id || again.Header.Get("Operation-Location") != first.Header.Get("Operation-Location") {
+		t.Errorf("first names %q (%s), replay %q (%s)", id, first.Header.Get("Operation-Location"),
+			again.Header.Get("Operation-Id"), again.Header.Get("Operation-Location"))
+	}
+}
