@@ -201,10 +201,8 @@ func (e *Engine) work(ctx context.Context, resourceID, kind, projectID string) {
 	if !ok {
 		return
 	}
+	e.markStarted(ctx, resourceID)
 	defer release()
-	if err := e.markStarted(ctx, resourceID); err != nil && ctx.Err() == nil {
-		e.Logger.Warn("mark operations started", "resource", resourceID, "error", err)
-	}
 	var err error
 	switch kind {
 	case "service":

@@ -90,13 +90,13 @@ func TestOpen(t *testing.T) {
 	})
 }
 
+func BenchmarkStatusChange(b *testing.B) { storetest.BenchmarkStatusChange(b, newDB) }
+
 func BenchmarkListServices(b *testing.B) { storetest.BenchmarkListServices(b, newDB) }
 
 func BenchmarkFindService(b *testing.B) { storetest.BenchmarkFindService(b, newDB) }
 
 func BenchmarkUpdateService(b *testing.B) { storetest.BenchmarkUpdateService(b, newDB) }
-
-func BenchmarkStatusChange(b *testing.B) { storetest.BenchmarkStatusChange(b, newDB) }
 
 func TestOpen_PrivateFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "db")

@@ -10,8 +10,8 @@ import (
 // markStarted records when the engine first took up each pending operation
 // of a resource, for the operation history; it writes only when there is
 // one not yet marked.
-func (e *Engine) markStarted(ctx context.Context, resourceID string) error {
-	return e.Store.Update(ctx, func(tx dbcloud.Tx) error {
+func (e *Engine) markStarted(ctx context.Context, resourceID string) {
+	err := e.Store.Update(ctx, func(tx dbcloud.Tx) error {
 		ops, err := tx.ListOperations(dbcloud.OperationFilter{ResourceID: resourceID, Pending: true})
 		if err != nil {
 			return err
@@ -28,6 +28,10 @@ func (e *Engine) markStarted(ctx context.Context, resourceID string) error {
 		}
 		return nil
 	})
+	if err != nil && ctx.Err() == nil {
+		// Only the history's start time is missing; the work goes on.
+		e.Logger.Warn("mark operations started", "resource", resourceID, "error", err)
+	}
 }
 
 // repairOperation records, in the transaction that shows the service READY
