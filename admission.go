@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // ResourceQuota bounds the compute and storage one project may reserve
@@ -46,6 +47,9 @@ const (
 	sharedMemoryMB  = 512
 	// instanceDiskMB is the free disk every new instance needs at least.
 	instanceDiskMB = 1024
+	// diskRetryAfter is when a change refused for want of disk is worth
+	// retrying.
+	diskRetryAfter = time.Minute
 )
 
 // hostLockID is the lock that serialises admissions to the host.
@@ -254,12 +258,20 @@ func hostCheck(h *HostCapacity, before, after Resources) error {
 		over = append(over, fmt.Sprintf("it needs %s more memory (a quarter of it shared_buffers) and %s is free (of %s)",
 			gib(after.MemoryMB-before.MemoryMB), gib(max(0, memLimitMB-before.MemoryMB)), gib(memLimitMB)))
 	}
-	if added := after.Instances - before.Instances; added > 0 && h.DiskFreeBytes>>20 < int64(added)*instanceDiskMB {
+	added := after.Instances - before.Instances
+	diskShort := added > 0 && h.DiskFreeBytes>>20 < int64(added)*instanceDiskMB
+	if diskShort {
 		over = append(over, fmt.Sprintf("it needs %s of free disk for %d new instances and %s is free",
 			gib(int64(added)*instanceDiskMB), added, gib(h.DiskFreeBytes>>20)))
 	}
-	if len(over) == 0 {
+	switch {
+	case len(over) == 0:
 		return nil
+	case diskShort && len(over) == 1:
+		// Space comes back as data and snapshots are deleted or the
+		// operator frees it: a retry may succeed with no other change.
+		return &Error{Kind: KindUnavailable, RetryAfter: diskRetryAfter, Message: fmt.Sprintf(
+			"This host's disk is too full for the change: %s. Retry once space is freed (delete data or services), or ask the operator.", over[0])}
 	}
 	return CodedErrorf(KindConflict, CodeCapacityExceeded,
 		"This host cannot hold the change: %s. Choose a smaller size or fewer instances, or stop or delete a service.", strings.Join(over, "; "))

@@ -84,3 +84,9 @@ var ErrNotFound = &Error{Kind: KindNotFound, Message: "Not found."}
 
 // ErrDuplicate is returned by stores when a unique key already exists.
 var ErrDuplicate = &Error{Kind: KindConflict, Message: "Already exists."}
+
+// ErrStoreFull is returned by stores when the disk under the store is
+// full: nothing was written, reads still answer, and a retry succeeds once
+// space is freed.
+var ErrStoreFull = &Error{Kind: KindUnavailable, RetryAfter: 30 * time.Second,
+	Message: "The control plane's disk is full: changes are refused until space is freed; reads still answer. Retry later."}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -93,6 +94,14 @@ func newServer(t testing.TB, args ...string) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newServerIn(t, dir, args...)
+}
+
+// newServerIn is newServer on a data directory the test made (a
+// filesystem of its own mounted there, say); cleanup unmounts what is
+// mounted in it and removes it.
+func newServerIn(t testing.TB, dir string, args ...string) *server {
+	t.Helper()
 	if err := os.Chmod(dir, 0o711); err != nil {
 		t.Fatal(err)
 	}
@@ -105,6 +114,7 @@ func newServer(t testing.TB, args ...string) *server {
 		}
 		s.stop()
 		stopPostmasters(t, dir)
+		unmountUnder(t, dir)
 		if t.Failed() {
 			if b, err := os.ReadFile(filepath.Join(dir, "server.log")); err == nil {
 				var problems []string
@@ -120,6 +130,30 @@ func newServer(t testing.TB, args ...string) *server {
 	})
 	s.start()
 	return s
+}
+
+// unmountUnder detaches every filesystem mounted at or below dir, the
+// deepest first (a storage image dbcloud made with --storage-image-gib, a
+// filesystem the test mounted), once the instances on them are stopped,
+// so that removing dir removes everything.
+func unmountUnder(t testing.TB, dir string) {
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(info), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			points = append(points, f[4])
+		}
+	}
+	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
+	for _, p := range points {
+		if out, err := exec.Command("umount", p).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", p, err, out)
+		}
+	}
 }
 
 func tail(b []byte, n int) []byte {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"dbcloud"
@@ -183,6 +184,18 @@ func (e *Engine) repair(ctx context.Context, svc *dbcloud.Service, obs *dbcloud.
 		if lctx.Err() == nil {
 			e.backoff(svc.ID, 1)
 			e.Logger.Warn("repair failed; retrying", "service", svc.ID, "error", err)
+			// A cause the user can act on (a full disk) replaces the
+			// generic reason, so status_reason says why it stays down.
+			var de *dbcloud.Error
+			if errors.As(err, &de) && de.Kind != dbcloud.KindInternal {
+				e.updateService(lctx, svc, func(s *dbcloud.Service) bool {
+					if s.Generation != gen || s.Status != dbcloud.StatusUnstable || s.StatusReason == de.Message {
+						return false
+					}
+					s.StatusReason = de.Message
+					return true
+				}, nil)
+			}
 		}
 		return
 	}

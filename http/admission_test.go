@@ -176,3 +176,36 @@ func TestAdmission_ShrinkAlwaysPasses(t *testing.T) {
 		e.want(202, "", req{Method: "DELETE", Path: path})
 	})
 }
+
+// TestAdmission_DiskFullIs503: with the host's disk too full for a new
+// instance, a create is refused with 503 and Retry-After (nothing made),
+// a change that needs no new instance still passes, and the create passes
+// once space is back.
+func TestAdmission_DiskFullIs503(t *testing.T) {
+	e := newEnv(t, "sqlite", noLimits)
+	s := e.readyService(map[string]any{"name": "a"})
+	e.runtime.mu.Lock()
+	e.runtime.host = &dbcloud.HostCapacity{CPUMillis: 4000, MemoryBytes: 16 << 30, Overcommit: 1, DiskFreeBytes: 100 << 20}
+	e.runtime.mu.Unlock()
+	res := e.want(503, "UNAVAILABLE", req{Method: "POST", Path: e.pa() + "/services", Body: map[string]any{"name": "b"}})
+	if got := res.Header.Get("Retry-After"); got != "60" {
+		t.Errorf("Retry-After = %q, want 60", got)
+	}
+	var body struct{ Message string }
+	res.decode(t, &body)
+	if !strings.Contains(body.Message, "disk") {
+		t.Errorf("message %q does not say the disk is full", body.Message)
+	}
+	path := e.pa() + "/services/" + s.ServiceID
+	e.want(202, "", req{Method: "POST", Path: path + "/resize", Body: map[string]string{"cpu_millis": "1000", "memory_gbs": "4"}})
+	e.settle(s.ServiceID, dbcloud.StatusReady)
+	var list []map[string]any
+	e.want(200, "", req{Method: "GET", Path: e.pa() + "/services"}).decode(t, &list)
+	if len(list) != 1 {
+		t.Fatalf("services after a refused create: %d, want 1", len(list))
+	}
+	e.runtime.mu.Lock()
+	e.runtime.host.DiskFreeBytes = 100 << 30
+	e.runtime.mu.Unlock()
+	e.want(202, "", req{Method: "POST", Path: e.pa() + "/services", Body: map[string]any{"name": "b"}})
+}

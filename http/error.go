@@ -77,9 +77,14 @@ func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err
 	switch status {
 	case http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Basic realm="dbcloud", Bearer realm="dbcloud"`)
-	case http.StatusTooManyRequests:
-		secs := max(1, int(math.Ceil(retryAfter.Seconds())))
-		w.Header().Set("Retry-After", strconv.Itoa(secs))
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		if retryAfter > 0 || status == http.StatusTooManyRequests {
+			secs := max(1, int(math.Ceil(retryAfter.Seconds())))
+			w.Header().Set("Retry-After", strconv.Itoa(secs))
+		}
+		if status == http.StatusServiceUnavailable {
+			logger.WarnContext(r.Context(), "request refused: unavailable", "request_id", requestID(r.Context()), "error", err)
+		}
 	}
 	writeJSON(w, status, body)
 }

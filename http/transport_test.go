@@ -15,6 +15,7 @@ import (
 
 	"dbcloud"
 	"dbcloud/http"
+	"dbcloud/sqlite"
 )
 
 // TestAuthFailuresDoNotRefuseValidKeys: ten failed logins from an address
@@ -132,4 +133,52 @@ func TestConnectionsPerAddressCapped(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	held[1].Close()
+}
+
+// TestStoreFullIs503: when the store's disk is full a change answers 503
+// UNAVAILABLE with Retry-After and makes nothing, reads answer, and the
+// same change succeeds once there is room. max_page_count makes SQLite
+// answer as it does on ENOSPC (SQLITE_FULL) without filling a real disk.
+func TestStoreFullIs503(t *testing.T) {
+	e := newEnv(t, "sqlite", noLimits)
+	db := e.store.(*sqlite.Store).DB()
+	var pages int
+	if err := db.QueryRowContext(t.Context(), "PRAGMA page_count").Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(t.Context(), fmt.Sprintf("PRAGMA max_page_count = %d", pages+4)); err != nil {
+		t.Fatal(err)
+	}
+	services := "/projects/" + e.a.ProjectID + "/services"
+	create := func(i int) req {
+		return req{Method: "POST", Path: services, Body: map[string]any{"name": fmt.Sprintf("svc-%d", i)}}
+	}
+	// Creates fill what room is left; the first that does not fit is
+	// refused whole.
+	accepted := 0
+	for ; ; accepted++ {
+		if accepted > 200 {
+			t.Fatal("the store never filled")
+		}
+		res := e.do(create(accepted))
+		if res.Status == 202 {
+			continue
+		}
+		if res.Status != 503 || res.code(t) != "UNAVAILABLE" {
+			t.Fatalf("create on a full store: %d %s, want 503 UNAVAILABLE", res.Status, res.Body)
+		}
+		if got := res.Header.Get("Retry-After"); got != "30" {
+			t.Errorf("Retry-After = %q, want 30", got)
+		}
+		break
+	}
+	var list []map[string]any
+	e.want(200, "", req{Method: "GET", Path: services}).decode(t, &list)
+	if len(list) != accepted {
+		t.Fatalf("%d services listed after %d accepted creates and a refused one", len(list), accepted)
+	}
+	if _, err := db.ExecContext(t.Context(), "PRAGMA max_page_count = 1073741823"); err != nil {
+		t.Fatal(err)
+	}
+	e.want(202, "", create(accepted))
 }

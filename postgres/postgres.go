@@ -40,8 +40,12 @@ var migrations embed.FS
 // server, whose default max_connections is 100.
 const MaxConns = 20
 
-// uniqueViolation is the SQLSTATE of a duplicate key.
-const uniqueViolation = "23505"
+// SQLSTATEs the store acts on: a duplicate key, and a write refused for
+// want of disk space.
+const (
+	uniqueViolation = "23505"
+	diskFull        = "53100"
+)
 
 // Store is the PostgreSQL store. All of its behaviour is sqlstore's.
 type Store struct {
@@ -54,6 +58,7 @@ var Dialect = sqlstore.Dialect{
 	Placeholder:       sqlstore.Dollar,
 	Migrations:        mustSub(migrations, "migrations"),
 	IsUniqueViolation: isUniqueViolation,
+	IsDiskFull:        isDiskFull,
 	LockProject:       lockProject,
 	LockMigrations:    lockMigrations,
 	ForUpdate:         " FOR UPDATE",
@@ -106,6 +111,11 @@ func lockMigrations(ctx context.Context, tx *sql.Tx) error {
 func isUniqueViolation(err error) bool {
 	var e *pgconn.PgError
 	return errors.As(err, &e) && e.Code == uniqueViolation
+}
+
+func isDiskFull(err error) bool {
+	var e *pgconn.PgError
+	return errors.As(err, &e) && e.Code == diskFull
 }
 
 func mustSub(fsys fs.FS, dir string) fs.FS {

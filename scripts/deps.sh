@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what dbcloud needs on Debian 12, only when it is missing:
 # PostgreSQL 15 (the local runtime's server binaries), PgBouncer (the
-# connection pooler), and the extensions behind the addons, TimescaleDB
+# connection pooler), btrfs-progs (per-service volumes with quotas and
+# copy-on-write clones, on a btrfs runtime directory or storage image),
+# and the extensions behind the addons, TimescaleDB
 # (time-series) and pgvector (ai), which Debian 12 does not ship: they are
 # built from Debian 13 source packages by scripts/extensions.sh (versions
 # pinned in scripts/extensions.env; about 35 s on a fresh machine, then
@@ -16,7 +18,7 @@ set -euo pipefail
 
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for pkg in postgresql-15 postgresql-contrib pgbouncer; do
+for pkg in postgresql-15 postgresql-contrib pgbouncer btrfs-progs; do
 	have_pkg "$pkg" || need+=("$pkg")
 done
 

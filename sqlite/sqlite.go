@@ -49,6 +49,7 @@ var Dialect = sqlstore.Dialect{
 	Placeholder:       sqlstore.QuestionMark,
 	Migrations:        mustSub(migrations, "migrations"),
 	IsUniqueViolation: isUniqueViolation,
+	IsDiskFull:        isDiskFull,
 	// LockProject is nil: the one write connection and BEGIN IMMEDIATE
 	// already serialise all writers.
 	// A read-only transaction begins with a plain BEGIN; modernc ignores
@@ -115,6 +116,14 @@ func isUniqueViolation(err error) bool {
 		return true
 	}
 	return false
+}
+
+// isDiskFull reports SQLITE_FULL, which SQLite returns when a write
+// fails with ENOSPC (or the database reached max_page_count); the
+// transaction is rolled back whole.
+func isDiskFull(err error) bool {
+	var e *sqlite.Error
+	return errors.As(err, &e) && e.Code()&0xff == sqlite3.SQLITE_FULL
 }
 
 func mustSub(fsys fs.FS, dir string) fs.FS {

@@ -1,10 +1,13 @@
 package sqlite_test
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"dbcloud"
 	"dbcloud/sqlite"
@@ -113,5 +116,57 @@ func TestOpen_PrivateFile(t *testing.T) {
 		if fi.Mode().Perm() != 0o600 {
 			t.Errorf("%s has mode %v, want 0600: it holds key hashes and verifiers", p, fi.Mode().Perm())
 		}
+	}
+}
+
+// A full disk refuses the write whole, as a 503 the client can retry
+// (ErrStoreFull), keeps reads answering, and writes resume once there is
+// room. max_page_count makes SQLite answer exactly as it does on ENOSPC
+// (SQLITE_FULL), without filling a real disk.
+func TestDiskFull(t *testing.T) {
+	s := MustOpen(t, filepath.Join(t.TempDir(), "db"))
+	ctx := t.Context()
+	insert := func(ids ...string) error {
+		return s.Update(ctx, func(tx dbcloud.Tx) error {
+			for _, id := range ids {
+				p := &dbcloud.Project{ID: id, Name: strings.Repeat(id, 2000/len(id)), PlanType: "FREE", Created: time.Now()}
+				if err := tx.InsertProject(p); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := insert("p0"); err != nil {
+		t.Fatal(err)
+	}
+	// The one write connection: the limit applies to every write.
+	var pages int
+	if err := s.DB().QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB().ExecContext(ctx, fmt.Sprintf("PRAGMA max_page_count = %d", pages)); err != nil {
+		t.Fatal(err)
+	}
+	var many []string
+	for i := range 200 {
+		many = append(many, fmt.Sprintf("p%d", i+1))
+	}
+	err := insert(many...)
+	if !errors.Is(err, dbcloud.ErrStoreFull) || dbcloud.ErrorKindOf(err) != dbcloud.KindUnavailable {
+		t.Fatalf("write on a full disk: %v, want ErrStoreFull (unavailable)", err)
+	}
+	var projects []*dbcloud.Project
+	if err := s.View(ctx, func(tx dbcloud.Tx) (err error) { projects, err = tx.ListProjects(); return err }); err != nil {
+		t.Fatalf("read on a full disk: %v", err)
+	}
+	if len(projects) != 1 {
+		t.Fatalf("%d projects after a refused write, want the 1 from before", len(projects))
+	}
+	if _, err := s.DB().ExecContext(ctx, "PRAGMA max_page_count = 1073741823"); err != nil {
+		t.Fatal(err)
+	}
+	if err := insert(many...); err != nil {
+		t.Fatalf("write once there is room: %v", err)
 	}
 }

@@ -52,6 +52,10 @@ type Dialect struct {
 	// IsUniqueViolation reports whether err is the driver's error for a
 	// duplicate primary or unique key; such errors become dbcloud.ErrDuplicate.
 	IsUniqueViolation func(err error) bool
+	// IsDiskFull reports whether err is the database's refusal to write
+	// for want of disk space; such errors become dbcloud.ErrStoreFull.
+	// Nil: never.
+	IsDiskFull func(err error) bool
 	// LockProject serialises the write transactions that lock the same
 	// project until they end. Nil means the database already serialises all
 	// writers (SQLite), so there is nothing to do.
@@ -195,8 +199,13 @@ func Rebind(p Placeholder, query string) string {
 
 // formatError maps driver errors the domain acts on to its sentinels.
 func (s *Store) formatError(err error) error {
-	if err != nil && s.dialect.IsUniqueViolation(err) {
+	switch {
+	case err == nil:
+		return nil
+	case s.dialect.IsUniqueViolation(err):
 		return fmt.Errorf("%w (%v)", dbcloud.ErrDuplicate, err)
+	case s.dialect.IsDiskFull != nil && s.dialect.IsDiskFull(err):
+		return fmt.Errorf("%w (%v)", dbcloud.ErrStoreFull, err)
 	}
 	return err
 }

@@ -54,7 +54,9 @@ func sections() []section {
 			Columns: cols("parent-MB", "parent MB", "now-s", "NOW s", "last-snapshot-s", "LAST_SNAPSHOT s", "cp-s", "cp -a s", "now/cp", "NOW/cp", "last/cp", "LAST_SNAPSHOT/cp", "last/now", "LAST_SNAPSHOT/NOW", "cp-sync-s", "cp -a + sync s", "rounds", "rounds"),
 			About: "A parent loaded by pgbench -i -s 65 (about 1 GiB), forked NOW (online backup of the running parent) " +
 				"and LAST_SNAPSHOT, each timed from the POST to READY, right after a `cp -a` of the parent's data " +
-				"directory on the same disk; medians of the rounds. Short mode: -s 2 and one round (a smoke test, not a measurement).",
+				"directory on the same disk; medians of the rounds. Two rows: on the host's filesystem (host), and on a btrfs " +
+				"image dbcloud makes with --storage-image-gib (btrfs-image), where copies are clones. " +
+				"Short mode: -s 2 and one round (a smoke test, not a measurement).",
 		},
 		{
 			ID: "logs", Title: "Logs: first page and rare search beside tac | grep",

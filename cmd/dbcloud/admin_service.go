@@ -145,12 +145,24 @@ func runTeardown(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	// Nothing runs there any more: what is left is prepared clusters of
 	// the pool and empty service directories.
-	if runtimeDir != "" {
-		if err := os.RemoveAll(runtimeDir); err != nil {
-			return fmt.Errorf("remove %s: %w", runtimeDir, err)
-		}
-		fmt.Fprintf(stdout, "removed %s\n", runtimeDir)
+	if runtimeDir == "" {
+		return nil
 	}
+	entries, err := os.ReadDir(runtimeDir)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(runtimeDir, e.Name())); err != nil {
+			return fmt.Errorf("remove %s: %w", filepath.Join(runtimeDir, e.Name()), err)
+		}
+	}
+	if err := os.Remove(runtimeDir); err != nil && !os.IsNotExist(err) {
+		// A storage image (--storage-image-gib) is mounted there.
+		fmt.Fprintf(stdout, "emptied %s; it is a mount point (unmount it, then remove it and %s.img): %v\n", runtimeDir, runtimeDir, err)
+		return nil
+	}
+	fmt.Fprintf(stdout, "removed %s\n", runtimeDir)
 	return nil
 }
 

@@ -64,6 +64,9 @@ type Config struct {
 	LogMaxBytes int64
 	// PgBouncer is the PgBouncer binary; empty finds it.
 	PgBouncer string
+	// StorageImageGiB, above 0, keeps the runtime directory on a btrfs
+	// image of that size.
+	StorageImageGiB int
 	// HTTP bounds what one client can hold of the API server.
 	HTTP http.ServerConfig
 }
@@ -161,6 +164,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.DurationVar(&c.SnapshotRetention, "snapshot-retention", c.SnapshotRetention, "how long snapshots are kept: the point-in-time recovery window")
 	fs.DurationVar(&c.LogMaxAge, "log-max-age", c.LogMaxAge, "keep each instance's PostgreSQL logs this long, unless they exceed --log-max-bytes")
 	fs.Int64Var(&c.LogMaxBytes, "log-max-bytes", c.LogMaxBytes, "keep at most this many bytes of each instance's PostgreSQL logs (the newest file always stays)")
+	fs.IntVar(&c.StorageImageGiB, "storage-image-gib", c.StorageImageGiB, "keep the runtime directory on a btrfs image file of this many GiB (RUNTIME_DIR.img, sparse, loop-mounted; needs root): copy-on-write forks and snapshots and per-service quotas on a host whose filesystem has neither (0: off)")
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this process's name in leases (default HOSTNAME:DATA_DIR; keep it stable across restarts)")
 	quotaFlags(fs, &c.Quotas)
 	if err := parseFlags(fs, args); err != nil {
@@ -317,7 +321,7 @@ func (m *Main) openControlPlane(ctx context.Context) (*tls.Config, error) {
 		PoolSize: c.PoolSize, Overcommit: c.Overcommit, Logger: m.Logger,
 		SnapshotInterval: c.SnapshotInterval, SnapshotRetention: c.SnapshotRetention,
 		LogRetention: local.LogRetention{MaxAge: c.LogMaxAge, MaxBytes: c.LogMaxBytes},
-		PgBouncer:    c.PgBouncer,
+		PgBouncer:    c.PgBouncer, StorageImageGiB: c.StorageImageGiB,
 	})
 	if err != nil {
 		return nil, err

@@ -25,6 +25,7 @@ import (
 	"dbcloud/runtime/local/backup"
 	"dbcloud/runtime/local/internal/cgroup"
 	"dbcloud/runtime/local/internal/proc"
+	"dbcloud/runtime/local/internal/volume"
 	"dbcloud/runtime/local/pgbouncer"
 	"dbcloud/runtime/local/postgres"
 	"dbcloud/runtime/local/proxy"
@@ -61,6 +62,10 @@ type Config struct {
 	// PgBouncer is the PgBouncer binary; empty finds Debian's, else one on
 	// PATH.
 	PgBouncer string
+	// StorageImageGiB, when above 0, keeps DataDir on a btrfs image of that
+	// size (DataDir + ".img", sparse), loop-mounted: copy-on-write clones
+	// and per-service quotas on a host whose filesystem has neither.
+	StorageImageGiB int
 }
 
 // Runtime is the local runtime: the domain's Runtime and the engine's
@@ -72,6 +77,7 @@ type Runtime struct {
 	proxies   *proxy.Controller
 	backups   *backup.Backups
 	cgroups   *cgroup.Hierarchy
+	volumes   *volume.Volumes
 	roots     *x509.CertPool // the CA that endpoints must present
 
 	extOnce    sync.Once
@@ -113,6 +119,10 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	cfg.DataDir = dir
+	volumes, err := openVolumes(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("local runtime: %w", err)
+	}
 	for _, d := range []string{cfg.DataDir, filepath.Join(dir, "services"), filepath.Join(dir, "pool")} {
 		// Traversable, not listable: PostgreSQL's OS user passes through.
 		if err := os.MkdirAll(d, 0o711); err != nil {
@@ -145,10 +155,34 @@ func New(cfg Config) (*Runtime, error) {
 		proxies:   proxies,
 		backups:   backup.New(instances, cfg.BinDir, cfg.Logger),
 		cgroups:   cgroups,
+		volumes:   volumes,
 		roots:     roots,
 		cpu:       map[string]cpuSample{},
 		downSince: map[string]time.Time{},
 	}, nil
+}
+
+// openVolumes mounts the storage image if there is to be one and says
+// what the runtime's filesystem offers: clones make forks and snapshots
+// cheap, quotas make per-service limits real.
+func openVolumes(cfg Config) (*volume.Volumes, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if cfg.StorageImageGiB > 0 {
+		im := volume.Image{File: cfg.DataDir + ".img", Dir: cfg.DataDir, Size: int64(cfg.StorageImageGiB) << 30}
+		if err := im.Mount(ctx); err != nil {
+			return nil, err
+		}
+	} else if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
+		return nil, err
+	}
+	fs, err := volume.Probe(ctx, cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Logger.Info("runtime storage", "dir", cfg.DataDir, "filesystem", fs.Type,
+		"clones", fs.Reflink, "quotas", fs.Quotas, "summary", fs.String())
+	return volume.New(fs), nil
 }
 
 // Open starts the pool refill and the log retention loop; running
@@ -217,9 +251,23 @@ func (rt *Runtime) instanceBase(svc *dbcloud.Service) (postgres.Spec, error) {
 	}
 	return postgres.Spec{
 		ID: svc.ID + "-0", Dir: filepath.Join(rt.serviceDir(svc.ID), "0"), ListenAddr: listen,
-		Port: svc.Endpoint.Port, Settings: addonSettings(res, svc.Spec.Addons),
+		Port: svc.Endpoint.Port, Settings: rt.storageSettings(addonSettings(res, svc.Spec.Addons)),
 		CPUMillis: res.CPUMillis, MemoryBytes: res.MemoryBytes, ArchiveDir: rt.archiveDir(svc.ID),
 	}, nil
+}
+
+// storageSettings adds to an instance's settings what the runtime's
+// filesystem changes. Where files clone, the first start after a crash or
+// a copy (a fork, a replica node) syncs the data directory with one syncfs
+// rather than an fsync per file: a cloned data directory is metadata, and
+// a thousand fsyncs of it cost seconds on btrfs where one commit costs
+// milliseconds. Elsewhere a copy's data is dirty in the page cache and the
+// per-file walk flushes only it, not the other tenants' writes.
+func (rt *Runtime) storageSettings(settings map[string]string) map[string]string {
+	if rt.volumes.Filesystem().Reflink {
+		settings["recovery_init_sync_method"] = "syncfs"
+	}
+	return settings
 }
 
 // preparedBase is instanceBase with the service's directory made and its
@@ -304,6 +352,11 @@ func certValid(certPEM []byte, margin time.Duration, hosts []string) bool {
 
 // EnsureService makes the service's primary match its spec.
 func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*dbcloud.Observation, error) {
+	obs, err := rt.ensureService(ctx, svc)
+	return obs, userError(err)
+}
+
+func (rt *Runtime) ensureService(ctx context.Context, svc *dbcloud.Service) (*dbcloud.Observation, error) {
 	if rt.isHA(svc) {
 		return rt.ensureHA(ctx, svc)
 	}
@@ -333,6 +386,20 @@ func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*db
 		return nil, err
 	}
 	return obs, nil
+}
+
+// userError turns what a caller can act on into the sentence users read;
+// other errors pass as they are (the engine shows a generic reason and
+// logs them). A full disk is retryable: the instance starts once space is
+// freed.
+func userError(err error) error {
+	var full *postgres.DiskFullError
+	if errors.As(err, &full) {
+		return fmt.Errorf("%w (%v)", dbcloud.Errorf(dbcloud.KindUnavailable,
+			"The disk holding this service's data is full (%d MiB free); it starts again by itself once space is freed: delete data, resize the service, or ask the operator to free disk space.",
+			full.FreeBytes>>20), err)
+	}
+	return err
 }
 
 // servePrimary is the end of every ensure of a running service, HA or

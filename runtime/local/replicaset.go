@@ -92,6 +92,7 @@ func (rt *Runtime) nodeSpec(set *dbcloud.Service, upstream postgres.Spec, st *re
 	settings["primary_conninfo"] = fmt.Sprintf("host=%s port=%d user=postgres application_name=%s",
 		postgres.QuoteDSN(upstream.RunDir()), upstream.Port, nodeAppName(set.ID, n))
 	settings["primary_slot_name"] = nodeSlot(set.ID, n)
+	rt.storageSettings(settings)
 	return postgres.Spec{
 		ID: set.ID + "-" + strconv.Itoa(n), Dir: filepath.Join(rt.serviceDir(set.ID), strconv.Itoa(n)),
 		ListenAddr: rt.listenAddr(), Port: st.Ports[n], Settings: settings, CertPEM: certPEM, KeyPEM: keyPEM,
@@ -125,6 +126,11 @@ func (rt *Runtime) replicaSetCert(svc *dbcloud.Service) (cert, key []byte, err e
 // EnsureReplicaSet makes the set's nodes, endpoint and pooler match its
 // spec, following the parent's current primary.
 func (rt *Runtime) EnsureReplicaSet(ctx context.Context, parent *dbcloud.Service, set *dbcloud.ReadReplicaSet) (*dbcloud.Observation, error) {
+	obs, err := rt.ensureReplicaSet(ctx, parent, set)
+	return obs, userError(err)
+}
+
+func (rt *Runtime) ensureReplicaSet(ctx context.Context, parent *dbcloud.Service, set *dbcloud.ReadReplicaSet) (*dbcloud.Observation, error) {
 	svc, upstream, err := rt.replicaSetBase(parent, set)
 	if err != nil {
 		return nil, err

@@ -61,6 +61,9 @@ func (m *Instances) start(ctx context.Context, s Spec) (int, error) {
 			return 0, fmt.Errorf("not prepared: %w", err)
 		}
 	}
+	if err := checkFreeSpace(s.PGData()); err != nil {
+		return 0, err
+	}
 	// Backends of a killed postmaster keep its shared memory attached, and
 	// a new postmaster refuses to start until they are gone.
 	if err := m.killLeftovers(ctx, s, cg, time.Now().Add(10*time.Second)); err != nil {
