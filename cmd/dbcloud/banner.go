@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,6 +18,13 @@ func (m *Main) banner() {
 	dir, _ := filepath.Abs(m.Config.DataDir)
 	creds := filepath.Join(dir, "bootstrap.json")
 	credsNote := "(project_id, access_key, secret_key; readable by you only)"
+	project := "ID"
+	if raw, err := os.ReadFile(creds); err == nil {
+		var b bootstrapFile
+		if json.Unmarshal(raw, &b) == nil && b.ProjectID != "" {
+			project = b.ProjectID
+		}
+	}
 	if _, err := os.Stat(creds); err != nil {
 		credsNote = "(none: this store was not bootstrapped here; create a key with `dbcloud admin key create`)"
 	}
@@ -40,12 +48,21 @@ dbcloud is serving.
   Data         %s
 
 Services keep running when dbcloud stops (Ctrl-C): they do not depend on it.
-  Stop them all:                dbcloud admin service stop-all%s
+  Stop them all:                %[6]s admin service stop-all%[7]s
   Delete every service and stop
-  everything dbcloud started:   dbcloud admin teardown%s   (after Ctrl-C)
-  List services:                dbcloud admin service list --project ID%s
+  everything dbcloud started:   %[6]s admin teardown%[7]s   (after Ctrl-C)
+  List services:                %[6]s admin service list --project %[8]s%[7]s
 
-`, m.URL(), ca, creds, credsNote, dir, flags, flags, flags)
+`, m.URL(), ca, creds, credsNote, dir, self(), flags, project)
+}
+
+// self is how the person started this binary, so the commands shown can
+// be pasted: ./dbcloud from scripts/run.sh, dbcloud from the PATH.
+func self() string {
+	if len(os.Args) > 0 && filepath.Base(os.Args[0]) == "dbcloud" {
+		return shellQuote(os.Args[0])
+	}
+	return "dbcloud"
 }
 
 func mustAbs(p string) string {
