@@ -51,6 +51,9 @@ type Observation struct {
 	PoolerEndpoint *Endpoint
 	// Reason says what is wrong when the service is not as asked.
 	Reason string
+	// Notice says what a running service's user should know (it is near
+	// its storage limit): its status_reason while READY.
+	Notice string
 }
 
 // TerminalError marks a failure that retrying cannot fix; the engine fails

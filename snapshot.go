@@ -15,6 +15,27 @@ type Backups interface {
 	RecoveryWindow(ctx context.Context, svc *Service) (RecoveryWindow, error)
 }
 
+// RestoreCheck is the result of one verified restore: the service's
+// newest snapshot and its archived WAL restored into a scratch instance,
+// started, checked for corruption, and removed.
+type RestoreCheck struct {
+	// Snapshot names the snapshot restored.
+	Snapshot string    `json:"snapshot"`
+	Started  time.Time `json:"started"`
+	// Duration is how long the restore took, from the copy to a checked,
+	// running instance: what a LAST_SNAPSHOT fork or a recovery would take.
+	Duration time.Duration `json:"duration_ns"`
+	// OK says the restored instance started, reached ExpectedLSN and its
+	// databases passed pg_amcheck; Error says what failed otherwise.
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+	// RestoredLSN is where recovery ended; ExpectedLSN the newest point
+	// the archive held when the check began (the last archived
+	// transaction, or the snapshot's end).
+	RestoredLSN string `json:"restored_lsn,omitempty"`
+	ExpectedLSN string `json:"expected_lsn,omitempty"`
+}
+
 // RecoveryWindow is what a fork of one service can restore: the newest
 // snapshot (LAST_SNAPSHOT) and the span of times a point-in-time fork can
 // target (PITR).

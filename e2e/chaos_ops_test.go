@@ -438,8 +438,12 @@ func (c *chaosRun) request(method, path string, body any, key string) (int, []by
 		payload, _ = json.Marshal(body)
 	}
 	deadline := time.Now().Add(*chaosSettle)
+	// With several planes, requests spread over them, and a retry goes to
+	// the next: the same key answers the same on every plane.
+	first := int(c.requests.Add(1))
 	for attempt := 0; ; attempt++ {
-		req, _ := http.NewRequest(method, c.base+path, bytes.NewReader(payload))
+		base := c.bases[(first+attempt)%len(c.bases)]
+		req, _ := http.NewRequest(method, base+path, bytes.NewReader(payload))
 		req.SetBasicAuth(c.boot.AccessKey, c.boot.SecretKey)
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", key)
@@ -464,9 +468,15 @@ func (c *chaosRun) request(method, path string, body any, key string) (int, []by
 
 // get reads a resource; no retry (settle polls).
 func (c *chaosRun) get(path string, out any) (int, error) {
-	req, _ := http.NewRequest("GET", c.base+path, nil)
-	req.SetBasicAuth(c.boot.AccessKey, c.boot.SecretKey)
-	res, err := c.client.Do(req)
+	var res *http.Response
+	var err error
+	for _, base := range c.bases { // the first plane that answers
+		req, _ := http.NewRequest("GET", base+path, nil)
+		req.SetBasicAuth(c.boot.AccessKey, c.boot.SecretKey)
+		if res, err = c.client.Do(req); err == nil {
+			break
+		}
+	}
 	if err != nil {
 		return 0, err
 	}

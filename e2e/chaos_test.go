@@ -17,7 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"dbcloud"
 	"dbcloud/internal/chaos"
+	"dbcloud/postgres"
 	"dbcloud/sqlite"
 )
 
@@ -28,6 +30,8 @@ var (
 	chaosSeed     = flag.Uint64("chaos.seed", 11, "seed of every random choice of TestChaos; 0 picks one from the clock")
 	chaosServices = flag.Int("chaos.services", 4, "most services alive at once in TestChaos")
 	chaosSettle   = flag.Duration("chaos.settle", 3*time.Minute, "how long TestChaos waits for the invariants to hold after a round")
+	// Two planes cost more per round; CI runs a couple.
+	chaosPlanesRounds = flag.Int("chaos.planes.rounds", 2, "rounds of TestChaos_TwoPlanes; 0 skips it")
 )
 
 // TestChaos runs rounds of random API operations while dbcloud, and
@@ -43,20 +47,49 @@ func TestChaos(t *testing.T) {
 	if *chaosRounds <= 0 {
 		t.Skip("-chaos.rounds is 0")
 	}
+	s := newServer(t)
+	runChaos(t, *chaosRounds, []*server{s}, "")
+}
+
+// TestChaos_TwoPlanes is TestChaos with two control planes on one
+// PostgreSQL store and one runtime directory (docs/multi-plane.md):
+// requests go to either plane (a careful client tries the other when one
+// does not answer), and each round kills one of them, chosen by the seed.
+// The invariants are TestChaos's.
+func TestChaos_TwoPlanes(t *testing.T) {
+	if *chaosPlanesRounds <= 0 {
+		t.Skip("-chaos.planes.rounds is 0")
+	}
+	p := newPlanes(t)
+	a := p.plane("plane-a", nil)
+	b := p.plane("plane-b", a)
+	runChaos(t, *chaosPlanesRounds, []*server{a, b}, p.dsn)
+}
+
+// runChaos runs rounds against the planes (one, or several on the store
+// at dsn) and reports the violations.
+func runChaos(t *testing.T, nRounds int, planes []*server, dsn string) {
 	seed := *chaosSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano()%1_000_000_000) + 1
 	}
-	t.Logf("chaos: seed %d, %d rounds, at most %d services (replay: make chaos SEED=%d ROUNDS=%d)",
-		seed, *chaosRounds, *chaosServices, seed, *chaosRounds)
+	replay := fmt.Sprintf("make chaos SEED=%d ROUNDS=%d", seed, nRounds)
+	if len(planes) > 1 {
+		replay = fmt.Sprintf("go test ./e2e -run '^TestChaos_TwoPlanes$' -v -chaos.seed=%d -chaos.planes.rounds=%d", seed, nRounds)
+	}
+	t.Logf("chaos: seed %d, %d rounds, at most %d services, %d control planes (replay: %s)",
+		seed, nRounds, *chaosServices, len(planes), replay)
 	begin := time.Now()
-	s := newServer(t)
-	c := &chaosRun{t: t, s: s, seed: seed, m: chaos.NewModel(), seen: map[string]bool{},
-		client: s.client, base: s.baseURL, maxLive: *chaosServices}
+	s := planes[0]
+	c := &chaosRun{t: t, s: s, planes: planes, dsn: dsn, seed: seed, m: chaos.NewModel(), seen: map[string]bool{},
+		client: s.client, maxLive: *chaosServices}
+	for _, p := range planes {
+		c.bases = append(c.bases, p.baseURL)
+	}
 	c.boot.ProjectID, c.boot.AccessKey, c.boot.SecretKey, c.boot.CAFile = s.boot.ProjectID, s.boot.AccessKey, s.boot.SecretKey, s.boot.CAFile
 	c.createVPC()
 	rounds := 0
-	for r := 1; r <= *chaosRounds; r++ {
+	for r := 1; r <= nRounds; r++ {
 		rounds++
 		if !c.round(r) {
 			break // later rounds would start from a broken state
@@ -74,12 +107,14 @@ func TestChaos(t *testing.T) {
 		// The data directory goes with the test; its log is the evidence.
 		// A file of this run's own: runs in parallel (two checkouts)
 		// must not overwrite each other's evidence.
-		if f, err := os.CreateTemp("", fmt.Sprintf("dbcloud-chaos-%d-*.log", seed)); err == nil {
-			raw, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
-			if _, err := f.Write(raw); err == nil {
-				t.Logf("dbcloud's log is kept in %s", f.Name())
+		for i, p := range planes {
+			if f, err := os.CreateTemp("", fmt.Sprintf("dbcloud-chaos-%d-plane%d-*.log", seed, i)); err == nil {
+				raw, _ := os.ReadFile(filepath.Join(p.dir, "server.log"))
+				if _, err := f.Write(raw); err == nil {
+					t.Logf("dbcloud's log is kept in %s", f.Name())
+				}
+				f.Close()
 			}
-			f.Close()
 		}
 	}
 }
@@ -87,19 +122,24 @@ func TestChaos(t *testing.T) {
 // chaosRun is one chaos test: the server, the model of what the client was
 // told, and counts for the summary.
 type chaosRun struct {
-	t       *testing.T
-	s       *server
+	t *testing.T
+	s *server // the first plane: its runtime directory is every plane's
+	// planes are the control planes; more than one share a PostgreSQL
+	// store at dsn.
+	planes  []*server
+	dsn     string
 	seed    uint64
 	maxLive int
-	// client, base and boot are the server's, copied once: the harness
-	// rewrites its fields on every start while requests are in flight.
+	// client, bases and boot are the servers', copied once: the harness
+	// rewrites their fields on every start while requests are in flight.
+	// (Planes share a CA, so one client trusts all.)
 	client *http.Client
-	base   string
+	bases  []string
 	boot   struct{ ProjectID, AccessKey, SecretKey, CAFile string }
 
-	// store is dbcloud's SQLite store, read beside it (operations and
-	// port claims are not in the API).
-	store *sqlite.Store
+	// store is dbcloud's store, read beside it (operations and port
+	// claims are not in the API).
+	store dbcloud.Store
 
 	// mu guards m: the operations and the writer change it concurrently.
 	mu    sync.Mutex
@@ -107,8 +147,9 @@ type chaosRun struct {
 	vpcID string
 
 	nextRow    atomic.Int64
-	acked      int // rows whose commit was acknowledged
-	serial     int // names and idempotency keys
+	requests   atomic.Int64 // spreads requests over the planes
+	acked      int          // rows whose commit was acknowledged
+	serial     int          // names and idempotency keys
 	kills      int
 	pmKills    int
 	ops        int
@@ -144,7 +185,14 @@ func (c *chaosRun) round(r int) bool {
 	if killRng.IntN(4) == 0 {
 		againAt = time.Duration(killRng.IntN(1500)) * time.Millisecond
 	}
+	victim := 0
+	if len(c.planes) > 1 { // drawn last: one plane replays TestChaos's seeds
+		victim = killRng.IntN(len(c.planes))
+	}
 	plan := fmt.Sprintf("round %d: %d operations; kill dbcloud at %v", r, nOps, killAt)
+	if len(c.planes) > 1 {
+		plan = fmt.Sprintf("round %d: %d operations; kill plane %d at %v", r, nOps, victim, killAt)
+	}
 	if pmAt >= 0 {
 		plan += fmt.Sprintf(", a postmaster at %v", pmAt)
 	}
@@ -170,7 +218,7 @@ func (c *chaosRun) round(r int) bool {
 		at   time.Duration
 		kill func()
 	}
-	events := []event{{killAt, func() { c.killServer(r, againAt) }}}
+	events := []event{{killAt, func() { c.killServer(r, c.planes[victim], againAt) }}}
 	if pmAt >= 0 {
 		events = append(events, event{pmAt, func() { c.killPostmaster(r, pmPick) }})
 	}
@@ -204,18 +252,18 @@ func (c *chaosRun) round(r int) bool {
 
 // killServer kills dbcloud with SIGKILL and starts it again; with again
 // >= 0 it kills it once more that long into its recovery.
-func (c *chaosRun) killServer(r int, again time.Duration) {
-	c.s.kill()
+func (c *chaosRun) killServer(r int, s *server, again time.Duration) {
+	s.kill()
 	c.kills++
-	c.s.start()
-	c.t.Logf("round %d: killed dbcloud (SIGKILL) and started it again", r)
+	s.start()
+	c.t.Logf("round %d: killed dbcloud %s (SIGKILL) and started it again", r, filepath.Base(s.dir))
 	if again < 0 {
 		return
 	}
 	time.Sleep(again) // the moment the seed chose
-	c.s.kill()
+	s.kill()
 	c.kills++
-	c.s.start()
+	s.start()
 	c.t.Logf("round %d: killed dbcloud again %v into its recovery", r, again)
 }
 
@@ -235,7 +283,7 @@ func (c *chaosRun) killPostmaster(r int, pick uint64) {
 		return
 	}
 	id := ids[pick%uint64(len(ids))]
-	files, _ := filepath.Glob(filepath.Join(c.s.dir, "runtime", "services", id, "*", "pgdata", "postmaster.pid"))
+	files, _ := filepath.Glob(filepath.Join(c.s.runtimeDir(), "services", id, "*", "pgdata", "postmaster.pid"))
 	if len(files) == 0 {
 		c.t.Logf("round %d: no postmaster of %s to kill", r, id)
 		return
@@ -308,7 +356,13 @@ func (c *chaosRun) observe() (*chaos.World, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if c.store == nil {
-		st, err := sqlite.Open(ctx, filepath.Join(c.s.dir, "dbcloud.db"))
+		var st dbcloud.Store
+		var err error
+		if c.dsn != "" {
+			st, err = postgres.Open(ctx, c.dsn)
+		} else {
+			st, err = sqlite.Open(ctx, filepath.Join(c.s.dir, "dbcloud.db"))
+		}
 		if err != nil {
 			return nil, fmt.Errorf("open the store: %w", err)
 		}
@@ -321,7 +375,7 @@ func (c *chaosRun) observe() (*chaos.World, error) {
 	c.mu.Lock()
 	ids := slices.Clone(c.m.Order)
 	c.mu.Unlock()
-	if err := chaos.ObserveHost(filepath.Join(c.s.dir, "runtime"), ids, w); err != nil {
+	if err := chaos.ObserveHost(c.s.runtimeDir(), ids, w); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()

@@ -22,21 +22,8 @@ import (
 // status_reason says why. Once space is freed everything accepted
 // completes and nothing is lost.
 func TestDiskFull(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a filesystem image needs root")
-	}
-	img := filepath.Join(t.TempDir(), "disk.img")
-	dir, err := os.MkdirTemp("", "dbcloud-e2e-full-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Sparse, and large enough for the admission's 1 GiB per new instance.
-	for _, cmd := range [][]string{{"truncate", "-s", "3G", img}, {"mkfs.ext4", "-q", "-F", img}, {"mount", "-o", "loop", img, dir}} {
-		if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
-			os.Remove(dir)
-			t.Fatalf("%v: %v: %s", cmd, err, out)
-		}
-	}
+	// Large enough for the admission's 1 GiB per new instance.
+	dir := mountImage(t, "ext4", "3G")
 	s := newServerIn(t, dir, "--pool-size", "1")
 
 	created := s.create(map[string]any{"name": "full"})
@@ -140,6 +127,33 @@ func fillDisk(t *testing.T, dir string) string {
 				"dd", "if=/dev/zero", "of="+f, "bs=64k", "status=none").Run()
 		}
 	}
+}
+
+// mountImage makes a sparse image file of the given size, formats it
+// (mkfs.ext4 or mkfs.btrfs), loop-mounts it on a new directory and
+// returns the directory: a filesystem of the test's own, to fill or to
+// measure without the rest of the machine's writes. Cleanup unmounts it
+// (newServerIn's cleanup does it first when a server runs on it).
+func mountImage(t testing.TB, fstype, size string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a filesystem image needs root")
+	}
+	img := filepath.Join(t.TempDir(), fstype+".img")
+	dir, err := os.MkdirTemp("", "dbcloud-e2e-"+fstype+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		unmountUnder(t, dir)
+		os.Remove(dir)
+	})
+	for _, cmd := range [][]string{{"truncate", "-s", size, img}, {"mkfs." + fstype, "-q", img}, {"mount", "-o", "loop", img, dir}} {
+		if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v: %s", cmd, err, out)
+		}
+	}
+	return dir
 }
 
 func freeBytes(t *testing.T, dir string) int64 {

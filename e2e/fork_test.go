@@ -51,7 +51,7 @@ func (s *server) waitSnapshot(id string, since time.Time, within time.Duration) 
 	s.t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		manifests, _ := filepath.Glob(filepath.Join(s.dir, "runtime", "services", id, "snapshots", "*", "manifest.json"))
+		manifests, _ := filepath.Glob(filepath.Join(s.runtimeDir(), "services", id, "snapshots", "*", "manifest.json"))
 		for _, m := range manifests {
 			var snap struct{ Started, Finished time.Time }
 			if raw, err := os.ReadFile(m); err == nil && json.Unmarshal(raw, &snap) == nil && snap.Started.After(since) {

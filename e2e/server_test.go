@@ -83,6 +83,17 @@ type server struct {
 		CAFile    string `json:"ca_file"`
 	}
 	baseURL string
+	// runtime is where the server's instances live, when not
+	// dir/runtime (a runtime directory shared by control planes).
+	runtime string
+}
+
+// runtimeDir is where the server's instances live.
+func (s *server) runtimeDir() string {
+	if s.runtime != "" {
+		return s.runtime
+	}
+	return filepath.Join(s.dir, "runtime")
 }
 
 // newServer makes a data directory that PostgreSQL's OS user can reach and
@@ -376,7 +387,7 @@ func (s *server) mustConnect(svc service, password string) *pgx.Conn {
 // postmasters lists the live postmasters serving a service's data directory,
 // from the process table, so a duplicate start would show.
 func (s *server) postmasters(id string) []int {
-	pgdata := filepath.Join(s.dir, "runtime", "services", id, "0", "pgdata")
+	pgdata := filepath.Join(s.runtimeDir(), "services", id, "0", "pgdata")
 	var pids []int
 	candidates := map[int]int{} // pid -> parent pid
 	entries, _ := os.ReadDir("/proc")
@@ -476,6 +487,13 @@ func stopPostmasters(t testing.TB, dir string) {
 	for _, f := range pidFiles {
 		stopByPIDFile(f)
 	}
+	// The OS users of services the test did not delete (dbcloud makes one
+	// per service, named dbc-<id>).
+	svcs, _ := os.ReadDir(filepath.Join(dir, "runtime", "services"))
+	for _, svc := range svcs {
+		exec.Command("userdel", "dbc-"+svc.Name()).Run()
+		exec.Command("groupdel", "dbc-"+svc.Name()).Run()
+	}
 }
 
 // stopByPIDFile stops the process whose PID is the file's first line.
@@ -499,7 +517,7 @@ func stopByPIDFile(f string) {
 func removeCgroups(dir string) {
 	svcs, _ := os.ReadDir(filepath.Join(dir, "runtime", "services"))
 	for _, s := range svcs {
-		for _, c := range []string{"cpu", "cpuacct", "memory"} {
+		for _, c := range []string{"cpu", "cpuacct", "memory", "pids"} {
 			groups, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", c, "dbcloud", s.Name()+"-*"))
 			for _, g := range groups {
 				for i := 0; i < 50 && os.Remove(g) != nil; i++ {

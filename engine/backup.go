@@ -15,11 +15,6 @@ func (e *Engine) backupLoop(ctx context.Context, b dbcloud.BackupMaintainer) {
 	defer e.wg.Done()
 	t := time.NewTicker(e.BackupInterval)
 	defer t.Stop()
-	lister, _ := b.(dbcloud.SnapshotLister)
-	// seen is the newest snapshot reported per service. A service first
-	// met is listed before its maintenance, so the snapshot that the
-	// maintenance takes is reported.
-	seen := map[string]time.Time{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -30,50 +25,46 @@ func (e *Engine) backupLoop(ctx context.Context, b dbcloud.BackupMaintainer) {
 		if err != nil {
 			continue // the health loop logs store errors
 		}
-		forgetGone(seen, w.services)
 		for _, svc := range w.services {
-			e.mu.Lock()
-			busy := e.active[svc.ID]
-			e.mu.Unlock()
-			if busy || svc.Status != dbcloud.StatusReady {
-				continue
+			if svc.Status == dbcloud.StatusReady {
+				e.maintainBackups(ctx, b, svc)
 			}
-			if _, ok := seen[svc.ID]; !ok && lister != nil {
-				snaps, err := lister.Snapshots(ctx, svc)
-				if err != nil {
-					continue
-				}
-				seen[svc.ID] = time.Time{}
-				if len(snaps) > 0 {
-					seen[svc.ID] = snaps[len(snaps)-1].Finished
-				}
-			}
-			err := b.MaintainBackups(ctx, svc)
-			if err != nil && ctx.Err() == nil {
-				e.Logger.Warn("maintain backups", "service", svc.ID, "error", err)
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			newest, eerr := e.snapshotEvents(ctx, lister, svc, seen[svc.ID], err)
-			if eerr != nil {
-				e.Logger.Warn("record snapshot events", "service", svc.ID, "error", eerr)
-				continue
-			}
-			seen[svc.ID] = newest
 		}
 	}
 }
 
-// forgetGone drops what backupLoop remembers of services no longer there.
-func forgetGone(seen map[string]time.Time, services []*dbcloud.Service) {
-	here := make(map[string]bool, len(services))
-	for _, s := range services {
-		here[s.ID] = true
+// maintainBackups runs the service's backup work under its lease: with
+// several control planes on one store exactly one takes (or prunes) the
+// service's snapshots at a time, and never while another reconciles it.
+// A service whose lease another plane holds is left to that plane.
+func (e *Engine) maintainBackups(ctx context.Context, b dbcloud.BackupMaintainer, svc *dbcloud.Service) {
+	lctx, release, ok := e.claimLeased(ctx, svc.ID)
+	if !ok {
+		return
 	}
-	for id := range seen {
-		if !here[id] {
-			delete(seen, id)
+	defer release()
+	// The snapshots listed before and after, under the lease, tell which
+	// this maintenance took, to report them as events exactly once.
+	lister, _ := b.(dbcloud.SnapshotLister)
+	var newest time.Time
+	if lister != nil {
+		snaps, err := lister.Snapshots(lctx, svc)
+		if err != nil {
+			e.Logger.Warn("list snapshots", "service", svc.ID, "error", err)
+			return
 		}
+		if len(snaps) > 0 {
+			newest = snaps[len(snaps)-1].Finished
+		}
+	}
+	err := b.MaintainBackups(lctx, svc)
+	if lctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		e.Logger.Warn("maintain backups", "service", svc.ID, "error", err)
+	}
+	if err := e.snapshotEvents(lctx, lister, svc, newest, err); err != nil && lctx.Err() == nil {
+		e.Logger.Warn("record snapshot events", "service", svc.ID, "error", err)
 	}
 }

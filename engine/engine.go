@@ -31,7 +31,9 @@ type Engine struct {
 	// Workers bounds how many resources are reconciled at once.
 	Workers int
 	// LeaseTTL is how long a lease holds without renewal; it is renewed
-	// every third of it while work goes on.
+	// every third of it while work goes on. It bounds how long the
+	// resources of a plane that died wait for another plane: the takeover
+	// time is at most LeaseTTL plus PollInterval.
 	LeaseTTL time.Duration
 	// PollInterval is how often pending work is looked for without a poke.
 	PollInterval time.Duration
@@ -65,11 +67,16 @@ type Engine struct {
 // provisioning failed for good, before the health loop tries it again.
 const GiveUpPause = time.Minute
 
+// DefaultLeaseTTL is the lease TTL New sets: renewed every 2 s, so a
+// plane that dies leaves its resources to another within about 6 s, and a
+// store that stalls for less than 4 s costs no lease.
+const DefaultLeaseTTL = 6 * time.Second
+
 // New returns an engine with the default intervals.
 func New(store dbcloud.Store, p dbcloud.Provisioner, owner string, logger *slog.Logger) *Engine {
 	return &Engine{
 		Store: store, Provisioner: p, Owner: owner, Logger: logger,
-		Workers: 4, LeaseTTL: 15 * time.Second, PollInterval: time.Second,
+		Workers: 4, LeaseTTL: DefaultLeaseTTL, PollInterval: time.Second,
 		HealthInterval: time.Second, MetricsInterval: 5 * time.Second, BackupInterval: 5 * time.Second, MaxAttempts: 8,
 		Now: time.Now,
 	}
@@ -219,17 +226,22 @@ func (e *Engine) work(ctx context.Context, resourceID, kind, projectID string) {
 
 // lease takes the resource's lease and keeps renewing it; the returned
 // context ends if the lease is lost, so no two processes act at once.
+//
+// A renewal that fails with a store error is retried at the next tick;
+// the work is stopped once the lease may have expired (a third of the TTL
+// before, measured from the last renewal that reached the store), so
+// another plane taking it over never finds this one still working.
 func (e *Engine) lease(parent context.Context, resourceID string) (context.Context, func(), bool) {
-	acquire := func(ctx context.Context) (bool, error) {
+	acquire := func(ctx context.Context, now time.Time) (bool, error) {
 		var ok bool
 		err := e.Store.Update(ctx, func(tx dbcloud.Tx) (err error) {
-			now := e.now()
 			ok, err = tx.AcquireLease(resourceID, e.Owner, now, now.Add(e.LeaseTTL))
 			return err
 		})
 		return ok, err
 	}
-	if ok, err := acquire(parent); err != nil || !ok {
+	held := e.now()
+	if ok, err := acquire(parent, held); err != nil || !ok {
 		if err != nil && parent.Err() == nil {
 			e.Logger.Warn("acquire lease", "resource", resourceID, "error", err)
 		}
@@ -246,11 +258,29 @@ func (e *Engine) lease(parent context.Context, resourceID string) (context.Conte
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if ok, err := acquire(ctx); !ok && ctx.Err() == nil {
-					e.Logger.Error("lease lost; stopping work on the resource", "resource", resourceID, "error", err)
-					cancel()
+				// The expiry is counted from before the statement, so a slow
+				// store only makes this plane stop early, never late.
+				now := e.now()
+				rctx, rcancel := context.WithTimeout(ctx, e.LeaseTTL/3)
+				ok, err := acquire(rctx, now)
+				rcancel()
+				if ctx.Err() != nil {
 					return
 				}
+				switch {
+				case ok:
+					held = now
+					continue
+				case err == nil:
+					e.Logger.Error("lease lost; stopping work on the resource", "resource", resourceID)
+				case e.now().Before(held.Add(e.LeaseTTL * 2 / 3)):
+					e.Logger.Warn("renew lease; retrying", "resource", resourceID, "error", err)
+					continue
+				default:
+					e.Logger.Error("lease not renewed in time; stopping work on the resource", "resource", resourceID, "error", err)
+				}
+				cancel()
+				return
 			}
 		}
 	}()
@@ -265,6 +295,22 @@ func (e *Engine) lease(parent context.Context, resourceID string) (context.Conte
 		}
 	}
 	return ctx, release, true
+}
+
+// claimLeased is claimForRepair and the resource's lease together: what a
+// background job on a resource (a snapshot, a metrics write) needs, so
+// that neither another worker of this process nor another plane works on
+// it meanwhile. It reports false, holding nothing, when either is taken.
+func (e *Engine) claimLeased(ctx context.Context, id string) (context.Context, func(), bool) {
+	if !e.claimForRepair(id) {
+		return nil, nil, false
+	}
+	lctx, release, ok := e.lease(ctx, id)
+	if !ok {
+		e.endRepair(id)
+		return nil, nil, false
+	}
+	return lctx, func() { release(); e.endRepair(id) }, true
 }
 
 // backoff delays the next attempt on a resource: capped exponential with

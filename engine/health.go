@@ -137,15 +137,7 @@ func (e *Engine) check(ctx context.Context, svc *dbcloud.Service) {
 			e.mu.Lock()
 			e.measured[svc.ID] = e.now()
 			e.mu.Unlock()
-			if err := e.updateService(ctx, svc, func(s *dbcloud.Service) bool {
-				if s.Generation != svc.Generation {
-					return false
-				}
-				s.Metrics = obs.Metrics
-				return true
-			}, nil); err != nil && ctx.Err() == nil {
-				e.Logger.Warn("record metrics", "service", svc.ID, "error", err)
-			}
+			e.recordMetrics(ctx, svc, obs)
 		}
 		return
 	}
@@ -160,6 +152,12 @@ func (e *Engine) repair(ctx context.Context, svc *dbcloud.Service, obs *dbcloud.
 		return
 	}
 	defer release()
+	// What was seen before the lease may be stale: another plane may have
+	// changed or repaired the service meanwhile. Look again under the
+	// lease, so only a service still broken is repaired, by one plane.
+	if svc, obs, ok = e.stillBroken(lctx, svc); !ok {
+		return
+	}
 	gen := svc.Generation
 	began, reason := e.now(), svc.StatusReason
 	wasPrimary := primaryID(svc.Instances)
@@ -216,4 +214,53 @@ func (e *Engine) repair(ctx context.Context, svc *dbcloud.Service, obs *dbcloud.
 		isPrimary := primaryID(fixed.Instances)
 		return repairOperation(tx, s, wasPrimary != "" && isPrimary != "" && wasPrimary != isPrimary, reason, began, e.now())
 	})
+}
+
+// recordMetrics writes the service's usage under its lease, so that with
+// several control planes one writes it (a plane holding the lease for a
+// change writes it as part of that change's work instead).
+func (e *Engine) recordMetrics(ctx context.Context, svc *dbcloud.Service, obs *dbcloud.Observation) {
+	lctx, release, ok := e.lease(ctx, svc.ID)
+	if !ok {
+		return
+	}
+	defer release()
+	if err := e.updateService(lctx, svc, func(s *dbcloud.Service) bool {
+		if s.Generation != svc.Generation {
+			return false
+		}
+		s.Metrics = obs.Metrics
+		// A running service's notice (near its storage limit) comes and
+		// goes with the measurements.
+		s.StatusReason = obs.Notice
+		return true
+	}, nil); err != nil && lctx.Err() == nil {
+		e.Logger.Warn("record metrics", "service", svc.ID, "error", err)
+	}
+}
+
+// stillBroken reads the service again, and checks it again, while its
+// lease is held: it reports the fresh service and observation when the
+// service still needs a repair, and false when it changed (a new
+// operation, another generation) or runs healthily again.
+func (e *Engine) stillBroken(ctx context.Context, seen *dbcloud.Service) (*dbcloud.Service, *dbcloud.Observation, bool) {
+	var svc *dbcloud.Service
+	var pending bool
+	err := e.Store.View(ctx, func(tx dbcloud.Tx) (err error) {
+		if svc, err = tx.FindService(seen.ProjectID, seen.ID); err != nil {
+			return err
+		}
+		ops, err := tx.ListOperations(dbcloud.OperationFilter{Pending: true, ResourceID: seen.ID})
+		pending = len(ops) > 0
+		return err
+	})
+	if err != nil || pending || svc.Generation != seen.Generation || !svc.Spec.Running ||
+		(svc.Status != dbcloud.StatusReady && svc.Status != dbcloud.StatusUnstable) {
+		return nil, nil, false
+	}
+	obs, err := e.Provisioner.CheckService(ctx, svc, false)
+	if err != nil || (obs.Running && svc.Status == dbcloud.StatusReady) {
+		return nil, nil, false
+	}
+	return svc, obs, true
 }

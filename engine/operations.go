@@ -62,20 +62,18 @@ func primaryID(instances []dbcloud.Instance) string {
 }
 
 // snapshotEvents reports, as events, the snapshots of svc that finished
-// after seen, and a snapshot failure when failure is not nil. It returns
-// the newest snapshot's time.
-func (e *Engine) snapshotEvents(ctx context.Context, l dbcloud.SnapshotLister, svc *dbcloud.Service, seen time.Time, failure error) (time.Time, error) {
+// after seen, and a snapshot failure when failure is not nil.
+func (e *Engine) snapshotEvents(ctx context.Context, l dbcloud.SnapshotLister, svc *dbcloud.Service, seen time.Time, failure error) error {
 	var events []*dbcloud.Event
 	if l != nil {
 		snaps, err := l.Snapshots(ctx, svc)
 		if err != nil {
-			return seen, err
+			return err
 		}
 		for i := range snaps {
 			if s := snaps[i]; s.Finished.After(seen) {
 				events = append(events, &dbcloud.Event{ProjectID: svc.ProjectID, Type: dbcloud.EventSnapshotTaken,
 					ResourceKind: "service", ResourceID: svc.ID, Snapshot: &s})
-				seen = s.Finished
 			}
 		}
 	}
@@ -84,9 +82,9 @@ func (e *Engine) snapshotEvents(ctx context.Context, l dbcloud.SnapshotLister, s
 			ResourceKind: "service", ResourceID: svc.ID, Reason: reasonOf(failure)})
 	}
 	if len(events) == 0 {
-		return seen, nil
+		return nil
 	}
-	return seen, e.Store.Update(ctx, func(tx dbcloud.Tx) error {
+	return e.Store.Update(ctx, func(tx dbcloud.Tx) error {
 		for _, ev := range events {
 			if err := tx.InsertEvent(ev); err != nil {
 				return err

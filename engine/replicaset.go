@@ -196,6 +196,16 @@ func (e *Engine) checkReplicaSet(ctx context.Context, rp dbcloud.ReplicaSetProvi
 		return
 	}
 	defer release()
+	// Look again under the lease: another plane may have repaired or
+	// changed the set (or its parent) since it was listed.
+	fresh, freshParent, err := e.loadReplicaSet(lctx, set.ProjectID, set.ID)
+	if err != nil || fresh == nil || freshParent == nil || fresh.Generation != set.Generation ||
+		freshParent.Generation != parent.Generation || fresh.Status != set.Status {
+		return
+	}
+	if obs, err = rp.CheckReplicaSet(lctx, parent, set); err != nil || (obs.Running && set.Status == dbcloud.ReplicaSetActive) {
+		return
+	}
 	gen := set.Generation
 	if set.Status == dbcloud.ReplicaSetActive {
 		if err := e.updateReplicaSet(lctx, set, func(r *dbcloud.ReadReplicaSet) bool {

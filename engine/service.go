@@ -133,7 +133,7 @@ func settled(s *dbcloud.Service, obs *dbcloud.Observation) (dbcloud.ServiceStatu
 	case !s.Spec.Running:
 		return dbcloud.StatusPaused, ""
 	case obs.Running:
-		return dbcloud.StatusReady, ""
+		return dbcloud.StatusReady, obs.Notice
 	}
 	return dbcloud.StatusUnstable, obs.Reason
 }

@@ -9,6 +9,7 @@ package tlsca
 
 import (
 	"bytes"
+	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -16,7 +17,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"dbcloud/internal/atomicfile"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -26,6 +26,9 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"dbcloud/internal/atomicfile"
+	"dbcloud/internal/flock"
 )
 
 // File names inside the TLS directory. They are fixed so that the server can
@@ -35,6 +38,8 @@ const (
 	CAKeyFile         = "ca-key.pem"
 	ServerCertFile    = "server.pem"
 	ServerCertKeyFile = "server-key.pem"
+	// caLockFile serialises the creation of the CA between processes.
+	caLockFile = ".ca.lock"
 )
 
 const (
@@ -72,6 +77,13 @@ func LoadOrCreateCA(dir string) (*CA, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create tls dir %s: %w", dir, err)
 	}
+	// Control planes sharing dir may start together: one creates the CA,
+	// the others wait and load it. The lock file is freed if a holder dies.
+	lock, err := flock.Wait(context.Background(), filepath.Join(dir, caLockFile))
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Unlock()
 	certPath := filepath.Join(dir, CAFile)
 	keyPath := filepath.Join(dir, CAKeyFile)
 

@@ -59,6 +59,16 @@ func sections() []section {
 				"Short mode: -s 2 and one round (a smoke test, not a measurement).",
 		},
 		{
+			ID: "snapshot-space", Title: "A week of snapshots on disk",
+			Test:    goTest{Pkg: "./e2e/", Bench: "^BenchmarkSnapshotSpace$", Benchtime: "1x", Timeout: "60m"},
+			Columns: cols("data-MB", "data MB", "snapshots-MB", "7 snapshots MB", "total/data", "(data + snapshots) / data"),
+			About: "A parent loaded by pgbench -i -s 65 (about 1 GiB), then seven rounds of an UPDATE of a contiguous 5% of " +
+				"pgbench_accounts, each followed by a snapshot; the space the seven snapshots take is the filesystem's used " +
+				"space with them minus without them, on an image of the benchmark's own: ext4 (a snapshot is a copy) and " +
+				"btrfs (a clone). Data is the data directory without pg_wal, which snapshots leave out. " +
+				"Short mode: -s 2 and two snapshots (a smoke test, not a measurement).",
+		},
+		{
 			ID: "logs", Title: "Logs: first page and rare search beside tac | grep",
 			Test:         goTest{Pkg: "./pglog/", Bench: "^Benchmark(FirstPage|SearchRare|TacGrepFirstPage|TacGrepRare)$", Benchtime: "10x", Timeout: "30m"},
 			Rounds:       5,

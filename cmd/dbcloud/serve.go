@@ -54,6 +54,12 @@ type Config struct {
 	Overcommit float64
 	NodeID     string
 	RuntimeDir string
+	// LeaseTTL is how long a plane's lease on a resource outlives its last
+	// renewal: the takeover time when a plane dies (docs/multi-plane.md).
+	LeaseTTL time.Duration
+	// CADir holds the CA that issues every service's certificate; empty
+	// is DATA_DIR/tls. Control planes of one installation share it.
+	CADir string
 	// VPCBlock is where VPC endpoint addresses come from, inside 127.0.0.0/8.
 	VPCBlock netip.Prefix
 	// SnapshotInterval and SnapshotRetention schedule base backups.
@@ -64,6 +70,8 @@ type Config struct {
 	LogMaxBytes int64
 	// PgBouncer is the PgBouncer binary; empty finds it.
 	PgBouncer string
+	// StorageLimits size what each service may keep on disk.
+	StorageLimits dbcloud.StorageLimits
 	// StorageImageGiB, above 0, keeps the runtime directory on a btrfs
 	// image of that size.
 	StorageImageGiB int
@@ -88,7 +96,8 @@ func DefaultConfig() Config {
 		AdminName: "admin", AdminEmail: "admin@example.com", LogFormat: "json", Quotas: d.Quotas,
 		PoolSize: 2, Overcommit: 4, VPCBlock: netip.MustParsePrefix("127.77.0.0/16"),
 		SnapshotInterval: local.DefaultSnapshotInterval, SnapshotRetention: local.DefaultSnapshotRetention,
-		LogMaxAge: 7 * 24 * time.Hour, LogMaxBytes: 1 << 30, HTTP: http.DefaultServerConfig(),
+		StorageLimits: dbcloud.DefaultStorageLimits, LogMaxAge: 7 * 24 * time.Hour, LogMaxBytes: 1 << 30, HTTP: http.DefaultServerConfig(),
+		LeaseTTL: engine.DefaultLeaseTTL,
 	}
 }
 
@@ -124,10 +133,18 @@ func NewMain(stderr io.Writer) *Main {
 	return &Main{Config: DefaultConfig(), stderr: stderr}
 }
 
+const serveSynopsis = `Serve the dbcloud API over HTTPS.
+
+Several control planes (serve processes on this host) can run one
+installation: give them one --store (PostgreSQL), one --runtime-dir and one
+--ca-dir, the same port range and schedules, and each its own --data-dir,
+--listen and --node-id. Work a plane held moves to another within about
+--lease-ttl after it dies. See docs/multi-plane.md.`
+
 // ParseFlags reads the serve flags and their environment variables.
 func (m *Main) ParseFlags(args []string) error {
 	c := &m.Config
-	fs := newFlagSet("dbcloud serve", "Serve the dbcloud API over HTTPS.", m.stderr)
+	fs := newFlagSet("dbcloud serve", serveSynopsis, m.stderr)
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for the SQLite store, TLS files, bootstrap.json and service data")
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address the HTTPS API listens on")
 	fs.StringVar(&c.Store, "store", c.Store, "store: empty for SQLite in the data directory, or a postgres:// URL")
@@ -164,8 +181,12 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.DurationVar(&c.SnapshotRetention, "snapshot-retention", c.SnapshotRetention, "how long snapshots are kept: the point-in-time recovery window")
 	fs.DurationVar(&c.LogMaxAge, "log-max-age", c.LogMaxAge, "keep each instance's PostgreSQL logs this long, unless they exceed --log-max-bytes")
 	fs.Int64Var(&c.LogMaxBytes, "log-max-bytes", c.LogMaxBytes, "keep at most this many bytes of each instance's PostgreSQL logs (the newest file always stays)")
+	fs.Int64Var(&c.StorageLimits.SharedMiB, "storage-shared-mib", c.StorageLimits.SharedMiB, "what a shared service may keep on disk (data, WAL archive, snapshots), in MiB; read-only at 95%")
+	fs.Int64Var(&c.StorageLimits.MiBPerMemoryGiB, "storage-mib-per-memory-gib", c.StorageLimits.MiBPerMemoryGiB, "what a dedicated service may keep on disk per GiB of its memory, in MiB")
 	fs.IntVar(&c.StorageImageGiB, "storage-image-gib", c.StorageImageGiB, "keep the runtime directory on a btrfs image file of this many GiB (RUNTIME_DIR.img, sparse, loop-mounted; needs root): copy-on-write forks and snapshots and per-service quotas on a host whose filesystem has neither (0: off)")
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this process's name in leases (default HOSTNAME:DATA_DIR; keep it stable across restarts)")
+	fs.StringVar(&c.CADir, "ca-dir", c.CADir, "directory of the installation's CA (ca.pem, ca-key.pem), made on first use; every control plane of one store uses the same (default DATA_DIR/tls)")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "how long a resource's lease outlives the plane's last renewal (renewed every third of it): the takeover time when a plane dies")
 	quotaFlags(fs, &c.Quotas)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -207,8 +228,14 @@ func (c *Config) validate() error {
 	if c.PortMin < 1024 || c.PortMax > 65535 || c.PortMin > c.PortMax {
 		errs = append(errs, fmt.Errorf("--port-min %d and --port-max %d: want 1024 <= min <= max <= 65535", c.PortMin, c.PortMax))
 	}
+	if c.StorageLimits.SharedMiB <= 0 || c.StorageLimits.MiBPerMemoryGiB <= 0 {
+		errs = append(errs, errors.New("--storage-shared-mib and --storage-mib-per-memory-gib must be above 0"))
+	}
 	if c.LogMaxAge <= 0 || c.LogMaxBytes <= 0 || c.SnapshotInterval <= 0 || c.SnapshotRetention <= 0 {
 		errs = append(errs, fmt.Errorf("--log-max-age, --log-max-bytes, --snapshot-interval and --snapshot-retention must be above 0"))
+	}
+	if c.LeaseTTL < 300*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--lease-ttl %v: want at least 300ms", c.LeaseTTL))
 	}
 	if c.PoolSize < 0 || c.Overcommit <= 0 {
 		errs = append(errs, fmt.Errorf("--pool-size must be 0 or more and --overcommit above 0"))
@@ -316,12 +343,16 @@ func (m *Main) openControlPlane(ctx context.Context) (*tls.Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.Store != "" && (c.RuntimeDir == "" || c.CADir == "") {
+		m.Logger.Info("this plane's runtime directory or CA is its own: another control plane on the store cannot finish its work or share its CA; give every plane the same --runtime-dir and --ca-dir (docs/multi-plane.md)",
+			"runtime_dir", runtimeDir, "node_id", c.NodeID)
+	}
 	m.runtime, err = local.New(local.Config{
 		BinDir: c.PGBinDir, DataDir: runtimeDir, Host: c.PublicHost, CA: m.ca,
 		PoolSize: c.PoolSize, Overcommit: c.Overcommit, Logger: m.Logger,
 		SnapshotInterval: c.SnapshotInterval, SnapshotRetention: c.SnapshotRetention,
 		LogRetention: local.LogRetention{MaxAge: c.LogMaxAge, MaxBytes: c.LogMaxBytes},
-		PgBouncer:    c.PgBouncer, StorageImageGiB: c.StorageImageGiB,
+		PgBouncer:    c.PgBouncer, StorageImageGiB: c.StorageImageGiB, StorageLimits: c.StorageLimits,
 	})
 	if err != nil {
 		return nil, err
@@ -337,6 +368,7 @@ func (m *Main) openControlPlane(ctx context.Context) (*tls.Config, error) {
 	m.cloud.Network = network
 	m.engine = engine.New(m.store, m.runtime, c.NodeID, m.Logger)
 	m.engine.Network = network
+	m.engine.LeaseTTL = c.LeaseTTL
 	m.cloud.Notify = m.engine.Notify
 	return tlsConfig, nil
 }
@@ -412,7 +444,11 @@ func (m *Main) tlsConfig() (*tls.Config, error) {
 	// The CA exists even with --tls-cert: it issues every service's
 	// PostgreSQL certificate.
 	dir := filepath.Join(c.DataDir, "tls")
-	ca, err := tlsca.LoadOrCreateCA(dir)
+	caDir := c.CADir
+	if caDir == "" {
+		caDir = dir
+	}
+	ca, err := tlsca.LoadOrCreateCA(caDir)
 	if err != nil {
 		return nil, err
 	}
@@ -442,7 +478,7 @@ func (m *Main) tlsConfig() (*tls.Config, error) {
 		}
 		m.Logger.Info("server certificate renewed", "not_after", notAfter)
 	}
-	m.CAFile = filepath.Join(dir, tlsca.CAFile)
+	m.CAFile = filepath.Join(caDir, tlsca.CAFile)
 	return tlsca.ServerConfig(src.GetCertificate), nil
 }
 

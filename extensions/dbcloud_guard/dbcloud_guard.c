@@ -17,6 +17,15 @@
  * transaction is forced read-only before each statement runs, so nothing the
  * session does (SET, RESET, BEGIN READ WRITE, set_config, SET ROLE, a
  * function's SET clause) can make a write succeed.
+ *
+ * Storage read-only: dbcloud_guard.storage_read_only, set by dbcloud in
+ * postgresql.conf when a service has used 95% of its storage limit and
+ * cleared below it (a reload, no restart), refuses to non-superusers what
+ * makes the data grow (INSERT, UPDATE, MERGE, COPY FROM, CREATE TABLE and
+ * INDEX, table rewrites) with SQLSTATE 25006, and lets through what frees
+ * space (DELETE, TRUNCATE, DROP, VACUUM) so the tenant can get out. Being
+ * a SIGHUP setting, no session can change it. The filesystem's quota at
+ * 100% stays the hard limit for what this does not see (large objects).
  */
 #include "postgres.h"
 
@@ -48,8 +57,12 @@ static bool ro_role = false;
 /* Once true, the session stays read-only until it ends. */
 static bool session_ro = false;
 
+/* dbcloud_guard.storage_read_only: the service is near its storage limit. */
+static bool storage_ro = false;
+
 #define RO_CONNECTION "tsdb_admin.read_only_connection"
 #define RO_ROLE "tsdb_admin.read_only_role"
+#define STORAGE_RO "dbcloud_guard.storage_read_only"
 
 /* The predefined roles that reach the server's OS. */
 static const char *const os_roles[] = {
@@ -461,6 +474,69 @@ force_read_only(void)
 }
 
 /*
+ * storage_limited: the service is near its storage limit and the current
+ * role is not a superuser (dbcloud's own work goes on). Runs inside a
+ * transaction, where superuser() may read the catalog.
+ */
+static bool
+storage_limited(void)
+{
+	return storage_ro && !superuser();
+}
+
+static void
+refuse_growth(const char *what)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+			 errmsg("%s is not allowed: this service has used 95%% of its storage limit", what),
+			 errdetail("Writes that add data are refused until usage is below the limit again; DELETE, TRUNCATE, DROP and VACUUM still run."),
+			 errhint("Delete data (then VACUUM), or resize the service for a larger limit; writes resume by themselves.")));
+}
+
+/* guard_storage_utility refuses the utility statements that add data. */
+static void
+guard_storage_utility(Node *stmt)
+{
+	switch (nodeTag(stmt))
+	{
+		case T_CopyStmt:
+			if (((CopyStmt *) stmt)->is_from)
+				refuse_growth("COPY FROM");
+			break;
+		case T_CreateStmt:
+			refuse_growth("CREATE TABLE");
+			break;
+		case T_CreateTableAsStmt:
+			refuse_growth("CREATE TABLE AS");
+			break;
+		case T_IndexStmt:
+			refuse_growth("CREATE INDEX");
+			break;
+		case T_RefreshMatViewStmt:
+			refuse_growth("REFRESH MATERIALIZED VIEW");
+			break;
+		case T_ClusterStmt:
+			refuse_growth("CLUSTER");
+			break;
+		case T_ReindexStmt:
+			refuse_growth("REINDEX");
+			break;
+		case T_AlterTableStmt:
+			refuse_growth("ALTER TABLE");
+			break;
+		case T_CreatedbStmt:
+			refuse_growth("CREATE DATABASE");
+			break;
+		case T_CreateExtensionStmt:
+			refuse_growth("CREATE EXTENSION");
+			break;
+		default:
+			break;
+	}
+}
+
+/*
  * dbcloud_guard_xact is the backstop of read-only sessions. A transaction
  * that wrote anything has a transaction ID; one of a read-only session
  * must not commit. This catches what forcing XactReadOnly cannot: functions
@@ -503,6 +579,8 @@ dbcloud_guard_utility(PlannedStmt *pstmt, const char *queryString, bool readOnly
 
 	if (!superuser())
 		guard_utility(stmt);
+	if (storage_limited())
+		guard_storage_utility(stmt);
 	if (session_read_only())
 	{
 		guard_read_only(stmt);
@@ -519,6 +597,26 @@ dbcloud_guard_executor_start(QueryDesc *queryDesc, int eflags)
 {
 	if (session_read_only())
 		force_read_only();
+	if (storage_limited())
+	{
+		switch (queryDesc->operation)
+		{
+			case CMD_INSERT:
+				refuse_growth("INSERT");
+				break;
+			case CMD_UPDATE:
+				refuse_growth("UPDATE");
+				break;
+			case CMD_MERGE:
+				refuse_growth("MERGE");
+				break;
+			default:
+				/* A data-modifying WITH may hold an INSERT. */
+				if (queryDesc->plannedstmt->hasModifyingCTE && queryDesc->operation != CMD_DELETE)
+					refuse_growth("a data-modifying WITH");
+				break;
+		}
+	}
 	if (prev_executor_start)
 		prev_executor_start(queryDesc, eflags);
 	else
@@ -568,7 +666,13 @@ _PG_init(void)
 							 "Makes every session of the role read-only; set with ALTER ROLE by the role's administrator.",
 							 NULL, &ro_role, false,
 							 PGC_USERSET, 0, check_read_only_role, NULL, NULL);
+	DefineCustomBoolVariable(STORAGE_RO,
+							 "Refuses writes that add data to non-superusers: the service is near its storage limit.",
+							 "Set by dbcloud in postgresql.conf; reloaded, never set in a session.",
+							 &storage_ro, false,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("tsdb_admin");
+	MarkGUCPrefixReserved("dbcloud_guard");
 
 	prev_utility = ProcessUtility_hook;
 	ProcessUtility_hook = dbcloud_guard_utility;

@@ -4,6 +4,9 @@ import (
 	"context"
 	"path/filepath"
 	"strings"
+	"syscall"
+
+	"dbcloud/runtime/local/internal/osuser"
 )
 
 // A service's endpoint port belongs to its proxy process
@@ -21,8 +24,14 @@ func (rt *Runtime) proxyRunning(serviceID string) bool {
 // setProxy makes the proxy of a service (or read replica set) listen on
 // listen and forward to targets (none: refuse), and returns once it applies
 // exactly that.
-func (rt *Runtime) setProxy(ctx context.Context, serviceID string, listen []string, targets ...string) error {
-	if err := rt.proxies.Set(ctx, rt.proxyDir(serviceID), listen, targets...); err != nil {
+// It runs as owner, the OS identity of the service (a read replica set's
+// is its parent's).
+func (rt *Runtime) setProxy(ctx context.Context, serviceID string, owner *osuser.Identity, listen []string, targets ...string) error {
+	var cred *syscall.Credential
+	if owner != nil {
+		cred = owner.Credential()
+	}
+	if err := rt.proxies.Set(ctx, rt.proxyDir(serviceID), cred, listen, targets...); err != nil {
 		return err
 	}
 	rt.cfg.Logger.Info("endpoint proxy set", "service", serviceID, "targets", strings.Join(targets, ","))

@@ -108,7 +108,7 @@ func (rt *Runtime) failover(ctx context.Context, svc *dbcloud.Service, base post
 	oldSpec := rt.haSpec(svc, base, st, old)
 	rt.cfg.Logger.Warn("primary down; failing over", "service", svc.ID, "primary", oldSpec.ID)
 	if rt.proxyRunning(svc.ID) {
-		if err := rt.setProxy(ctx, svc.ID, rt.proxyListen(svc)); err != nil {
+		if err := rt.setProxy(ctx, svc.ID, base.Owner, rt.proxyListen(svc)); err != nil {
 			return fmt.Errorf("failover of %s: close endpoint: %w", svc.ID, err)
 		}
 	}
@@ -163,7 +163,7 @@ func (rt *Runtime) failover(ctx context.Context, svc *dbcloud.Service, base post
 	if _, err := rt.instances.Reload(ctx, newSpec); err != nil {
 		return fmt.Errorf("failover of %s: reconfigure %s: %w", svc.ID, newSpec.ID, err)
 	}
-	if err := rt.setProxy(ctx, svc.ID, rt.proxyListen(svc), net.JoinHostPort(rt.cfg.Host, strconv.Itoa(newSpec.Port))); err != nil {
+	if err := rt.setProxy(ctx, svc.ID, base.Owner, rt.proxyListen(svc), net.JoinHostPort(rt.cfg.Host, strconv.Itoa(newSpec.Port))); err != nil {
 		return fmt.Errorf("failover of %s: open endpoint: %w", svc.ID, err)
 	}
 	rt.cfg.Logger.Warn("failed over", "service", svc.ID, "from", oldSpec.ID, "to", newSpec.ID,

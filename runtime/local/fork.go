@@ -83,6 +83,9 @@ func (rt *Runtime) restoreFork(ctx context.Context, svc *dbcloud.Service, spec p
 	if err := os.RemoveAll(spec.PGData()); err != nil {
 		return err
 	}
+	if err := os.RemoveAll(filepath.Join(spec.Dir, restoreWALDir)); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(spec.Dir, 0o755); err != nil {
 		return err
 	}
@@ -91,7 +94,7 @@ func (rt *Runtime) restoreFork(ctx context.Context, svc *dbcloud.Service, spec p
 		return err
 	}
 	copied := time.Since(began)
-	if err := rt.instances.WriteServerFile(filepath.Join(spec.PGData(), "recovery.signal"), nil, 0o600); err != nil {
+	if err := rt.instances.WriteServerFile(spec, filepath.Join(spec.PGData(), "recovery.signal"), nil, 0o600); err != nil {
 		return err
 	}
 	if err := rt.instances.Prepare(ctx, spec); err != nil {
@@ -129,6 +132,9 @@ func (rt *Runtime) restoreFork(ctx context.Context, svc *dbcloud.Service, spec p
 	if err := rt.instances.Stop(ctx, spec, 30*time.Second); err != nil {
 		return err
 	}
+	if err := os.RemoveAll(filepath.Join(spec.Dir, restoreWALDir)); err != nil {
+		return err
+	}
 	if err := os.Remove(marker); err != nil {
 		return err
 	}
@@ -156,7 +162,7 @@ func (rt *Runtime) holdParent(forkID, parentID string) error {
 // restored from (for logs and messages).
 func (rt *Runtime) restoreData(ctx context.Context, svc *dbcloud.Service, spec postgres.Spec) (map[string]string, string, error) {
 	src := svc.Fork
-	owner := backup.CopyOptions{Owner: rt.instances.Credential()}
+	owner := backup.CopyOptions{Owner: rt.instances.Owner(spec)}
 	immediate := map[string]string{
 		// The WAL the backup needs is in its pg_wal; recovery insists on a
 		// restore_command all the same.
@@ -206,6 +212,11 @@ func (rt *Runtime) restoreData(ctx context.Context, svc *dbcloud.Service, spec p
 //     the target, stop by time; else stop right after the last one
 //     (recovery_target_lsn), which is the same state; if none ended after
 //     the snapshot, the snapshot is that state.
+//
+// restoreWALDir, in the fork's instance directory, holds the copy of the
+// parent's archived WAL a point-in-time fork replays.
+const restoreWALDir = "restore-wal"
+
 func (rt *Runtime) restorePointInTime(ctx context.Context, svc *dbcloud.Service, spec postgres.Spec, owner backup.CopyOptions) (map[string]string, string, error) {
 	src := svc.Fork
 	if src.TargetTime == nil {
@@ -236,7 +247,18 @@ func (rt *Runtime) restorePointInTime(ctx context.Context, svc *dbcloud.Service,
 	if err := rt.backups.CopySnapshot(ctx, *base, spec.PGData(), owner); err != nil {
 		return nil, "", err
 	}
-	settings := map[string]string{"restore_command": postgres.RestoreCommand(archive)}
+	replay := archive
+	if o := owner.Owner; o != nil {
+		// The fork's OS user cannot read the parent's archive: it replays
+		// a copy of its own, removed once the fork is restored.
+		replay = filepath.Join(spec.Dir, restoreWALDir)
+		n, err := backup.CopyArchive(ctx, archive, replay, base.StartWAL, o)
+		if err != nil {
+			return nil, "", fmt.Errorf("fork %s: copy the parent's archived WAL: %w", svc.ID, err)
+		}
+		rt.cfg.Logger.Info("fork copied the parent's archived WAL", "service", svc.ID, "files", n)
+	}
+	settings := map[string]string{"restore_command": postgres.RestoreCommand(replay)}
 	from := fmt.Sprintf("snapshot %s and archived WAL to %s", base.Name, target.Format(time.RFC3339Nano))
 	if running {
 		settings["recovery_target_time"] = target.Format("2006-01-02 15:04:05.999999-07")

@@ -113,7 +113,7 @@ func (rt *Runtime) haSpec(svc *dbcloud.Service, base postgres.Spec, st *haState,
 	}
 	s.RestoreFromArchive = true
 	primaryDir := filepath.Join(rt.serviceDir(svc.ID), strconv.Itoa(st.Primary))
-	s.Settings["primary_conninfo"] = fmt.Sprintf("host=%s port=%d user=postgres application_name=%s",
+	s.Settings["primary_conninfo"] = fmt.Sprintf("host=%s port=%d user="+postgres.ReplicatorRole+" application_name=%s",
 		postgres.QuoteDSN(filepath.Join(primaryDir, "run")), st.Ports[st.Primary], appName(n))
 	s.Settings["primary_slot_name"] = slotName(n)
 	return s
@@ -151,7 +151,7 @@ func haInstances(svc *dbcloud.Service, st *haState) []dbcloud.Instance {
 
 // ensureHA is EnsureService for an HA service.
 func (rt *Runtime) ensureHA(ctx context.Context, svc *dbcloud.Service) (*dbcloud.Observation, error) {
-	base, err := rt.preparedBase(svc)
+	base, err := rt.preparedBase(ctx, svc)
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +244,7 @@ func (rt *Runtime) ensureHA(ctx context.Context, svc *dbcloud.Service) (*dbcloud
 		return nil, err
 	}
 	rt.primaryUp(svc.ID)
-	if err := rt.setProxy(ctx, svc.ID, rt.proxyListen(svc), net.JoinHostPort(rt.cfg.Host, strconv.Itoa(pspec.Port))); err != nil {
+	if err := rt.setProxy(ctx, svc.ID, pspec.Owner, rt.proxyListen(svc), net.JoinHostPort(rt.cfg.Host, strconv.Itoa(pspec.Port))); err != nil {
 		return nil, err
 	}
 

@@ -199,7 +199,7 @@ func TestRuntime_HA(t *testing.T) {
 		t.Fatalf("instances %s running %v", got, obs.Running)
 	}
 	st, _ := rt.loadHA(svc.ID)
-	base, _ := rt.preparedBase(svc)
+	base, _ := rt.preparedBase(context.Background(), svc)
 	pspec := rt.haSpec(svc, base, st, st.Primary)
 	var ssn string
 	c, err := rt.instances.Connect(ctx, pspec, "postgres")
@@ -465,7 +465,7 @@ func TestRuntime_HAKeepsCommitsWithoutSyncStandby(t *testing.T) {
 
 	// As while the standby is being built: not synchronous, and behind.
 	st, _ := rt.loadHA(svc.ID)
-	base, _ := rt.preparedBase(svc)
+	base, _ := rt.preparedBase(context.Background(), svc)
 	if err := rt.instances.Stop(ctx, rt.haSpec(svc, base, st, 1), 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -516,7 +516,7 @@ func TestRuntime_HARepairsDeadSyncStandby(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, _ := rt.loadHA(svc.ID)
-	base, _ := rt.preparedBase(svc)
+	base, _ := rt.preparedBase(context.Background(), svc)
 	standby := rt.haSpec(svc, base, st, 1)
 	pid, ok := rt.instances.Running(standby)
 	if !ok {
@@ -557,7 +557,7 @@ func TestRuntime_HAPromotesMostAdvanced(t *testing.T) {
 	svc := haTestService(t, rt, "haadv", password, 2, 1)
 	ctx := context.Background()
 	st, _ := rt.loadHA(svc.ID)
-	base, _ := rt.preparedBase(svc)
+	base, _ := rt.preparedBase(context.Background(), svc)
 	if st.Primary != 0 || !slices.Equal(st.Sync, []int{1, 2}) {
 		t.Fatalf("HA state %+v: want primary 0 and both standbys synchronous", st)
 	}

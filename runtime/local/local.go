@@ -24,6 +24,7 @@ import (
 	"dbcloud/internal/atomicfile"
 	"dbcloud/runtime/local/backup"
 	"dbcloud/runtime/local/internal/cgroup"
+	"dbcloud/runtime/local/internal/osuser"
 	"dbcloud/runtime/local/internal/proc"
 	"dbcloud/runtime/local/internal/volume"
 	"dbcloud/runtime/local/pgbouncer"
@@ -62,6 +63,9 @@ type Config struct {
 	// PgBouncer is the PgBouncer binary; empty finds Debian's, else one on
 	// PATH.
 	PgBouncer string
+	// StorageLimits size what each service may keep on disk; zero fields
+	// take dbcloud.DefaultStorageLimits'.
+	StorageLimits dbcloud.StorageLimits
 	// StorageImageGiB, when above 0, keeps DataDir on a btrfs image of that
 	// size (DataDir + ".img", sparse), loop-mounted: copy-on-write clones
 	// and per-service quotas on a host whose filesystem has neither.
@@ -79,6 +83,9 @@ type Runtime struct {
 	cgroups   *cgroup.Hierarchy
 	volumes   *volume.Volumes
 	roots     *x509.CertPool // the CA that endpoints must present
+	// users makes each service's OS identity (identity.go); nil when
+	// dbcloud is not root and every service runs as dbcloud's user.
+	users *osuser.Manager
 
 	extOnce    sync.Once
 	extensions map[string]bool
@@ -111,6 +118,12 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.Overcommit <= 0 {
 		cfg.Overcommit = 4
 	}
+	if cfg.StorageLimits.SharedMiB <= 0 {
+		cfg.StorageLimits.SharedMiB = dbcloud.DefaultStorageLimits.SharedMiB
+	}
+	if cfg.StorageLimits.MiBPerMemoryGiB <= 0 {
+		cfg.StorageLimits.MiBPerMemoryGiB = dbcloud.DefaultStorageLimits.MiBPerMemoryGiB
+	}
 	if cfg.CA == nil {
 		return nil, fmt.Errorf("local runtime: a CA is required")
 	}
@@ -138,7 +151,19 @@ func New(cfg Config) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	proxies, err := proxy.NewController(sup, "", cfg.Logger)
+	var users *osuser.Manager
+	proxyExe := ""
+	if os.Geteuid() == 0 {
+		users = osuser.New(osuser.DefaultPrefix, osuser.SystemTools(), cfg.Logger)
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("local runtime: %w", err)
+		}
+		if proxyExe, err = proxyBinary(dir, exe); err != nil {
+			return nil, fmt.Errorf("local runtime: %w", err)
+		}
+	}
+	proxies, err := proxy.NewController(sup, proxyExe, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -157,6 +182,7 @@ func New(cfg Config) (*Runtime, error) {
 		cgroups:   cgroups,
 		volumes:   volumes,
 		roots:     roots,
+		users:     users,
 		cpu:       map[string]cpuSample{},
 		downSince: map[string]time.Time{},
 	}, nil
@@ -189,6 +215,13 @@ func openVolumes(cfg Config) (*volume.Volumes, error) {
 // instances need nothing: they are adopted when the engine next ensures or
 // checks them.
 func (rt *Runtime) Open(ctx context.Context) error {
+	// A host that does not let dbcloud make OS users fails here, before
+	// any service is half made.
+	if rt.users != nil {
+		if err := rt.users.Check(ctx); err != nil {
+			return err
+		}
+	}
 	if err := rt.instances.Open(ctx); err != nil {
 		return err
 	}
@@ -229,8 +262,8 @@ func (rt *Runtime) primary(svc *dbcloud.Service) (postgres.Spec, error) {
 
 // preparePrimary is primary with the service's directory made and its TLS
 // certificate issued (once) and included: what an ensure starts.
-func (rt *Runtime) preparePrimary(svc *dbcloud.Service) (postgres.Spec, error) {
-	base, err := rt.preparedBase(svc)
+func (rt *Runtime) preparePrimary(ctx context.Context, svc *dbcloud.Service) (postgres.Spec, error) {
+	base, err := rt.preparedBase(ctx, svc)
 	if err != nil {
 		return postgres.Spec{}, err
 	}
@@ -249,41 +282,37 @@ func (rt *Runtime) instanceBase(svc *dbcloud.Service) (postgres.Spec, error) {
 		// Attached to a VPC: also listen on the service's own address there.
 		listen += "," + ep.Host
 	}
+	owner, err := rt.lookupOwner(svc.ID)
+	if err != nil {
+		return postgres.Spec{}, err
+	}
 	return postgres.Spec{
 		ID: svc.ID + "-0", Dir: filepath.Join(rt.serviceDir(svc.ID), "0"), ListenAddr: listen,
-		Port: svc.Endpoint.Port, Settings: rt.storageSettings(addonSettings(res, svc.Spec.Addons)),
+		Port: svc.Endpoint.Port, Settings: rt.storageSettings(svc.ID, addonSettings(res, svc.Spec.Addons)),
 		CPUMillis: res.CPUMillis, MemoryBytes: res.MemoryBytes, ArchiveDir: rt.archiveDir(svc.ID),
+		Owner: owner,
 	}, nil
-}
-
-// storageSettings adds to an instance's settings what the runtime's
-// filesystem changes. Where files clone, the first start after a crash or
-// a copy (a fork, a replica node) syncs the data directory with one syncfs
-// rather than an fsync per file: a cloned data directory is metadata, and
-// a thousand fsyncs of it cost seconds on btrfs where one commit costs
-// milliseconds. Elsewhere a copy's data is dirty in the page cache and the
-// per-file walk flushes only it, not the other tenants' writes.
-func (rt *Runtime) storageSettings(settings map[string]string) map[string]string {
-	if rt.volumes.Filesystem().Reflink {
-		settings["recovery_init_sync_method"] = "syncfs"
-	}
-	return settings
 }
 
 // preparedBase is instanceBase with the service's directory made and its
 // certificate in the spec.
-func (rt *Runtime) preparedBase(svc *dbcloud.Service) (postgres.Spec, error) {
+func (rt *Runtime) preparedBase(ctx context.Context, svc *dbcloud.Service) (postgres.Spec, error) {
+	// The service's OS identity comes first: everything below is its.
+	if _, err := rt.ensureOwner(ctx, svc.ID); err != nil {
+		return postgres.Spec{}, err
+	}
 	base, err := rt.instanceBase(svc)
 	if err != nil {
 		return postgres.Spec{}, err
 	}
-	// The service directory is traversable so PostgreSQL reaches its
-	// instance directories (its tls/ stays private). The mode is set every
-	// time, which also heals a directory left with another one.
-	if err := os.MkdirAll(rt.serviceDir(svc.ID), 0o711); err != nil {
+	if err := rt.makeServiceVolume(ctx, svc, rt.serviceDir(svc.ID)); err != nil {
 		return postgres.Spec{}, err
 	}
-	if err := os.Chmod(rt.serviceDir(svc.ID), 0o711); err != nil {
+	// The service directory is traversable by the service's user so its
+	// servers reach their instance directories (its tls/ stays private),
+	// and by no other. The mode is set every time, which also heals a
+	// directory left with another one.
+	if err := rt.makeServiceDir(svc.ID, base.Owner); err != nil {
 		return postgres.Spec{}, err
 	}
 	if base.CertPEM, base.KeyPEM, err = rt.serverCert(svc); err != nil {
@@ -360,7 +389,7 @@ func (rt *Runtime) ensureService(ctx context.Context, svc *dbcloud.Service) (*db
 	if rt.isHA(svc) {
 		return rt.ensureHA(ctx, svc)
 	}
-	spec, err := rt.preparePrimary(svc)
+	spec, err := rt.preparePrimary(ctx, svc)
 	if err != nil {
 		return nil, err
 	}
@@ -463,6 +492,15 @@ func (rt *Runtime) checkServing(svc *dbcloud.Service, primary postgres.Spec, obs
 	obs.Running = true
 	if measure {
 		obs.Metrics = rt.metrics(svc.ID, primary)
+		if obs.Metrics != nil {
+			used, err := rt.serviceStorage(context.Background(), svc.ID, obs.Metrics.StorageMB<<20)
+			if err != nil {
+				rt.cfg.Logger.Warn("storage not measured", "service", svc.ID, "error", err)
+				return obs
+			}
+			obs.Metrics.StorageMB = used >> 20
+			rt.enforceStorage(svc, used, obs)
+		}
 	}
 	return obs
 }
@@ -480,7 +518,9 @@ func (rt *Runtime) DeleteService(ctx context.Context, svc *dbcloud.Service) erro
 	dir := rt.serviceDir(svc.ID)
 	entries, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {
-		return nil
+		// A delete that crashed after removing the files still removes
+		// the service's OS user.
+		return rt.removeOwner(ctx, svc.ID)
 	} else if err != nil {
 		return err
 	}
@@ -504,7 +544,10 @@ func (rt *Runtime) DeleteService(ctx context.Context, svc *dbcloud.Service) erro
 			return err
 		}
 	}
-	return rt.backups.RemoveService(rt.serviceDir(svc.ID))
+	if err := rt.backups.RemoveService(rt.serviceDir(svc.ID)); err != nil {
+		return err
+	}
+	return rt.removeOwner(ctx, svc.ID)
 }
 
 // SetPassword makes the verifier tsdbadmin's password on the running primary.

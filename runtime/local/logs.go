@@ -14,6 +14,7 @@ import (
 
 	"dbcloud"
 	"dbcloud/internal/atomicfile"
+	"dbcloud/internal/flock"
 	"dbcloud/pglog"
 )
 
@@ -223,6 +224,10 @@ func (rt *Runtime) PruneLogs(ctx context.Context, ret LogRetention) (removed int
 	return removed, errors.Join(errs...)
 }
 
+// logRetentionLock, in the runtime directory, is held during a round of
+// log retention.
+const logRetentionLock = ".log-retention.lock"
+
 // RunLogRetention applies the retention bound every ret.Every until ctx
 // ends. Failures are logged, once per round, and retried next round: the
 // bound protects the disk, so it never gives up.
@@ -231,12 +236,21 @@ func (rt *Runtime) RunLogRetention(ctx context.Context, ret LogRetention) {
 	t := time.NewTicker(ret.Every)
 	defer t.Stop()
 	for {
-		n, err := rt.PruneLogs(ctx, ret)
-		if err != nil && ctx.Err() == nil {
+		// Control planes sharing the runtime directory take turns: a
+		// round runs in whichever takes the lock, the others skip it.
+		lock, ok, err := flock.TryLock(filepath.Join(rt.cfg.DataDir, logRetentionLock))
+		if err != nil {
 			rt.cfg.Logger.Warn("log retention", "error", err)
 		}
-		if n > 0 {
-			rt.cfg.Logger.Info("log retention removed old log files", "files", n)
+		if ok {
+			n, err := rt.PruneLogs(ctx, ret)
+			lock.Unlock()
+			if err != nil && ctx.Err() == nil {
+				rt.cfg.Logger.Warn("log retention", "error", err)
+			}
+			if n > 0 {
+				rt.cfg.Logger.Info("log retention removed old log files", "files", n)
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -78,7 +78,7 @@ func mustPooler(tb testing.TB, size dbcloud.Size) *poolerFixture {
 	if _, err := f.rt.EnsureService(ctx, f.svc); err != nil {
 		tb.Fatal(err)
 	}
-	if f.spec, err = f.rt.preparePrimary(f.svc); err != nil {
+	if f.spec, err = f.rt.preparePrimary(context.Background(), f.svc); err != nil {
 		tb.Fatal(err)
 	}
 	// Enabled after the service runs: the pooler's port is the domain's to

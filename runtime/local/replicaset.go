@@ -89,14 +89,17 @@ func (rt *Runtime) nodeSpec(set *dbcloud.Service, upstream postgres.Spec, st *re
 	// A walreceiver that lost its primary (a failover) retries every
 	// second instead of every five.
 	settings["wal_retrieve_retry_interval"] = "1s"
-	settings["primary_conninfo"] = fmt.Sprintf("host=%s port=%d user=postgres application_name=%s",
+	settings["primary_conninfo"] = fmt.Sprintf("host=%s port=%d user="+postgres.ReplicatorRole+" application_name=%s",
 		postgres.QuoteDSN(upstream.RunDir()), upstream.Port, nodeAppName(set.ID, n))
 	settings["primary_slot_name"] = nodeSlot(set.ID, n)
-	rt.storageSettings(settings)
+	rt.storageSettings(set.ID, settings)
 	return postgres.Spec{
 		ID: set.ID + "-" + strconv.Itoa(n), Dir: filepath.Join(rt.serviceDir(set.ID), strconv.Itoa(n)),
 		ListenAddr: rt.listenAddr(), Port: st.Ports[n], Settings: settings, CertPEM: certPEM, KeyPEM: keyPEM,
 		CPUMillis: res.CPUMillis, MemoryBytes: res.MemoryBytes,
+		// The set reads its parent's data and reaches its parent's
+		// socket: it runs as the parent's OS user.
+		Owner: upstream.Owner,
 	}
 }
 
@@ -116,8 +119,9 @@ func (rt *Runtime) replicaSetBase(parent *dbcloud.Service, set *dbcloud.ReadRepl
 
 // replicaSetCert makes the set's directory and returns its certificate,
 // issued once.
-func (rt *Runtime) replicaSetCert(svc *dbcloud.Service) (cert, key []byte, err error) {
-	if err := os.MkdirAll(rt.serviceDir(svc.ID), 0o711); err != nil {
+// It is the parent's identity's, as the set's processes are.
+func (rt *Runtime) replicaSetCert(svc *dbcloud.Service, upstream postgres.Spec) (cert, key []byte, err error) {
+	if err := rt.makeServiceDir(svc.ID, upstream.Owner); err != nil {
 		return nil, nil, err
 	}
 	return rt.serverCert(svc)
@@ -135,7 +139,7 @@ func (rt *Runtime) ensureReplicaSet(ctx context.Context, parent *dbcloud.Service
 	if err != nil {
 		return nil, err
 	}
-	cert, key, err := rt.replicaSetCert(svc)
+	cert, key, err := rt.replicaSetCert(svc, upstream)
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +177,7 @@ func (rt *Runtime) ensureReplicaSet(ctx context.Context, parent *dbcloud.Service
 	slices.Sort(keep)
 	if len(remove) > 0 {
 		if rt.proxyRunning(set.ID) {
-			if err := rt.setProxy(ctx, set.ID, rt.proxyListen(svc), rt.nodeTargets(st, keep)...); err != nil {
+			if err := rt.setProxy(ctx, set.ID, upstream.Owner, rt.proxyListen(svc), rt.nodeTargets(st, keep)...); err != nil {
 				return nil, err
 			}
 		}
@@ -221,7 +225,7 @@ func (rt *Runtime) ensureReplicaSet(ctx context.Context, parent *dbcloud.Service
 		}
 	}
 
-	if err := rt.setProxy(ctx, set.ID, rt.proxyListen(svc), rt.nodeTargets(st, keep)...); err != nil {
+	if err := rt.setProxy(ctx, set.ID, upstream.Owner, rt.proxyListen(svc), rt.nodeTargets(st, keep)...); err != nil {
 		return nil, err
 	}
 	if err := rt.checkEndpoint(ctx, svc.Endpoint); err != nil {

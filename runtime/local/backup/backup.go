@@ -66,6 +66,12 @@ func (b *Backups) Maintain(ctx context.Context, serviceDir string, policy Policy
 		return nil
 	}
 	defer l.snapshot.Unlock()
+	// Another control plane on a shared runtime directory may be at it.
+	fl, ok, err := tryLockSnapshots(serviceDir)
+	if err != nil || !ok {
+		return err
+	}
+	defer fl.Unlock()
 	snaps, err := b.Snapshots(serviceDir)
 	if err != nil {
 		return err
@@ -78,7 +84,7 @@ func (b *Backups) Maintain(ctx context.Context, serviceDir string, policy Policy
 		if !ok {
 			return nil
 		}
-		if _, err := b.Take(ctx, serviceDir, src); err != nil {
+		if _, err := b.take(ctx, serviceDir, src); err != nil {
 			if ctx.Err() == nil {
 				l.failed = now
 			}
@@ -92,5 +98,5 @@ func (b *Backups) Maintain(ctx context.Context, serviceDir string, policy Policy
 	if !changed && len(expiredSnapshots(snaps, now.Add(-policy.Retention))) == 0 {
 		return nil
 	}
-	return b.Prune(serviceDir, policy.Retention, now)
+	return b.prune(serviceDir, policy.Retention, now)
 }

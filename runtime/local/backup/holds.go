@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -9,16 +10,35 @@ import (
 	"strings"
 
 	"dbcloud/internal/atomicfile"
+	"dbcloud/internal/flock"
 )
 
 // While a fork restores, it holds its parent's backup files with a file
 // <parent dir>/forks/<fork>. Deleting the parent then removes its instances
 // but keeps its snapshots and archive (marked by a file "deleted") until the
 // last hold goes; pruning waits for holds too.
+//
+// Holds, pruning and removal decide under the service's files lock: a
+// mutex within this process and the file .files.lock between the control
+// planes that share the runtime directory.
 const (
 	holdsDirName = "forks"
 	tombstone    = "deleted"
+	filesLock    = ".files.lock"
 )
+
+// lockFiles takes the service's files lock; its error wraps
+// fs.ErrNotExist when the service directory is gone.
+func (b *Backups) lockFiles(serviceDir string) (unlock func(), err error) {
+	l := b.lockOf(serviceDir)
+	l.files.Lock()
+	fl, err := flock.Wait(context.Background(), filepath.Join(serviceDir, filesLock))
+	if err != nil {
+		l.files.Unlock()
+		return nil, err
+	}
+	return func() { fl.Unlock(); l.files.Unlock() }, nil
+}
 
 // ErrParentGone says a fork's parent was deleted before the fork could
 // hold its files: the fork can never be restored.
@@ -43,9 +63,13 @@ func Holds(serviceDir string) ([]string, error) {
 // parentDir. It fails with ErrParentGone when those files are gone or
 // going.
 func (b *Backups) Hold(parentDir, fork string) error {
-	l := b.lockOf(parentDir)
-	l.files.Lock()
-	defer l.files.Unlock()
+	unlock, err := b.lockFiles(parentDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("hold %s: %w", parentDir, ErrParentGone)
+	} else if err != nil {
+		return err
+	}
+	defer unlock()
 	_, gone := os.Stat(parentDir)
 	_, deleted := os.Stat(filepath.Join(parentDir, tombstone))
 	if gone != nil || deleted == nil {
@@ -64,9 +88,13 @@ func (b *Backups) Hold(parentDir, fork string) error {
 // Release drops fork's hold on the files in parentDir, and removes them
 // when the parent was deleted and this was the last hold.
 func (b *Backups) Release(parentDir, fork string) error {
-	l := b.lockOf(parentDir)
-	l.files.Lock()
-	defer l.files.Unlock()
+	unlock, err := b.lockFiles(parentDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	defer unlock()
 	if err := os.Remove(filepath.Join(parentDir, holdsDirName, fork)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
@@ -87,8 +115,20 @@ func (b *Backups) RemoveService(serviceDir string) error {
 	l := b.lockOf(serviceDir)
 	l.snapshot.Lock() // a snapshot in flight fails once the instance is gone
 	defer l.snapshot.Unlock()
-	l.files.Lock()
-	defer l.files.Unlock()
+	if _, err := os.Stat(serviceDir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	// So does one another control plane is taking.
+	fl, err := lockSnapshots(context.Background(), serviceDir)
+	if err != nil {
+		return err
+	}
+	defer fl.Unlock()
+	unlock, err := b.lockFiles(serviceDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	holds, err := Holds(serviceDir)
 	if err != nil {
 		return err
@@ -105,7 +145,7 @@ func (b *Backups) RemoveService(serviceDir string) error {
 	}
 	for _, e := range entries {
 		switch e.Name() {
-		case archiveDirName, snapshotsDirName, holdsDirName, tombstone:
+		case archiveDirName, snapshotsDirName, holdsDirName, tombstone, filesLock:
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(serviceDir, e.Name())); err != nil {

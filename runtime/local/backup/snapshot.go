@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"dbcloud/internal/atomicfile"
+	"dbcloud/internal/flock"
 	"dbcloud/runtime/local/postgres"
 )
 
@@ -27,7 +28,16 @@ import (
 // manifest.json, written last, says the snapshot is complete. A snapshot
 // is built in .tmp-<name> and renamed into place, so a crash never leaves a
 // half snapshot that looks whole. Snapshot files never change once written.
+//
+// Control planes that share a runtime directory serialise a service's
+// snapshot work with a file lock, snapshots/.lock, held while a snapshot is
+// taken or pruned and while the service is removed: whoever holds it owns
+// every .tmp- entry (any other is a leftover of a holder that died), and
+// the kernel frees it when its holder dies. Readers check that a listed
+// snapshot is whole (manifest, data directory, backup label, WAL) and skip
+// one that is not.
 const (
+	snapshotsLock     = ".lock"
 	snapshotsDirName  = "snapshots"
 	snapshotDataDir   = "data"
 	snapshotManifest  = "manifest.json"
@@ -118,10 +128,51 @@ func (b *Backups) Snapshots(serviceDir string) ([]Snapshot, error) {
 			return nil, fmt.Errorf("snapshot %s: %w", e.Name(), err)
 		}
 		s.dir = filepath.Join(dir, e.Name())
+		if err := s.whole(); err != nil {
+			b.logger.Warn("skipping an incomplete snapshot", "dir", serviceDir, "snapshot", e.Name(), "error", err)
+			continue
+		}
 		out = append(out, s)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Finished.Before(out[j].Finished) })
 	return out, nil
+}
+
+// whole reports what a restore from the snapshot would miss: its data
+// directory with PG_VERSION and backup_label, and the first and last WAL
+// segments of the backup. (A rename publishes a snapshot whole; this
+// guards against one that lost files afterwards, so that a fork fails at
+// once rather than half-way through a copy.)
+func (s Snapshot) whole() error {
+	need := []string{"PG_VERSION", "backup_label"}
+	for _, seg := range []string{s.StartWAL, s.StopWAL} {
+		if seg != "" {
+			need = append(need, filepath.Join("pg_wal", seg))
+		}
+	}
+	for _, name := range need {
+		if _, err := os.Stat(filepath.Join(s.DataDir(), name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lockSnapshots takes the service's snapshot file lock, waiting for
+// another process holding it; tryLockSnapshots does not wait. Both make
+// the snapshots directory if it is missing.
+func lockSnapshots(ctx context.Context, serviceDir string) (*flock.Lock, error) {
+	if err := os.MkdirAll(SnapshotsDir(serviceDir), 0o700); err != nil {
+		return nil, err
+	}
+	return flock.Wait(ctx, filepath.Join(SnapshotsDir(serviceDir), snapshotsLock))
+}
+
+func tryLockSnapshots(serviceDir string) (*flock.Lock, bool, error) {
+	if err := os.MkdirAll(SnapshotsDir(serviceDir), 0o700); err != nil {
+		return nil, false, err
+	}
+	return flock.TryLock(filepath.Join(SnapshotsDir(serviceDir), snapshotsLock))
 }
 
 // expiredSnapshots returns the snapshots retention no longer needs: those
@@ -142,10 +193,22 @@ func expiredSnapshots(snaps []Snapshot, boundary time.Time) []Snapshot {
 // WAL before the oldest snapshot kept. It does nothing while a fork is
 // restoring from the service's files: the fork may need exactly what would
 // go.
-func (b *Backups) Prune(serviceDir string, retention time.Duration, now time.Time) error {
-	l := b.lockOf(serviceDir)
-	l.files.Lock()
-	defer l.files.Unlock()
+func (b *Backups) Prune(ctx context.Context, serviceDir string, retention time.Duration, now time.Time) error {
+	fl, err := lockSnapshots(ctx, serviceDir)
+	if err != nil {
+		return err
+	}
+	defer fl.Unlock()
+	return b.prune(serviceDir, retention, now)
+}
+
+// prune is Prune for a caller holding the snapshot file lock.
+func (b *Backups) prune(serviceDir string, retention time.Duration, now time.Time) error {
+	unlock, err := b.lockFiles(serviceDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if holds, err := Holds(serviceDir); err != nil || len(holds) > 0 {
 		return err
 	}
@@ -177,13 +240,24 @@ func (b *Backups) Prune(serviceDir string, retention time.Duration, now time.Tim
 }
 
 // Take takes a snapshot of the running primary src into the service's
-// snapshots directory.
+// snapshots directory, waiting for one another process is taking.
 func (b *Backups) Take(ctx context.Context, serviceDir string, src postgres.Spec) (Snapshot, error) {
+	fl, err := lockSnapshots(ctx, serviceDir)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	defer fl.Unlock()
+	return b.take(ctx, serviceDir, src)
+}
+
+// take is Take for a caller holding the snapshot file lock.
+func (b *Backups) take(ctx context.Context, serviceDir string, src postgres.Spec) (Snapshot, error) {
 	dir := SnapshotsDir(serviceDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return Snapshot{}, err
 	}
-	// Leftovers of snapshots a crash or an error cut short.
+	// Leftovers of snapshots a crash or an error cut short: no process
+	// writes into one, since every writer holds the lock this caller has.
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
 		if strings.HasPrefix(e.Name(), snapshotTmpPrefix) {
@@ -193,7 +267,8 @@ func (b *Backups) Take(ctx context.Context, serviceDir string, src postgres.Spec
 		}
 	}
 	name := time.Now().UTC().Format(snapshotNameLayout)
-	tmp := filepath.Join(dir, snapshotTmpPrefix+name)
+	// The PID says which process wrote a leftover, for whoever looks.
+	tmp := filepath.Join(dir, snapshotTmpPrefix+name+"."+strconv.Itoa(os.Getpid()))
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return Snapshot{}, err
 	}

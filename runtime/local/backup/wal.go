@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -269,4 +271,44 @@ func parseWaldumpCommit(line string) (ArchivedCommit, bool) {
 		return ArchivedCommit{}, false
 	}
 	return ArchivedCommit{Time: t.UTC(), LSN: l}, true
+}
+
+// CopyArchive copies into dst, a new directory owned by owner, the WAL of
+// archive from segment from on and every timeline history file, cloned
+// where the filesystem can. A fork replays its parent's WAL as its own OS
+// user, which cannot read the parent's archive; it replays this copy.
+func CopyArchive(ctx context.Context, archive, dst, from string, owner *syscall.Credential) (int, error) {
+	if err := os.RemoveAll(dst); err != nil {
+		return 0, err
+	}
+	if err := os.Mkdir(dst, 0o700); err != nil {
+		return 0, err
+	}
+	if err := chownTo(dst, owner); err != nil {
+		return 0, err
+	}
+	entries, err := os.ReadDir(archive)
+	if err != nil {
+		return 0, err
+	}
+	var noClone atomic.Bool
+	n := 0
+	for _, e := range entries {
+		name := e.Name()
+		if !e.Type().IsRegular() || strings.HasPrefix(name, ".") ||
+			(name < from && !strings.HasSuffix(name, ".history")) {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		if _, _, err := copyFile(filepath.Join(archive, name), filepath.Join(dst, name), 0o600, owner, false, &noClone); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // pruned meanwhile
+			}
+			return n, fmt.Errorf("copy archived %s: %w", name, err)
+		}
+		n++
+	}
+	return n, nil
 }

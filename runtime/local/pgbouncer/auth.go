@@ -52,7 +52,7 @@ func (ps *Poolers) ensureAuth(ctx context.Context, p Spec, source postgres.Spec)
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	if err := ps.instances.MakeServerDir(p.Dir); err != nil {
+	if err := ps.instances.MakeServerDir(p.Target, p.Dir); err != nil {
 		return err
 	}
 	done := readAuthMarker(p.path(poolerAuthMarker), sysID)
@@ -71,7 +71,7 @@ func (ps *Poolers) ensureAuth(ctx context.Context, p Spec, source postgres.Spec)
 		installed = append(installed, key)
 	}
 	marker := "v" + poolerAuthVersion + " " + sysID + " " + strings.Join(installed, " ") + "\n"
-	if err := ps.instances.WriteServerFile(p.path(poolerAuthMarker), []byte(marker), 0o600); err != nil {
+	if err := ps.instances.WriteServerFile(p.Target, p.path(poolerAuthMarker), []byte(marker), 0o600); err != nil {
 		return err
 	}
 	return nil

@@ -26,7 +26,7 @@ import (
 // adopts a running one (reloading it when the config changed, restarting
 // it when a startup-only setting did) or starts one. It returns the PID.
 func (ps *Poolers) run(ctx context.Context, p Spec) (int, error) {
-	if err := ps.instances.MakeServerDir(p.Dir); err != nil {
+	if err := ps.instances.MakeServerDir(p.Target, p.Dir); err != nil {
 		return 0, err
 	}
 	ini, hba := renderPoolerConfig(p)
@@ -45,7 +45,7 @@ func (ps *Poolers) run(ctx context.Context, p Spec) (int, error) {
 		{poolerUsersFile, nil, 0o600},
 		{poolerIniFile, ini, 0o600},
 	} {
-		if err := ps.instances.WriteServerFile(p.path(f.name), f.data, f.perm); err != nil {
+		if err := ps.instances.WriteServerFile(p.Target, p.path(f.name), f.data, f.perm); err != nil {
 			return 0, err
 		}
 	}
@@ -55,7 +55,7 @@ func (ps *Poolers) run(ctx context.Context, p Spec) (int, error) {
 	if err := rotateLog(p.path(poolerLogFile)); err != nil {
 		ps.logger.Warn("rotate pooler log", "pooler", p.ID, "error", err)
 	}
-	cg := ps.cgroups.Ensure(p.ID, ps.instances.Credential())
+	cg := ps.cgroups.Ensure(p.ID, ps.instances.Owner(p.Target))
 	if cg != nil {
 		if err := cg.SetLimits(0, poolerMemoryBytes); err != nil {
 			return 0, fmt.Errorf("set pooler limits: %w", err)
@@ -170,7 +170,7 @@ func (ps *Poolers) spawn(p Spec, cg *cgroup.Group) (int, error) {
 	spec := proc.Spec{
 		Path: ps.binary, Args: []string{p.path(poolerIniFile)}, Dir: p.Dir,
 		Env:        []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C"},
-		Credential: ps.instances.Credential(), LogPath: p.path(poolerLogFile),
+		Credential: ps.instances.Owner(p.Target), LogPath: p.path(poolerLogFile),
 		NoFile: poolerNoFile,
 	}
 	cg.Confine(&spec)

@@ -28,6 +28,34 @@ const (
 // HBA refuses it (and the superuser) to clients.
 const PoolerRole = "dbcloud_pooler"
 
+// ReplicatorRole is the role a standby streams WAL as and pg_basebackup
+// and pg_rewind copy a primary as, entering by peer identity as the
+// service's own OS user: REPLICATION and read access to the data directory
+// through pg_rewind's functions, no superuser. Everything it can read, the
+// OS user it maps from already owns.
+const ReplicatorRole = "dbcloud_replicator"
+
+// replicatorSQL makes ReplicatorRole on a primary made before it existed;
+// run in the postgres database, which pg_rewind connects to (function
+// grants are per database). When all is in place it writes nothing, so it
+// never waits for a synchronous standby (a dead one is what a repair
+// calls it for); when it does write, its commit is local only.
+const replicatorSQL = `DO $$
+DECLARE
+  fn text;
+BEGIN
+  PERFORM pg_catalog.set_config('synchronous_commit', 'local', true);
+  IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = '` + ReplicatorRole + `') THEN
+    CREATE ROLE ` + ReplicatorRole + ` LOGIN REPLICATION;
+  END IF;
+  FOREACH fn IN ARRAY ARRAY['pg_catalog.pg_ls_dir(text, boolean, boolean)', 'pg_catalog.pg_stat_file(text, boolean)',
+      'pg_catalog.pg_read_binary_file(text)', 'pg_catalog.pg_read_binary_file(text, bigint, bigint, boolean)'] LOOP
+    IF NOT pg_catalog.has_function_privilege('` + ReplicatorRole + `', fn, 'EXECUTE') THEN
+      EXECUTE 'GRANT EXECUTE ON FUNCTION ' || fn || ' TO ` + ReplicatorRole + `';
+    END IF;
+  END LOOP;
+END$$`
+
 // identMap is the pg_ident.conf map that lets the OS user dbcloud runs as
 // log in as the superuser over the unix socket, so no superuser password
 // exists anywhere.
@@ -121,6 +149,14 @@ func validateSettings(settings map[string]string) error {
 // Settings that fail validateSettings are left out; Prepare and Reload
 // report them as errors before rendering.
 func RenderConfig(s Spec, osUser string) (postgresqlConf, hbaConf, identConf string) {
+	// The server's OS user: the service's own, else the one every server
+	// runs as when dbcloud is root, else dbcloud's.
+	serverUser := osUser
+	if s.Owner != nil {
+		serverUser = s.Owner.Name
+	} else if osUser == "root" {
+		serverUser = pgOSUser
+	}
 	conf := filepath.Join(s.Dir, "conf")
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Written by dbcloud for instance %s; rewritten on every change, do not edit.\n", s.ID)
@@ -186,7 +222,7 @@ func RenderConfig(s Spec, osUser string) (postgresqlConf, hbaConf, identConf str
 			writeSetting(&b, name, quoteValue(settings[name]))
 		}
 	}
-	return b.String(), renderHBA(), renderIdent(osUser)
+	return b.String(), renderHBA(), renderIdent(osUser, serverUser)
 }
 
 // preloadLibraries returns the size's shared_preload_libraries with the
@@ -206,16 +242,18 @@ func preloadLibraries(fromSize string) string {
 }
 
 // renderHBA allows the superuser and the pooler's lookup role only over
-// the unix socket, by peer identity (only PostgreSQL's and dbcloud's OS
-// users reach that socket's directory), the pooler's clients over it with
-// their own SCRAM passwords, and everyone else only over TLS with SCRAM;
-// plain TCP is rejected by an explicit line so the client is told why.
+// the unix socket, by peer identity, the replication role likewise, the
+// pooler's clients over it with their own SCRAM passwords, and everyone
+// else only over TLS with SCRAM; plain TCP is rejected by an explicit line
+// so the client is told why.
 func renderHBA() string {
 	return `# Written by dbcloud; rewritten on every change, do not edit.
 # TYPE  DATABASE     USER      ADDRESS       METHOD
 local   all          postgres                peer map=` + identMap + `
 local   replication  postgres                peer map=` + identMap + `
 local   all          ` + PoolerRole + `          peer map=` + PoolerRole + `
+local   all          ` + ReplicatorRole + `      peer map=` + ReplicatorRole + `
+local   replication  ` + ReplicatorRole + `      peer map=` + ReplicatorRole + `
 local   all          all                     scram-sha-256
 hostssl all          all       0.0.0.0/0     scram-sha-256
 hostssl all          all       ::/0          scram-sha-256
@@ -225,21 +263,23 @@ host    all          all       ::/0          reject
 `
 }
 
-// renderIdent maps the OS user dbcloud runs as (root on a server) and the
-// OS user PostgreSQL runs as (for an operator's psql) to the superuser.
-func renderIdent(osUser string) string {
+// renderIdent maps only the OS user dbcloud runs as (root on a server) to
+// the superuser: the server's own OS user, which a tenant who reached a
+// shell through the database would be, is not in that map. The server's
+// user maps to what its own processes need and nothing more: the pooler's
+// lookup role (PgBouncer runs as it) and the replication role (a standby's
+// walreceiver, pg_basebackup and pg_rewind run as it), which read what
+// that user owns anyway.
+func renderIdent(osUser, serverUser string) string {
 	var b strings.Builder
 	b.WriteString("# Written by dbcloud; rewritten on every change, do not edit.\n")
 	b.WriteString("# MAPNAME  SYSTEM-USERNAME  PG-USERNAME\n")
 	fmt.Fprintf(&b, "%s    %s  postgres\n", identMap, identToken(osUser))
-	if osUser != pgOSUser {
-		fmt.Fprintf(&b, "%s    %s  postgres\n", identMap, pgOSUser)
-	}
-	// PgBouncer runs as the server's OS user; its lookup role enters by peer.
 	fmt.Fprintf(&b, "%s    %s  %s\n", PoolerRole, identToken(osUser), PoolerRole)
-	if osUser != pgOSUser {
-		fmt.Fprintf(&b, "%s    %s  %s\n", PoolerRole, pgOSUser, PoolerRole)
+	if serverUser != osUser {
+		fmt.Fprintf(&b, "%s    %s  %s\n", PoolerRole, identToken(serverUser), PoolerRole)
 	}
+	fmt.Fprintf(&b, "%s    %s  %s\n", ReplicatorRole, identToken(serverUser), ReplicatorRole)
 	return b.String()
 }
 

@@ -3,6 +3,8 @@ package postgres
 import (
 	"strings"
 	"testing"
+
+	"dbcloud/runtime/local/internal/osuser"
 )
 
 func goldenSpec() Spec {
@@ -82,6 +84,8 @@ const goldenHBA = `# Written by dbcloud; rewritten on every change, do not edit.
 local   all          postgres                peer map=dbcloud
 local   replication  postgres                peer map=dbcloud
 local   all          dbcloud_pooler          peer map=dbcloud_pooler
+local   all          dbcloud_replicator      peer map=dbcloud_replicator
+local   replication  dbcloud_replicator      peer map=dbcloud_replicator
 local   all          all                     scram-sha-256
 hostssl all          all       0.0.0.0/0     scram-sha-256
 hostssl all          all       ::/0          scram-sha-256
@@ -93,9 +97,9 @@ host    all          all       ::/0          reject
 const goldenIdent = `# Written by dbcloud; rewritten on every change, do not edit.
 # MAPNAME  SYSTEM-USERNAME  PG-USERNAME
 dbcloud    root  postgres
-dbcloud    postgres  postgres
 dbcloud_pooler    root  dbcloud_pooler
 dbcloud_pooler    postgres  dbcloud_pooler
+dbcloud_replicator    postgres  dbcloud_replicator
 `
 
 func TestRenderConfig(t *testing.T) {
@@ -181,6 +185,22 @@ func TestRenderConfig(t *testing.T) {
 		_, _, ident := RenderConfig(goldenSpec(), "postgres")
 		if strings.Count(ident, "dbcloud ") != 1 || !strings.Contains(ident, "dbcloud    postgres  postgres\n") {
 			t.Errorf("ident for OS user postgres:\n%s", ident)
+		}
+		// Only dbcloud's user is the superuser; a service's own OS user,
+		// which a tenant with a shell would be, maps to its pooler and
+		// replication roles only.
+		s := goldenSpec()
+		s.Owner = &osuser.Identity{Name: "dbc-abc", UID: 2000, GID: 2000}
+		_, _, ident = RenderConfig(s, "root")
+		for _, line := range strings.Split(ident, "\n") {
+			if f := strings.Fields(line); len(f) == 3 && f[1] == "dbc-abc" && f[2] != PoolerRole && f[2] != ReplicatorRole {
+				t.Errorf("the service's OS user maps to %s:\n%s", f[2], ident)
+			}
+		}
+		if !strings.Contains(ident, "dbcloud    root  postgres\n") || strings.Count(ident, "  postgres\n") != 1 ||
+			!strings.Contains(ident, "dbcloud_pooler    dbc-abc  dbcloud_pooler\n") ||
+			!strings.Contains(ident, "dbcloud_replicator    dbc-abc  dbcloud_replicator\n") {
+			t.Errorf("ident of a service with an OS user of its own:\n%s", ident)
 		}
 		_, _, ident = RenderConfig(goldenSpec(), "/evil")
 		if !strings.Contains(ident, `"/evil"`) {

@@ -82,7 +82,7 @@ func (m *Instances) SetLimits(s Spec) error {
 	if err := s.validate(); err != nil {
 		return fmt.Errorf("set limits of instance %s: %w", s.ID, err)
 	}
-	cg := m.cgroups.Ensure(s.ID, m.cred)
+	cg := m.cgroups.Ensure(s.ID, m.Owner(s))
 	if cg == nil {
 		return nil
 	}
@@ -99,6 +99,19 @@ func (m *Instances) SetLimits(s Spec) error {
 // applies its limits and starts it if it does not run. It is the one path
 // by which the runtime brings an instance to its spec.
 func (m *Instances) Ensure(ctx context.Context, spec Spec) error {
+	// A postmaster running as another OS user than its service's (one
+	// started before services had identities of their own) stops before
+	// Prepare gives its files to the service's user.
+	if pid, running := m.Running(spec); running {
+		if c := m.Owner(spec); c != nil {
+			if uid, err := proc.UID(pid); err == nil && uid != c.Uid {
+				m.Logger.Info("restarting as the service's own OS user", "instance", spec.ID, "uid", uid, "want_uid", c.Uid)
+				if err := m.Stop(ctx, spec, defaultStopTimeout); err != nil {
+					return fmt.Errorf("stop %s to change its OS user: %w", spec.ID, err)
+				}
+			}
+		}
+	}
 	if err := m.Prepare(ctx, spec); err != nil {
 		return err
 	}

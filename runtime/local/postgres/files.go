@@ -7,31 +7,64 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"dbcloud/internal/atomicfile"
 )
 
-// MakeServerDir creates a directory PostgreSQL writes into, owned by the
-// server's OS user and private to it.
-func (m *Instances) MakeServerDir(dir string) error {
+// Owner is the credential of s's processes and files: its service's OS
+// identity, else the Instances' own (nil: dbcloud's user).
+func (m *Instances) Owner(s Spec) *syscall.Credential {
+	if s.Owner != nil {
+		return s.Owner.Credential()
+	}
+	return m.cred
+}
+
+// MakeServerDir creates a directory s's server writes into, owned by its
+// OS user and private to it.
+func (m *Instances) MakeServerDir(s Spec, dir string) error {
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	return m.Chown(dir)
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return err
+	}
+	return m.Chown(s, dir)
 }
 
-func (m *Instances) Chown(path string) error {
-	if m.cred == nil {
+// Chown gives path to s's OS user.
+func (m *Instances) Chown(s Spec, path string) error {
+	c := m.Owner(s)
+	if c == nil {
 		return nil
 	}
-	return os.Lchown(path, int(m.cred.Uid), int(m.cred.Gid))
+	return os.Lchown(path, int(c.Uid), int(c.Gid))
+}
+
+// makeReadOnlyDir creates a directory dbcloud writes and s's server only
+// reads: root's, with the service's group allowed to read, so a tenant
+// with a shell as the service's user cannot rewrite the files that decide
+// who may log in (pg_hba.conf, pg_ident.conf). Without a service identity
+// it is a server directory as before.
+func (m *Instances) makeReadOnlyDir(s Spec, dir string) error {
+	if s.Owner == nil || m.cred == nil {
+		return m.MakeServerDir(s, dir)
+	}
+	if err := os.Mkdir(dir, 0o750); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	if err := os.Lchown(dir, 0, int(s.Owner.GID)); err != nil {
+		return err
+	}
+	return os.Chmod(dir, 0o750)
 }
 
 // checkTraversable fails, naming the directory, when the server's OS user
 // cannot reach dir because an ancestor denies it search permission. It does
 // not loosen permissions on directories it does not own.
-func (m *Instances) checkTraversable(dir string) error {
-	return traversable(m.cred, dir)
+func (m *Instances) checkTraversable(s Spec, dir string) error {
+	return traversable(m.Owner(s), dir)
 }
 
 // ServerCanReach reports, as an error naming the obstacle, whether the OS
@@ -74,10 +107,13 @@ func traversable(cred *syscall.Credential, dir string) error {
 }
 
 // writeConfig writes the instance's config files, TLS certificate and key
-// into Dir/conf, each atomically, owned by the server's OS user (PostgreSQL
-// refuses a key others can read).
+// into Dir/conf, each atomically. With a service identity they are root's
+// and group-readable by the service (PostgreSQL accepts a key root owns
+// with mode 0640), so the server reads but cannot change them; otherwise
+// they are the server's OS user's (PostgreSQL refuses a key others can
+// read).
 func (m *Instances) writeConfig(s Spec) error {
-	if err := m.MakeServerDir(s.ConfDir()); err != nil {
+	if err := m.makeReadOnlyDir(s, s.ConfDir()); err != nil {
 		return err
 	}
 	pgConf, hba, ident := RenderConfig(s, m.osUser)
@@ -92,21 +128,70 @@ func (m *Instances) writeConfig(s Spec) error {
 		{identFile, []byte(ident), 0o600},
 		{confFile, []byte(pgConf), 0o600},
 	} {
-		if err := m.WriteServerFile(s.ConfPath(f.name), f.data, f.perm); err != nil {
+		if err := m.writeReadOnlyFile(s, s.ConfPath(f.name), f.data, f.perm); err != nil {
 			return err
 		}
 	}
 	return atomicfile.SyncDir(s.ConfDir())
 }
 
-// WriteServerFile replaces path atomically with a file owned by the
-// server's OS user, so that PostgreSQL or PgBouncer (which may re-read it
-// at any SIGHUP) and a crash see the old or the new content, never a torn
-// file. The caller fsyncs the directory.
-func (m *Instances) WriteServerFile(path string, data []byte, perm os.FileMode) error {
+// writeReadOnlyFile writes a file of a makeReadOnlyDir directory: root's
+// and readable by the service's group where WriteServerFile would give it
+// to the server's user.
+func (m *Instances) writeReadOnlyFile(s Spec, path string, data []byte, perm os.FileMode) error {
+	if s.Owner == nil || m.cred == nil {
+		return m.WriteServerFile(s, path, data, perm)
+	}
+	return atomicfile.Write(path, data, perm|0o040, atomicfile.NoDirSync(), atomicfile.Owner(0, int(s.Owner.GID)))
+}
+
+// WriteServerFile replaces path atomically with a file owned by s's OS
+// user, so that PostgreSQL or PgBouncer (which may re-read it at any
+// SIGHUP) and a crash see the old or the new content, never a torn file.
+// The caller fsyncs the directory.
+func (m *Instances) WriteServerFile(s Spec, path string, data []byte, perm os.FileMode) error {
 	opts := []atomicfile.Option{atomicfile.NoDirSync()}
-	if m.cred != nil {
-		opts = append(opts, atomicfile.Owner(int(m.cred.Uid), int(m.cred.Gid)))
+	if c := m.Owner(s); c != nil {
+		opts = append(opts, atomicfile.Owner(int(c.Uid), int(c.Gid)))
 	}
 	return atomicfile.Write(path, data, perm, opts...)
+}
+
+// ownTree gives dir and everything in it to s's OS user when dir is not
+// already its: a cluster taken from the pool (prepared as the pool's
+// user), or one a service had before it got an identity of its own. The
+// root goes last, so a crash half-way leaves it foreign and the next
+// Prepare finishes the job. Symlinks are re-owned, never followed.
+func (m *Instances) ownTree(s Spec, dir string) error {
+	c := m.Owner(s)
+	if c == nil {
+		return nil
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid == c.Uid && st.Gid == c.Gid {
+		return nil
+	}
+	begin, files := time.Now(), 0
+	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if path == dir {
+			return nil
+		}
+		files++
+		return os.Lchown(path, int(c.Uid), int(c.Gid))
+	})
+	if err != nil {
+		return fmt.Errorf("give %s to uid %d: %w", dir, c.Uid, err)
+	}
+	if err := os.Lchown(dir, int(c.Uid), int(c.Gid)); err != nil {
+		return err
+	}
+	m.Logger.Info("files given to the service's OS user", "instance", s.ID, "dir", dir, "uid", c.Uid,
+		"files", files, "ms", time.Since(begin).Milliseconds())
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -514,5 +515,90 @@ func TestCheckGuard(t *testing.T) {
 	}
 	if err := checkGuard(pgbin.Dir()); err != nil {
 		t.Errorf("the host's PostgreSQL: %v (scripts/deps.sh installs the guard)", err)
+	}
+}
+
+// TestGuard_StorageReadOnly: with dbcloud_guard.storage_read_only on (a
+// service at 95% of its storage limit, set by a reload), a tenant's writes
+// that add data fail with 25006 and nothing in a session turns it off,
+// while reads and what frees space (DELETE, TRUNCATE, DROP, VACUUM) run and
+// dbcloud's superuser still writes; turned off by another reload, writes
+// succeed again.
+func TestGuard_StorageReadOnly(t *testing.T) {
+	ctx := context.Background()
+	m, s, dsn := guardInstance(t)
+	conn := mustConnect(t, dsn)
+	defer conn.Close(ctx)
+	for _, sql := range []string{
+		"CREATE TABLE kept AS SELECT g AS x FROM generate_series(1, 1000) g",
+		"CREATE TABLE gone AS SELECT g AS x FROM generate_series(1, 1000) g",
+		"CREATE TABLE emptied AS SELECT g AS x FROM generate_series(1, 1000) g",
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	setStorageReadOnly := func(on string) {
+		t.Helper()
+		s.Settings["dbcloud_guard.storage_read_only"] = on
+		if _, err := m.Reload(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A reload reaches a session at its next statement; poll until it did.
+	waitInsert := func(wantState string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, err := conn.Exec(ctx, "INSERT INTO kept VALUES (0)")
+			if pgtest.SQLState(err) == wantState {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("INSERT: %v, want SQLSTATE %q", err, wantState)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	setStorageReadOnly("on")
+	waitInsert("25006")
+	for _, c := range []struct{ sql, state string }{
+		{"UPDATE kept SET x = x + 1", "25006"},
+		{"CREATE TABLE more (x int)", "25006"},
+		{"CREATE TABLE more AS SELECT 1", "25006"},
+		{"SELECT 1 AS x INTO more", "25006"},
+		{"CREATE INDEX ON kept (x)", "25006"},
+		{"ALTER TABLE kept ADD COLUMN y text DEFAULT 'grows'", "25006"},
+		{"WITH w AS (INSERT INTO kept VALUES (1) RETURNING x) SELECT * FROM w", "25006"},
+		{"DO $$ BEGIN INSERT INTO kept VALUES (1); END $$", "25006"},
+		{"CREATE DATABASE more", "25006"},
+		// No way out from inside a session.
+		{"SET dbcloud_guard.storage_read_only = off", "55P02"},
+		{"ALTER SYSTEM SET dbcloud_guard.storage_read_only = off", "42501"},
+		{"SELECT set_config('dbcloud_guard.storage_read_only', 'off', false)", "55P02"},
+		// Reads, and what frees space.
+		{"SELECT count(*) FROM kept", ""},
+		{"DELETE FROM kept WHERE x > 900", ""},
+		{"TRUNCATE emptied", ""},
+		{"DROP TABLE gone", ""},
+		{"VACUUM kept", ""},
+	} {
+		_, err := conn.Exec(ctx, c.sql)
+		if got := pgtest.SQLState(err); got != c.state {
+			t.Errorf("%s: %v (SQLSTATE %q), want %q", c.sql, err, got, orOK(c.state))
+		}
+	}
+	if _, err := conn.Exec(ctx, "COPY kept FROM STDIN"); pgtest.SQLState(err) != "25006" {
+		t.Errorf("COPY FROM STDIN: %v, want 25006", err)
+	}
+	if err := m.Exec(ctx, s, "tsdb", "INSERT INTO public.kept VALUES (-1)"); err != nil {
+		t.Errorf("the superuser's write while storage is read-only: %v", err)
+	}
+
+	setStorageReadOnly("off")
+	waitInsert("")
+	if _, err := conn.Exec(ctx, "CREATE TABLE more AS SELECT 1 AS x"); err != nil {
+		t.Errorf("CREATE TABLE after the limit was lifted: %v", err)
 	}
 }

@@ -208,15 +208,10 @@ func (m *Instances) Prepare(ctx context.Context, s Spec) error {
 }
 
 func (m *Instances) prepare(ctx context.Context, s Spec) error {
-	// The instance root is ours: make it traversable (os.MkdirTemp makes
-	// 0700) so the postgres user can reach the directories inside.
-	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+	if err := m.makeInstanceRoot(s); err != nil {
 		return err
 	}
-	if err := os.Chmod(s.Dir, 0o755); err != nil {
-		return err
-	}
-	if err := m.checkTraversable(s.Dir); err != nil {
+	if err := m.checkTraversable(s, s.Dir); err != nil {
 		return err
 	}
 	if _, err := os.Lstat(s.PGData()); errors.Is(err, fs.ErrNotExist) {
@@ -226,22 +221,46 @@ func (m *Instances) prepare(ctx context.Context, s Spec) error {
 	} else if err != nil {
 		return err
 	}
+	// A cluster from the pool, a fork's copy or a service's data from
+	// before it had an identity of its own becomes its OS user's.
+	if err := m.ownTree(s, s.PGData()); err != nil {
+		return err
+	}
 	// Left by a crash during an inline preparation that an earlier Prepare
 	// did not get to redo (the data directory came from elsewhere since).
 	if err := removeWorkDir(filepath.Join(s.Dir, ".prepare")); err != nil {
 		return err
 	}
 	for _, dir := range []string{s.RunDir(), s.LogDir()} {
-		if err := m.MakeServerDir(dir); err != nil {
+		if err := m.MakeServerDir(s, dir); err != nil {
 			return err
 		}
 	}
 	if s.ArchiveDir != "" {
-		if err := m.MakeServerDir(s.ArchiveDir); err != nil {
+		if err := m.MakeServerDir(s, s.ArchiveDir); err != nil {
+			return err
+		}
+		if err := m.ownTree(s, s.ArchiveDir); err != nil {
 			return err
 		}
 	}
 	return m.writeConfig(s)
+}
+
+// makeInstanceRoot makes Dir, which is dbcloud's: traversable by the
+// server's OS user (os.MkdirTemp makes 0700) so it reaches the directories
+// inside, and, with a service identity, by nobody else.
+func (m *Instances) makeInstanceRoot(s Spec) error {
+	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+		return err
+	}
+	if s.Owner != nil && m.cred != nil {
+		if err := os.Lchown(s.Dir, 0, int(s.Owner.GID)); err != nil {
+			return err
+		}
+		return os.Chmod(s.Dir, 0o750)
+	}
+	return os.Chmod(s.Dir, 0o755)
 }
 
 // makeDataDir puts a fresh cluster at Dir/pgdata: from the pool if it has
@@ -264,7 +283,7 @@ func (m *Instances) makeDataDir(ctx context.Context, s Spec) error {
 		return err
 	}
 	defer removeWorkDir(work)
-	if err := m.prepareCluster(ctx, work); err != nil {
+	if err := m.prepareCluster(ctx, work, s.Owner); err != nil {
 		return err
 	}
 	if err := os.Rename(filepath.Join(work, "pgdata"), s.PGData()); err != nil {

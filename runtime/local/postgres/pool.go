@@ -18,6 +18,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"dbcloud/internal/atomicfile"
+	"dbcloud/internal/flock"
+	"dbcloud/runtime/local/internal/osuser"
 	"dbcloud/runtime/local/internal/proc"
 )
 
@@ -30,12 +32,20 @@ import (
 const (
 	poolTmpPrefix   = ".tmp-"
 	poolReadyPrefix = "ready-"
+	// poolLockFile is held by the one process that prepares and cleans
+	// up pool entries.
+	poolLockFile = ".lock"
+	// poolLockRetry is how often a process that does not keep the pool
+	// tries to take it over.
+	poolLockRetry = 2 * time.Second
 )
 
 const (
 	// poolRecheck is how often the refill loop looks at the pool without
-	// being woken, to notice entries removed behind its back.
-	poolRecheck = 30 * time.Second
+	// being woken, to notice entries removed behind its back: taken by
+	// the creates of other control planes sharing the directory, which
+	// cannot wake it. A directory listing; cheap.
+	poolRecheck = 5 * time.Second
 	// poolBackoffMin and poolBackoffMax bound the wait after a failed
 	// preparation (disk full, broken binaries); failures are logged at
 	// most once per wait, so a persistent one logs about once a minute.
@@ -56,11 +66,22 @@ func (m *Instances) Open(ctx context.Context) error {
 	if err := os.MkdirAll(m.PoolDir, 0o755); err != nil {
 		return fmt.Errorf("open pool %s: %w", m.PoolDir, err)
 	}
-	if err := m.checkTraversable(m.PoolDir); err != nil {
+	if err := m.checkTraversable(Spec{}, m.PoolDir); err != nil {
 		return fmt.Errorf("open pool %s: %w", m.PoolDir, err)
 	}
-	if err := m.cleanPool(); err != nil {
+	// With a runtime directory shared by several control planes, one of
+	// them keeps the pool: the holder of its lock. It alone prepares and
+	// cleans up, so the .tmp- entries it removes are no other plane's work
+	// in progress. The others take the lock over when it dies.
+	lock, owner, err := flock.TryLock(filepath.Join(m.PoolDir, poolLockFile))
+	if err != nil {
 		return fmt.Errorf("open pool %s: %w", m.PoolDir, err)
+	}
+	if owner {
+		if err := m.cleanPool(); err != nil {
+			lock.Unlock()
+			return fmt.Errorf("open pool %s: %w", m.PoolDir, err)
+		}
 	}
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.mu.Lock()
@@ -74,9 +95,39 @@ func (m *Instances) Open(ctx context.Context) error {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
+		if !owner {
+			if lock = m.awaitPoolLock(loopCtx); lock == nil {
+				return
+			}
+		}
+		defer lock.Unlock()
 		m.refillLoop(loopCtx)
 	}()
 	return nil
+}
+
+// awaitPoolLock waits until this process holds the pool's lock (another
+// plane that kept the pool stopped or died), cleans up what that plane
+// left, and returns the lock; nil once ctx ends.
+func (m *Instances) awaitPoolLock(ctx context.Context) *flock.Lock {
+	for {
+		lock, ok, err := flock.TryLock(filepath.Join(m.PoolDir, poolLockFile))
+		if err != nil {
+			m.Logger.Error("lock the pool", "error", err)
+		}
+		if ok {
+			m.Logger.Info("this plane keeps the pool of prepared clusters now", "pool_dir", m.PoolDir)
+			if err := m.cleanPool(); err != nil {
+				m.Logger.Error("clean up the pool", "error", err)
+			}
+			return lock
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(poolLockRetry):
+		}
+	}
 }
 
 // Close stops the refill loop, abandoning (and removing) a cluster being
@@ -186,7 +237,7 @@ func (m *Instances) addToPool(ctx context.Context) (err error) {
 			_ = removeWorkDir(work)
 		}
 	}()
-	if err := m.prepareCluster(ctx, work); err != nil {
+	if err := m.prepareCluster(ctx, work, nil); err != nil {
 		return err
 	}
 	if err := os.Rename(work, filepath.Join(m.PoolDir, poolReadyPrefix+name)); err != nil {
@@ -245,22 +296,29 @@ func (m *Instances) takeFromPool(pgdata string) (bool, error) {
 // fsync (each cluster gets its own system identifier), one start on a
 // unix socket only, the SQL, a fast shutdown, and one syncfs instead of
 // initdb's per-file fsyncs.
-func (m *Instances) prepareCluster(ctx context.Context, work string) error {
+//
+// owner is the OS identity the cluster is made as: nil (the Instances'
+// own) for the pool, whose clusters are given to their service's identity
+// when taken (ownTree), or the service's when made inline.
+func (m *Instances) prepareCluster(ctx context.Context, work string, owner *osuser.Identity) error {
 	if err := os.Mkdir(work, 0o755); err != nil {
 		return err
 	}
 	pgdata := filepath.Join(work, "pgdata")
 	// A throwaway spec gives the preparation run the same peer mapping as
 	// the instance will have.
-	s := Spec{ID: "pool", Dir: work, Port: 5432}
-	for _, dir := range []string{pgdata, s.RunDir(), s.ConfDir()} {
-		if err := m.MakeServerDir(dir); err != nil {
+	s := Spec{ID: "pool", Dir: work, Port: 5432, Owner: owner}
+	for _, dir := range []string{pgdata, s.RunDir()} {
+		if err := m.MakeServerDir(s, dir); err != nil {
 			return err
 		}
 	}
+	if err := m.makeReadOnlyDir(s, s.ConfDir()); err != nil {
+		return err
+	}
 	_, hba, ident := RenderConfig(s, m.osUser)
 	for name, data := range map[string]string{hbaFile: hba, identFile: ident} {
-		if err := m.WriteServerFile(s.ConfPath(name), []byte(data), 0o600); err != nil {
+		if err := m.writeReadOnlyFile(s, s.ConfPath(name), []byte(data), 0o600); err != nil {
 			return err
 		}
 	}
@@ -273,7 +331,7 @@ func (m *Instances) prepareCluster(ctx context.Context, work string) error {
 	// Own process group, killed as a whole on cancel: initdb runs its
 	// bootstrap backend through popen, and killing initdb alone would leave
 	// that backend writing into a directory being removed.
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: m.cred, Setpgid: true}
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: m.Owner(s), Setpgid: true}
 	initdb.Cancel = func() error { return syscall.Kill(-initdb.Process.Pid, syscall.SIGKILL) }
 	if out, err := initdb.CombinedOutput(); err != nil {
 		if initdb.Process != nil {
@@ -294,7 +352,7 @@ func (m *Instances) prepareCluster(ctx context.Context, work string) error {
 		"-c", "shared_buffers=16MB",
 		"-c", "max_connections=10",
 		"-c", "cluster_name=dbcloud-pool",
-	}, nil)
+	}, s, nil)
 	if err != nil {
 		return err
 	}
@@ -317,6 +375,10 @@ func (m *Instances) prepareCluster(ctx context.Context, work string) error {
 		return err
 	}
 	if err := m.Exec(ctx, s, "postgres", "CREATE DATABASE tsdb OWNER tsdbadmin"); err != nil {
+		_ = stopErr()
+		return err
+	}
+	if err := m.Exec(ctx, s, "postgres", replicatorSQL); err != nil {
 		_ = stopErr()
 		return err
 	}

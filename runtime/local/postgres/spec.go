@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+
+	"dbcloud/runtime/local/internal/osuser"
 )
 
 // Spec says everything instance-specific. All of it lives outside
@@ -40,6 +42,12 @@ type Spec struct {
 	// streaming cannot give it: a rewound former primary replays from
 	// before the failover, WAL the new primary may have recycled already.
 	RestoreFromArchive bool
+	// Owner is the OS identity of the instance's service: its processes
+	// run as it and its files belong to it, so a tenant who reaches a
+	// shell is that user and no other service's. Nil is the Instances'
+	// own identity (the postgres OS user when dbcloud is root), which only
+	// the pool's clusters and tests use.
+	Owner *osuser.Identity
 	// RecoverySettings are passed on the postgres command line, never
 	// written to a file, by the one start that recovers a fork: they
 	// vanish with that postmaster instead of lingering in the config.

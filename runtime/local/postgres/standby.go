@@ -38,6 +38,11 @@ func (m *Instances) isRunning(s Spec) bool {
 // CreateSlot makes the physical replication slot name on the primary,
 // reserving WAL at once, unless it exists.
 func (m *Instances) CreateSlot(ctx context.Context, primary Spec, name string) error {
+	// The standby streams as the replication role, which a primary older
+	// than it lacks.
+	if err := m.Exec(ctx, primary, "postgres", replicatorSQL); err != nil {
+		return fmt.Errorf("replication role on %s: %w", primary.ID, err)
+	}
 	if err := m.Exec(ctx, primary, "postgres",
 		`SELECT pg_create_physical_replication_slot($1, true)
 		 WHERE NOT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = $1)`, name); err != nil {
@@ -167,16 +172,17 @@ func (m *Instances) WriteStandbySignal(spec Spec) error {
 	if err := os.WriteFile(path, nil, 0o600); err != nil {
 		return err
 	}
-	return m.Chown(path)
+	return m.Chown(spec, path)
 }
 
-// command runs a PostgreSQL client tool as the server's OS user, so
-// what it writes belongs to that user.
-func (m *Instances) command(ctx context.Context, name string, args ...string) error {
+// command runs a PostgreSQL client tool as s's OS user, so what it writes
+// belongs to that user; it enters the source by peer identity as the
+// replication role.
+func (m *Instances) command(ctx context.Context, s Spec, name string, args ...string) error {
 	cmd := exec.CommandContext(ctx, filepath.Join(m.BinDir, name), args...)
 	cmd.Dir = "/"
 	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C", "PGCONNECT_TIMEOUT=10"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: m.Credential()}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: m.Owner(s)}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%s: %w: %s", name, err, strings.TrimSpace(string(out)))
@@ -189,22 +195,19 @@ func (m *Instances) command(ctx context.Context, name string, args ...string) er
 // only when complete. app names the copy in the primary's views.
 func (m *Instances) Clone(ctx context.Context, primary, spec Spec, app string) error {
 	begin := time.Now()
-	if err := os.MkdirAll(spec.Dir, 0o755); err != nil {
-		return err
-	}
-	if err := os.Chmod(spec.Dir, 0o755); err != nil {
+	if err := m.makeInstanceRoot(spec); err != nil {
 		return err
 	}
 	work := filepath.Join(spec.Dir, ".Clone")
 	if err := os.RemoveAll(work); err != nil {
 		return err
 	}
-	if err := m.MakeServerDir(work); err != nil {
+	if err := m.MakeServerDir(spec, work); err != nil {
 		return err
 	}
 	defer os.RemoveAll(work)
-	if err := m.command(ctx, "pg_basebackup", "-D", work, "-h", primary.RunDir(), "-p", strconv.Itoa(primary.Port),
-		"-U", "postgres", "-w", "-c", "fast", "-X", "stream", "-d", "application_name="+app); err != nil {
+	if err := m.command(ctx, spec, "pg_basebackup", "-D", work, "-h", primary.RunDir(), "-p", strconv.Itoa(primary.Port),
+		"-U", ReplicatorRole, "-w", "-c", "fast", "-X", "stream", "-d", "application_name="+app); err != nil {
 		return fmt.Errorf("copy %s for %s: %w", primary.ID, spec.ID, err)
 	}
 	if err := os.RemoveAll(spec.PGData()); err != nil {
@@ -238,11 +241,14 @@ func (m *Instances) Rewind(ctx context.Context, primary, spec Spec) error {
 	if err != nil {
 		return err
 	}
-	if err := m.Chown(filepath.Join(spec.PGData(), "postgresql.conf")); err != nil {
+	if err := m.ownTree(spec, spec.PGData()); err != nil {
 		return err
 	}
-	src := fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres", QuoteDSN(primary.RunDir()), primary.Port)
-	if err := m.command(ctx, "pg_rewind", "--target-pgdata="+spec.PGData(), "--source-server="+src); err != nil {
+	if err := m.Chown(spec, filepath.Join(spec.PGData(), "postgresql.conf")); err != nil {
+		return err
+	}
+	src := fmt.Sprintf("host=%s port=%d user=%s dbname=postgres", QuoteDSN(primary.RunDir()), primary.Port, ReplicatorRole)
+	if err := m.command(ctx, spec, "pg_rewind", "--target-pgdata="+spec.PGData(), "--source-server="+src); err != nil {
 		m.Logger.Warn("Rewind failed; copying instead", "instance", spec.ID, "error", err)
 		return err
 	}

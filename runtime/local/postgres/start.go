@@ -39,7 +39,7 @@ func (m *Instances) Start(ctx context.Context, s Spec) (int, error) {
 }
 
 func (m *Instances) start(ctx context.Context, s Spec) (int, error) {
-	cg := m.cgroups.Ensure(s.ID, m.cred)
+	cg := m.cgroups.Ensure(s.ID, m.Owner(s))
 	if cg != nil {
 		if err := cg.SetLimits(s.CPUMillis, s.MemoryBytes); err != nil {
 			return 0, fmt.Errorf("set limits: %w", err)
@@ -75,7 +75,7 @@ func (m *Instances) start(ctx context.Context, s Spec) (int, error) {
 		return 0, err
 	}
 	for _, dir := range []string{s.RunDir(), s.LogDir()} {
-		if err := m.MakeServerDir(dir); err != nil {
+		if err := m.MakeServerDir(s, dir); err != nil {
 			return 0, err
 		}
 	}
@@ -90,7 +90,7 @@ func (m *Instances) start(ctx context.Context, s Spec) (int, error) {
 	for _, name := range sortedKeys(s.RecoverySettings) {
 		args = append(args, "-c", name+"="+s.RecoverySettings[name])
 	}
-	c, logStart, err := m.spawnPostmaster(s.Dir, logPath, args, cg)
+	c, logStart, err := m.spawnPostmaster(s.Dir, logPath, args, s, cg)
 	if err != nil {
 		return 0, err
 	}
@@ -133,7 +133,7 @@ func (m *Instances) start(ctx context.Context, s Spec) (int, error) {
 // own session as the server's OS user, output appended to logPath, and
 // inside cg (when not nil) before it runs at all. It returns the child and
 // the log offset of its output.
-func (m *Instances) spawnPostmaster(dir, logPath string, args []string, cg *cgroup.Group) (*proc.Child, int64, error) {
+func (m *Instances) spawnPostmaster(dir, logPath string, args []string, s Spec, cg *cgroup.Group) (*proc.Child, int64, error) {
 	spec := proc.Spec{
 		Path: filepath.Join(m.BinDir, "postgres"), Args: args, Dir: dir,
 		Env: []string{
@@ -143,7 +143,7 @@ func (m *Instances) spawnPostmaster(dir, logPath string, args []string, cg *cgro
 			"PG_OOM_ADJUST_FILE=/proc/self/oom_score_adj",
 			"PG_OOM_ADJUST_VALUE=0",
 		},
-		Credential: m.cred, LogPath: logPath,
+		Credential: m.Owner(s), LogPath: logPath,
 	}
 	cg.Confine(&spec)
 	return m.sup.Spawn(spec)

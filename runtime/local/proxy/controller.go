@@ -65,23 +65,44 @@ func (c *Controller) Running(dir string) bool {
 // Set makes the proxy of dir listen on listen and forward to targets
 // (none: refuse every connection), starting it if it does not run, and
 // returns once the proxy has applied exactly this config.
-func (c *Controller) Set(ctx context.Context, dir string, listen []string, targets ...string) error {
+//
+// The proxy runs as owner (nil: dbcloud's own user), which owns dir: it
+// faces the network, so it never runs as root when dbcloud does.
+func (c *Controller) Set(ctx context.Context, dir string, owner *syscall.Credential, listen []string, targets ...string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
+	var opts []atomicfile.Option
+	if owner != nil {
+		if err := os.Lchown(dir, int(owner.Uid), int(owner.Gid)); err != nil {
+			return err
+		}
+		opts = append(opts, atomicfile.Owner(int(owner.Uid), int(owner.Gid)))
+	}
 	cfg := proxyConfig{Generation: time.Now().UnixNano(), Listen: listen, Targets: targets}
 	data, _ := json.Marshal(cfg)
-	if err := atomicfile.Write(filepath.Join(dir, proxyConfigFile), data, 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, proxyConfigFile), data, 0o600, opts...); err != nil {
 		return err
 	}
 	pid, ok := c.pid(dir)
+	if ok && owner != nil {
+		// One started as another user (root, before services had OS
+		// users of their own) is replaced: clients reconnect.
+		if uid, err := proc.UID(pid); err == nil && uid != owner.Uid {
+			c.logger.Info("restarting endpoint proxy as its service's OS user", "dir", dir, "pid", pid, "uid", uid)
+			if err := c.stopPID(ctx, dir); err != nil {
+				return err
+			}
+			ok = false
+		}
+	}
 	if ok {
 		if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
 			return fmt.Errorf("signal proxy %d: %w", pid, err)
 		}
 	} else {
 		var err error
-		if pid, err = c.spawn(dir); err != nil {
+		if pid, err = c.spawn(dir, owner); err != nil {
 			return err
 		}
 	}
@@ -108,12 +129,13 @@ func (c *Controller) Set(ctx context.Context, dir string, listen []string, targe
 
 // spawn starts the proxy in its own session, so it outlives dbcloud and
 // keeps client connections open across a restart of the control plane.
-func (c *Controller) spawn(dir string) (int, error) {
+func (c *Controller) spawn(dir string, owner *syscall.Credential) (int, error) {
 	_ = os.Remove(filepath.Join(dir, proxyPidFile))
 	child, _, err := c.sup.Spawn(proc.Spec{
 		Path: c.exe, Args: []string{Command, dir}, Dir: dir,
-		Env:     []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C"},
-		LogPath: filepath.Join(dir, proxyLogFile),
+		Env:        []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C"},
+		LogPath:    filepath.Join(dir, proxyLogFile),
+		Credential: owner,
 	})
 	if err != nil {
 		return 0, fmt.Errorf("start proxy: %w", err)
@@ -124,6 +146,17 @@ func (c *Controller) spawn(dir string) (int, error) {
 // Stop stops the proxy of dir by PID (SIGTERM, then SIGKILL) and removes
 // its files. It is idempotent.
 func (c *Controller) Stop(ctx context.Context, dir string) error {
+	if err := c.stopPID(ctx, dir); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// stopPID stops the proxy of dir by PID (SIGTERM, then SIGKILL).
+func (c *Controller) stopPID(ctx context.Context, dir string) error {
 	find := func() []int {
 		if pid, ok := c.pid(dir); ok {
 			return []int{pid}
@@ -135,9 +168,6 @@ func (c *Controller) Stop(ctx context.Context, dir string) error {
 		{Signal: syscall.SIGKILL, Bound: 5 * time.Second},
 	}); err != nil {
 		return fmt.Errorf("stop proxy in %s: %w", dir, err)
-	}
-	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
 	}
 	return nil
 }

@@ -37,6 +37,18 @@ const cfsPeriod = 100000
 // quota, cpuacct for CPU usage, memory for the limit and the working set.
 func controllers() []string { return []string{"cpu", "cpuacct", "memory"} }
 
+// pidsController caps how many processes a group may have, so a tenant
+// who runs programs on the server cannot fork-bomb the host. It is used
+// where mounted (v1) or offered (v2); a host without it keeps its CPU and
+// memory limits.
+const pidsController = "pids"
+
+// PidsMax is each group's process limit: far above what a postmaster
+// needs (a backend per connection, at most 100, plus its workers and
+// auxiliary processes; PgBouncer is one process), far below what would
+// exhaust the host's PIDs.
+const PidsMax = 512
+
 // Mounts says where the hierarchies are: a v1 controller's mount point by
 // controller name, and the v2 (unified) mount point under the key "".
 type Mounts map[string]string
@@ -49,7 +61,7 @@ const unified = ""
 // Controllers mounted together (cpu,cpuacct) share a mount point.
 func FindMounts(mountinfo io.Reader) Mounts {
 	mounts := Mounts{}
-	wanted := controllers()
+	wanted := append(controllers(), pidsController)
 	sc := bufio.NewScanner(mountinfo)
 	for sc.Scan() {
 		// "36 25 0:31 / /sys/fs/cgroup/cpu rw,relatime shared:9 - cgroup cgroup rw,cpu"
@@ -136,6 +148,9 @@ func NewHierarchyAt(mounts Mounts, logger *slog.Logger) *Hierarchy {
 	}
 	switch {
 	case len(v1) == len(controllers()):
+		if dir, ok := mounts[pidsController]; ok {
+			v1[pidsController] = dir
+		}
 		h.v1 = v1
 	case mounts[unified] != "":
 		h.v2 = mounts[unified]
@@ -169,8 +184,8 @@ func (h *Hierarchy) Of(id string) *Group {
 	switch h.Version() {
 	case 1:
 		g := &Group{dirs: map[string]string{}, mounts: h.v1}
-		for _, c := range controllers() {
-			g.dirs[c] = filepath.Join(h.v1[c], Parent, id)
+		for c, mount := range h.v1 {
+			g.dirs[c] = filepath.Join(mount, Parent, id)
 		}
 		return g
 	case 2:
@@ -246,9 +261,9 @@ func (g *Group) uniqueDirs() []string {
 		return []string{g.dir}
 	}
 	var dirs []string
-	for _, c := range controllers() {
-		if !slices.Contains(dirs, g.dirs[c]) {
-			dirs = append(dirs, g.dirs[c])
+	for _, c := range append(controllers(), pidsController) {
+		if dir, ok := g.dirs[c]; ok && !slices.Contains(dirs, dir) {
+			dirs = append(dirs, dir)
 		}
 	}
 	return dirs
@@ -270,8 +285,9 @@ func (g *Group) ProcsFiles() []string {
 	return files
 }
 
-// SetLimits applies a CPU quota and a memory limit; zero means unlimited.
-// Both take effect immediately for running processes.
+// SetLimits applies a CPU quota and a memory limit (zero means unlimited)
+// and, where the pids controller is there, PidsMax. They take effect
+// immediately for running processes.
 func (g *Group) SetLimits(cpuMillis int, memoryBytes int64) error {
 	if g.dir != "" {
 		return g.setLimitsV2(cpuMillis, memoryBytes)

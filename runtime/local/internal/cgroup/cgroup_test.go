@@ -92,7 +92,7 @@ func fakeV2(t *testing.T) (root string, g *Group) {
 		}
 	}
 	for name, content := range map[string]string{
-		"cpu.max": "max 100000\n", "cpu.weight": "100\n", "memory.max": "max\n", "cgroup.procs": "",
+		"cpu.max": "max 100000\n", "cpu.weight": "100\n", "memory.max": "max\n", "pids.max": "max\n", "cgroup.procs": "",
 		"cpu.stat":       "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n",
 		"memory.current": "104857600\n",
 		"memory.stat":    "anon 1000\nfile 60000000\nactive_file 20000000\ninactive_file 41943040\n",
@@ -120,7 +120,11 @@ func TestGroup_V2Files(t *testing.T) {
 	if err := g.SetLimits(500, 512<<20); err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]string{"cpu.max": "50000 100000", "cpu.weight": "20", "memory.max": "536870912"} {
+	if got, _ := os.ReadFile(filepath.Join(root, Parent, "cgroup.subtree_control")); !strings.Contains(string(got), "+pids") {
+		t.Errorf("Parent's subtree_control = %q, want pids enabled", got)
+	}
+	for name, want := range map[string]string{"cpu.max": "50000 100000", "cpu.weight": "20", "memory.max": "536870912",
+		"pids.max": strconv.Itoa(PidsMax)} {
 		if got, _ := os.ReadFile(filepath.Join(g.SpawnDir(), name)); !strings.HasPrefix(string(got), want) {
 			t.Errorf("%s = %q, want %q", name, got, want)
 		}
@@ -187,5 +191,67 @@ func TestSpawnIntoV2Group(t *testing.T) {
 	procs, err := g.Procs()
 	if err != nil || len(procs) != 1 || procs[0] != c.PID {
 		t.Errorf("group procs = %v, %v; want [%d]", procs, err, c.PID)
+	}
+}
+
+// On v1 the pids controller, mounted on its own, caps each group's
+// processes: a shell in a group trying to fork more than the limit allows
+// is refused, the way a tenant's fork bomb through COPY ... PROGRAM would
+// be. The group's limit is PidsMax; the test lowers it to show the kernel
+// enforcing it without forking hundreds of processes.
+func TestPidsLimit_V1(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("making cgroups needs root")
+	}
+	h := NewHierarchy(nil)
+	if h.Version() != 1 || h.v1[pidsController] == "" {
+		t.Skip("needs cgroup v1 with the pids controller mounted")
+	}
+	id := "pids-test-" + strconv.Itoa(os.Getpid())
+	g := h.Ensure(id, nil)
+	if g == nil {
+		t.Fatal("Ensure: no group")
+	}
+	t.Cleanup(func() { g.Remove(time.Now().Add(10 * time.Second)) })
+	if err := g.SetLimits(0, 0); err != nil {
+		t.Fatal(err)
+	}
+	pidsDir := g.dirs[pidsController]
+	if got, _ := os.ReadFile(filepath.Join(pidsDir, "pids.max")); strings.TrimSpace(string(got)) != strconv.Itoa(PidsMax) {
+		t.Fatalf("pids.max = %q, want %d", got, PidsMax)
+	}
+	if err := proc.WriteControlFile(filepath.Join(pidsDir, "pids.max"), "8"); err != nil {
+		t.Fatal(err)
+	}
+	// 20 sleeps in the background: the shell and 7 of them fit.
+	spec := proc.Spec{Path: "/bin/sh", Args: []string{"-c", `for i in $(seq 20); do sleep 30 & done; echo started; wait`},
+		Dir: "/", LogPath: filepath.Join(t.TempDir(), "out")}
+	g.Confine(&spec)
+	c, _, err := proc.NewSupervisor().Spawn(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		pids, _ := g.Procs()
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		<-c.Exited()
+	})
+	var out []byte
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		out, _ = os.ReadFile(spec.LogPath)
+		if strings.Contains(strings.ToLower(string(out)), "fork") || strings.Contains(string(out), "started") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("shell neither forked 20 times nor was refused; output:\n%s", out)
+		}
+	}
+	if !strings.Contains(strings.ToLower(string(out)), "fork") {
+		t.Errorf("no fork was refused in a group limited to 8 processes; output:\n%s", out)
+	}
+	if pids, err := g.Procs(); err != nil || len(pids) > 8 || len(pids) < 1 {
+		t.Errorf("group holds %d processes (%v), want some sleeps, at most 8", len(pids), err)
 	}
 }

@@ -47,6 +47,9 @@ func (g *Group) setLimitsV1(cpuMillis int, memoryBytes int64) error {
 			return err
 		}
 	}
+	if dir, ok := g.dirs[pidsController]; ok {
+		return proc.WriteControlFile(filepath.Join(dir, "pids.max"), strconv.Itoa(PidsMax))
+	}
 	return nil
 }
 

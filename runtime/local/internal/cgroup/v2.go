@@ -31,8 +31,12 @@ func (h *Hierarchy) ensureV2(g *Group, owner *syscall.Credential) error {
 				return fmt.Errorf("cgroup v2 at %s does not offer the %s controller", dir, c)
 			}
 		}
+		want := []string{"cpu", "memory"}
+		if strings.Contains(" "+strings.TrimSpace(string(available))+" ", " "+pidsController+" ") {
+			want = append(want, pidsController)
+		}
 		enabled, _ := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
-		for _, c := range []string{"cpu", "memory"} {
+		for _, c := range want {
 			if strings.Contains(" "+strings.TrimSpace(string(enabled))+" ", " "+c+" ") {
 				continue
 			}
@@ -66,6 +70,10 @@ func (g *Group) setLimitsV2(cpuMillis int, memoryBytes int64) error {
 		if err := proc.WriteControlFile(filepath.Join(g.dir, w.file), w.value); err != nil {
 			return err
 		}
+	}
+	// pids.max exists where the parent enabled the controller.
+	if _, err := os.Stat(filepath.Join(g.dir, "pids.max")); err == nil {
+		return proc.WriteControlFile(filepath.Join(g.dir, "pids.max"), strconv.Itoa(PidsMax))
 	}
 	return nil
 }

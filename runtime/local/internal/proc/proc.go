@@ -289,6 +289,24 @@ func State(pid int) (state byte, ppid int, err error) {
 	return fields[0][0], ppid, err
 }
 
+// UID returns the real uid of pid (the first Uid field of
+// /proc/PID/status): who the process runs as.
+func UID(pid int) (uint32, error) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				uid, err := strconv.ParseUint(f[0], 10, 32)
+				return uint32(uid), err
+			}
+		}
+	}
+	return 0, fmt.Errorf("no Uid in /proc/%d/status", pid)
+}
+
 // Alive reports whether pid exists and is not a zombie.
 func Alive(pid int) bool {
 	state, _, err := State(pid)

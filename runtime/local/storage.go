@@ -1,0 +1,140 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"dbcloud"
+	"dbcloud/runtime/local/backup"
+	"dbcloud/runtime/local/internal/volume"
+)
+
+// storageStateFile records, in the service's directory, whether the
+// guard's storage read-only is on for the service, so that every config
+// rendered for it (an ensure, a failover, a restart of dbcloud) agrees.
+const storageStateFile = "storage.json"
+
+type storageState struct {
+	ReadOnly bool `json:"read_only"`
+}
+
+func (rt *Runtime) storageStatePath(id string) string {
+	return filepath.Join(rt.serviceDir(id), storageStateFile)
+}
+
+// storageReadOnly reports whether the service is read-only for being
+// near its storage limit.
+func (rt *Runtime) storageReadOnly(id string) bool {
+	st, err := readState[storageState](rt.storageStatePath(id))
+	return err == nil && st != nil && st.ReadOnly
+}
+
+// storageSettings adds to an instance's settings what the runtime's
+// storage changes. Where files clone, the first start after a crash or a
+// copy (a fork, a replica node) syncs the data directory with one syncfs
+// rather than an fsync per file: a cloned data directory is metadata, and
+// a thousand fsyncs of it cost seconds on btrfs where one commit costs
+// milliseconds. Elsewhere a copy's data is dirty in the page cache and the
+// per-file walk flushes only it, not the other tenants' writes. A service
+// near its storage limit refuses writes that add data (the guard).
+func (rt *Runtime) storageSettings(serviceID string, settings map[string]string) map[string]string {
+	if rt.volumes.Filesystem().Reflink {
+		settings["recovery_init_sync_method"] = "syncfs"
+	}
+	if rt.storageReadOnly(serviceID) {
+		settings["dbcloud_guard.storage_read_only"] = "on"
+	}
+	return settings
+}
+
+// makeServiceVolume makes the service's directory a volume limited to
+// what its size may keep (a btrfs subvolume with a quota where the
+// filesystem has quotas, else a plain directory); a resize moves the
+// limit. Its owner and mode are makeTenantDir's.
+func (rt *Runtime) makeServiceVolume(ctx context.Context, svc *dbcloud.Service, dir string) error {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
+		return err
+	}
+	return rt.volumes.Create(ctx, dir, 0o700, rt.cfg.StorageLimits.Of(svc.Spec.Size))
+}
+
+// serviceStorage is what the service keeps on disk: data, WAL archive and
+// snapshots. On a volume the filesystem accounts it (a block that a
+// snapshot shares with the data counted once); elsewhere it is the
+// primary's data directory, the archive's files and the snapshots' sizes
+// from their manifests, each snapshot a full copy.
+func (rt *Runtime) serviceStorage(ctx context.Context, id string, primaryData int64) (int64, error) {
+	dir := rt.serviceDir(id)
+	u, err := rt.volumes.Usage(ctx, dir)
+	if err == nil {
+		return u.Referenced, nil
+	}
+	if !errors.Is(err, volume.ErrNotAccounted) {
+		return 0, err
+	}
+	total := primaryData
+	entries, err := os.ReadDir(backup.ArchiveDir(dir))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return 0, err
+	}
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
+			total += fi.Size()
+		}
+	}
+	snaps, err := rt.backups.Snapshots(dir)
+	if err != nil {
+		return 0, err
+	}
+	for _, s := range snaps {
+		total += s.Bytes
+	}
+	return total, nil
+}
+
+// enforceStorage compares what the service keeps with its limit: near it
+// the service gets a notice, at the read-only level the guard refuses
+// writes that add data (a reload of the primary, no restart), and below
+// it again writes resume by themselves. obs.Notice says where it stands.
+func (rt *Runtime) enforceStorage(svc *dbcloud.Service, used int64, obs *dbcloud.Observation) {
+	limit := rt.cfg.StorageLimits.Of(svc.Spec.Size)
+	was := rt.storageReadOnly(svc.ID)
+	level := dbcloud.StorageLevelOf(used, limit, was)
+	obs.Notice = dbcloud.StorageNotice(level, used, limit)
+	now := level == dbcloud.StorageReadOnly
+	if now == was {
+		return
+	}
+	log := rt.cfg.Logger.With("service", svc.ID, "used_mb", used>>20, "limit_mb", limit>>20)
+	if err := writeState(rt.storageStatePath(svc.ID), storageState{ReadOnly: now}); err != nil {
+		log.Error("storage read-only: state not written", "error", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := rt.reloadPrimary(ctx, svc); err != nil {
+		// The state is written: the next check or ensure renders it.
+		log.Error("storage read-only: reload failed", "read_only", now, "error", err)
+		return
+	}
+	if now {
+		log.Warn("service read-only: at its storage limit", "percent", used*100/limit)
+	} else {
+		log.Info("service writable again: below its storage limit", "percent", used*100/limit)
+	}
+}
+
+// reloadPrimary renders the primary's config again and makes it re-read
+// it.
+func (rt *Runtime) reloadPrimary(ctx context.Context, svc *dbcloud.Service) error {
+	spec, err := rt.preparePrimary(ctx, svc)
+	if err != nil {
+		return err
+	}
+	_, err = rt.instances.Reload(ctx, spec)
+	return err
+}
