@@ -198,9 +198,13 @@ func (a *adminCommand) summary(s *dbcloud.Service) serviceSummary {
 	return out
 }
 
-// caFile is the CA that services' certificates chain to: the one dbcloud
-// serve made in the data directory.
+// caFile is the CA that services' certificates chain to: the one named in
+// bootstrap.json, else the one dbcloud serve makes in the data directory
+// (without --ca-dir).
 func (a *adminCommand) caFile() string {
+	if b, ok := a.bootstrap(); ok && b.CAFile != "" {
+		return b.CAFile
+	}
 	p, err := filepath.Abs(filepath.Join(a.dataDir, "tls", tlsca.CAFile))
 	if err != nil {
 		return filepath.Join(a.dataDir, "tls", tlsca.CAFile)
@@ -208,16 +212,20 @@ func (a *adminCommand) caFile() string {
 	return p
 }
 
+// bootstrap reads the data directory's bootstrap.json, if there is one.
+func (a *adminCommand) bootstrap() (bootstrapFile, bool) {
+	var b bootstrapFile
+	raw, err := os.ReadFile(filepath.Join(a.dataDir, "bootstrap.json"))
+	return b, err == nil && json.Unmarshal(raw, &b) == nil
+}
+
 // serverRunning reports whether dbcloud serve answers on the data
 // directory's API address (from bootstrap.json, else the default).
 func (a *adminCommand) serverRunning() (string, bool) {
 	addr := DefaultConfig().Listen
-	if raw, err := os.ReadFile(filepath.Join(a.dataDir, "bootstrap.json")); err == nil {
-		var b bootstrapFile
-		if json.Unmarshal(raw, &b) == nil {
-			if u, err := url.Parse(b.APIURL); err == nil && u.Host != "" {
-				addr = u.Host
-			}
+	if b, ok := a.bootstrap(); ok {
+		if u, err := url.Parse(b.APIURL); err == nil && u.Host != "" {
+			addr = u.Host
 		}
 	}
 	// A whole TLS handshake, so the server logs no aborted one. Nothing
