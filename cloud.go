@@ -94,6 +94,8 @@ type Cloud struct {
 	Network Network
 	// PasswordTimeout bounds updatePassword's work on the tenant's database.
 	PasswordTimeout time.Duration
+	// History, when set, answers the metrics preview (history.go).
+	History *History
 }
 
 // NewCloud returns a Cloud with the given dependencies.
@@ -101,7 +103,11 @@ func NewCloud(store Store, runtime Runtime, cfg Config, logger *slog.Logger) *Cl
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Cloud{Store: store, Runtime: runtime, Config: cfg, Logger: logger, Now: time.Now, PasswordTimeout: DefaultPasswordTimeout}
+	c := &Cloud{Store: store, Runtime: runtime, Config: cfg, Logger: logger, Now: time.Now, PasswordTimeout: DefaultPasswordTimeout}
+	if ss, ok := UnwrapStore(store).(SeriesStore); ok {
+		c.History = &History{Store: ss}
+	}
+	return c
 }
 
 func (c *Cloud) now() time.Time { return c.Now().UTC().Truncate(time.Microsecond) }

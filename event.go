@@ -104,6 +104,22 @@ func (s *EventStore) Update(ctx context.Context, fn func(Tx) error) error {
 	return err
 }
 
+// Unwrap returns the store s records events into, for what it offers
+// beyond Store (the metrics series of SeriesStore), which has no events.
+func (s *EventStore) Unwrap() Store { return s.Store }
+
+// UnwrapStore returns the innermost store under wrappers such as
+// EventStore.
+func UnwrapStore(s Store) Store {
+	for {
+		u, ok := s.(interface{ Unwrap() Store })
+		if !ok {
+			return s
+		}
+		s = u.Unwrap()
+	}
+}
+
 // Changed returns a channel closed at the next commit that records an
 // event in this process. Other processes sharing the store are seen by
 // reading it again, so a follower also reads on a timer.

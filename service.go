@@ -117,6 +117,8 @@ type Metrics struct {
 	MemoryMB  int64     `json:"memory_mb"`
 	StorageMB int64     `json:"storage_mb"`
 	Measured  time.Time `json:"measured"`
+	// Database is measured inside the database and its pooler (history.go).
+	Database *DatabaseMetrics `json:"database,omitempty"`
 }
 
 // ForkStrategy says which state of the parent a fork holds.

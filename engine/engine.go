@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"dbcloud"
@@ -49,6 +50,15 @@ type Engine struct {
 	MaxAttempts int
 	// Now is injected so tests can control time.
 	Now func() time.Time
+	// History, when set, keeps every metrics sample over time (history.go).
+	History *dbcloud.History
+	// Observe, when set, is told of each reconcile: its kind ("service",
+	// "peering", "replica_set", or "repair" for the health loop's restart
+	// of a service), how long it took and its error.
+	Observe func(kind string, d time.Duration, err error)
+
+	queueDepth atomic.Int64 // pending operations at the last dispatch
+	leasesHeld atomic.Int64
 
 	wake   chan struct{}
 	cancel context.CancelFunc
@@ -61,6 +71,7 @@ type Engine struct {
 	// provisioning failed for good; a new operation is not held back.
 	repairAfter map[string]time.Time
 	measured    map[string]time.Time // last metrics write per service
+	pruned      time.Time            // last prune of the history
 }
 
 // GiveUpPause is how long the engine leaves a service alone after its
@@ -152,6 +163,7 @@ func (e *Engine) dispatch(ctx context.Context, sem chan struct{}) {
 		}
 		return
 	}
+	e.queueDepth.Store(int64(len(ops)))
 	seen := map[string]bool{}
 	for _, op := range ops {
 		if seen[op.ResourceID] || e.kindOf(op.Type) == "" {
@@ -210,6 +222,7 @@ func (e *Engine) work(ctx context.Context, resourceID, kind, projectID string) {
 	}
 	e.markStarted(ctx, resourceID)
 	defer release()
+	start := time.Now()
 	var err error
 	switch kind {
 	case "service":
@@ -219,10 +232,19 @@ func (e *Engine) work(ctx context.Context, resourceID, kind, projectID string) {
 	case "replica_set":
 		err = e.reconcileReplicaSet(ctx, projectID, resourceID)
 	}
+	if e.Observe != nil && ctx.Err() == nil {
+		e.Observe(kind, time.Since(start), err)
+	}
 	if err != nil && ctx.Err() == nil {
 		e.Logger.Warn("reconcile", "resource", resourceID, "error", err)
 	}
 }
+
+// QueueDepth is how many operations were pending at the last dispatch.
+func (e *Engine) QueueDepth() int { return int(e.queueDepth.Load()) }
+
+// LeasesHeld is how many resource leases this process holds now.
+func (e *Engine) LeasesHeld() int { return int(e.leasesHeld.Load()) }
 
 // lease takes the resource's lease and keeps renewing it; the returned
 // context ends if the lease is lost, so no two processes act at once.
@@ -247,6 +269,7 @@ func (e *Engine) lease(parent context.Context, resourceID string) (context.Conte
 		}
 		return nil, nil, false
 	}
+	e.leasesHeld.Add(1)
 	ctx, cancel := context.WithCancel(parent)
 	done := make(chan struct{})
 	go func() {
@@ -287,6 +310,7 @@ func (e *Engine) lease(parent context.Context, resourceID string) (context.Conte
 	release := func() {
 		cancel()
 		<-done
+		defer e.leasesHeld.Add(-1)
 		// Release with a fresh context: the work's context may be over.
 		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer rcancel()

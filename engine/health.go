@@ -29,9 +29,11 @@ func (e *Engine) healthLoop(ctx context.Context) {
 			}
 			continue
 		}
+		var samples []dbcloud.SeriesSample
 		for _, svc := range w.services {
-			e.check(ctx, svc)
+			samples = append(samples, dbcloud.Samples(svc, e.check(ctx, svc))...)
 		}
+		e.recordHistory(ctx, samples)
 		if rp, ok := e.replicaSets(); ok {
 			for i, set := range w.sets {
 				e.checkReplicaSet(ctx, rp, w.parents[i], set)
@@ -117,9 +119,11 @@ func (e *Engine) endRepair(id string) {
 	e.Notify()
 }
 
-func (e *Engine) check(ctx context.Context, svc *dbcloud.Service) {
+// check checks one service, and returns the usage it measured (nil when
+// none was due or it is not READY).
+func (e *Engine) check(ctx context.Context, svc *dbcloud.Service) *dbcloud.Metrics {
 	if !e.claimForRepair(svc.ID) {
-		return
+		return nil
 	}
 	defer e.endRepair(svc.ID)
 	e.mu.Lock()
@@ -130,19 +134,24 @@ func (e *Engine) check(ctx context.Context, svc *dbcloud.Service) {
 		if ctx.Err() == nil {
 			e.Logger.Warn("check service", "service", svc.ID, "error", err)
 		}
-		return
+		return nil
 	}
 	if obs.Running && svc.Status == dbcloud.StatusReady {
 		if due && obs.Metrics != nil {
+			if obs.Metrics.Measured.IsZero() {
+				obs.Metrics.Measured = e.now() // the history needs a time
+			}
 			e.mu.Lock()
 			e.measured[svc.ID] = e.now()
 			e.mu.Unlock()
 			e.recordMetrics(ctx, svc, obs)
+			return obs.Metrics
 		}
-		return
+		return nil
 	}
 	// Not running (or UNSTABLE): repair under the lease, as any change.
 	e.repair(ctx, svc, obs)
+	return nil
 }
 
 // repair shows the service UNSTABLE and reconciles it back to READY.
@@ -177,7 +186,11 @@ func (e *Engine) repair(ctx context.Context, svc *dbcloud.Service, obs *dbcloud.
 		}
 		e.Logger.Warn("service unhealthy", "service", svc.ID, "reason", reason)
 	}
+	start := time.Now()
 	fixed, err := e.Provisioner.EnsureService(lctx, svc)
+	if e.Observe != nil && lctx.Err() == nil {
+		e.Observe("repair", time.Since(start), err)
+	}
 	if err != nil {
 		if lctx.Err() == nil {
 			e.backoff(svc.ID, 1)

@@ -244,6 +244,12 @@ func (e *Engine) deleteService(ctx context.Context, svc *dbcloud.Service) error 
 		delete(e.measured, svc.ID)
 		e.mu.Unlock()
 		e.Logger.Info("service deleted", "service", svc.ID)
+		// After a crash here the rows age out with the retention instead.
+		if e.History != nil {
+			if herr := e.History.Forget(ctx, svc.ID); herr != nil && ctx.Err() == nil {
+				e.Logger.Warn("delete metrics history", "service", svc.ID, "error", herr)
+			}
+		}
 	}
 	return err
 }

@@ -58,6 +58,8 @@ func (h *Handler) routes() []Route {
 		get(service+"/logs", h.logs),
 		post(service+"/setHA", true, h.setHA),
 		post(service+"/rename", true, h.renameService),
+		get(service+"/metrics/available-series", h.metricsAvailableSeries),
+		post(service+"/metrics/series", true, h.metricsSeries),
 
 		get(service+"/replicaSets", h.listReplicaSets),
 		post(service+"/replicaSets", true, h.createReplicaSet),

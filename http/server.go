@@ -102,6 +102,9 @@ type Handler struct {
 	// Idempotency-Key made its change and before its response is stored
 	// and sent: a test hook to crash the server exactly there.
 	AfterIdempotentChange func()
+	// Observe, when set, is told of every request: its method, the route
+	// pattern it matched ("" for none), its status and duration.
+	Observe func(method, route string, status int, d time.Duration)
 }
 
 // NewHandler returns the API handler for cloud.
@@ -158,10 +161,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
 	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 
-	if _, pattern := h.mux.Handler(r); pattern == "" {
+	_, pattern := h.mux.Handler(r)
+	if pattern == "" {
 		h.unrouted(rec, r)
 	} else {
 		h.mux.ServeHTTP(rec, r)
+	}
+	if h.Observe != nil {
+		_, route, _ := strings.Cut(pattern, " ") // "GET /path" -> "/path"
+		h.Observe(r.Method, route, rec.status, time.Since(start))
 	}
 	attrs := []slog.Attr{
 		slog.String("request_id", id), slog.String("method", r.Method), slog.String("path", r.URL.Path),

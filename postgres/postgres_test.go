@@ -128,3 +128,7 @@ func BenchmarkListServices(b *testing.B) { storetest.BenchmarkListServices(b, ne
 func BenchmarkFindService(b *testing.B) { storetest.BenchmarkFindService(b, newDB) }
 
 func BenchmarkUpdateService(b *testing.B) { storetest.BenchmarkUpdateService(b, newDB) }
+
+func BenchmarkRecordHistory(b *testing.B) { storetest.BenchmarkRecordHistory(b, newDB) }
+
+func BenchmarkQueryHistory(b *testing.B) { storetest.BenchmarkQueryHistory(b, newDB) }

@@ -101,6 +101,10 @@ func BenchmarkFindService(b *testing.B) { storetest.BenchmarkFindService(b, newD
 
 func BenchmarkUpdateService(b *testing.B) { storetest.BenchmarkUpdateService(b, newDB) }
 
+func BenchmarkRecordHistory(b *testing.B) { storetest.BenchmarkRecordHistory(b, newDB) }
+
+func BenchmarkQueryHistory(b *testing.B) { storetest.BenchmarkQueryHistory(b, newDB) }
+
 func TestOpen_PrivateFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "db")
 	s, err := sqlite.Open(t.Context(), path)

@@ -44,6 +44,8 @@ func RunStoreTests(t *testing.T, newDB NewDB) {
 		{"Port", testPort},
 		{"Idempotency", testIdempotency},
 		{"Lease", testLease},
+		{"Series", testSeries},
+		{"SeriesBounded", testSeriesBounded},
 		{"Time", testTime},
 		{"Update", testUpdate},
 		{"View", testView},

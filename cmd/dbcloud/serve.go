@@ -77,6 +77,8 @@ type Config struct {
 	StorageImageGiB int
 	// HTTP bounds what one client can hold of the API server.
 	HTTP http.ServerConfig
+	// Metrics: the Prometheus listener and the history's retention.
+	Metrics MetricsConfig
 }
 
 // crashAfterCommitEnv, set to 1, makes the server kill itself after the
@@ -97,7 +99,7 @@ func DefaultConfig() Config {
 		PoolSize: 2, Overcommit: 4, VPCBlock: netip.MustParsePrefix("127.77.0.0/16"),
 		SnapshotInterval: local.DefaultSnapshotInterval, SnapshotRetention: local.DefaultSnapshotRetention,
 		StorageLimits: dbcloud.DefaultStorageLimits, LogMaxAge: 7 * 24 * time.Hour, LogMaxBytes: 1 << 30, HTTP: http.DefaultServerConfig(),
-		LeaseTTL: engine.DefaultLeaseTTL,
+		LeaseTTL: engine.DefaultLeaseTTL, Metrics: DefaultMetricsConfig(),
 	}
 }
 
@@ -124,6 +126,9 @@ type Main struct {
 	ca       *tlsca.CA
 	cancel   context.CancelFunc
 	done     chan struct{}
+	// metricsServer serves /metrics on metricsListener (--metrics-listen).
+	metricsServer   *stdhttp.Server
+	metricsListener net.Listener
 	// CAFile is the CA clients must trust; empty with --tls-cert.
 	CAFile string
 }
@@ -188,6 +193,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&c.CADir, "ca-dir", c.CADir, "directory of the installation's CA (ca.pem, ca-key.pem), made on first use; every control plane of one store uses the same (default DATA_DIR/tls)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "how long a resource's lease outlives the plane's last renewal (renewed every third of it): the takeover time when a plane dies")
 	quotaFlags(fs, &c.Quotas)
+	metricsFlags(fs, &c.Metrics)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -246,6 +252,9 @@ func (c *Config) validate() error {
 	if _, err := dbcloud.ParseSizeTable(c.Sizes); err != nil {
 		errs = append(errs, fmt.Errorf("--sizes: %w", err))
 	}
+	if err := c.Metrics.validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if strings.TrimSpace(c.Regions) == "" {
 		errs = append(errs, errors.New("--regions must name at least one region"))
 	}
@@ -301,6 +310,10 @@ func (m *Main) Run(ctx context.Context) error {
 		// For the crash tests only: die as a power cut would, between
 		// the commit of a change and its response.
 		h.AfterIdempotentChange = func() { syscall.Kill(os.Getpid(), syscall.SIGKILL) }
+	}
+	if err := m.wireMetrics(h); err != nil {
+		m.listener.Close()
+		return err
 	}
 	m.server = http.NewServer(h, c.HTTP, m.Logger)
 	m.server.TLSConfig = tlsConfig
@@ -413,6 +426,9 @@ func (m *Main) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		errs = append(errs, m.server.Shutdown(ctx))
 		cancel()
+	}
+	if m.metricsServer != nil {
+		errs = append(errs, m.metricsServer.Close())
 	}
 	if m.cancel != nil {
 		m.cancel()

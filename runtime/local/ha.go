@@ -427,5 +427,5 @@ func (rt *Runtime) checkHA(ctx context.Context, svc *dbcloud.Service, measure bo
 			return obs, nil
 		}
 	}
-	return rt.checkServing(svc, pspec, obs, measure), nil
+	return rt.checkServing(ctx, svc, pspec, obs, measure), nil
 }

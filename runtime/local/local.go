@@ -91,9 +91,10 @@ type Runtime struct {
 	extensions map[string]bool
 
 	mu        sync.Mutex
-	cpu       map[string]cpuSample // last CPU reading per service, for rates
-	downSince map[string]time.Time // since when each HA service's primary is seen dead
-	cursorKey []byte               // signs log cursors; read from its file once
+	cpu       map[string]cpuSample  // last CPU reading per service, for rates
+	xacts     map[string]xactSample // last transaction count per service, for rates
+	downSince map[string]time.Time  // since when each HA service's primary is seen dead
+	cursorKey []byte                // signs log cursors; read from its file once
 
 	stopLogs context.CancelFunc // ends the log retention loop
 	logsDone chan struct{}
@@ -184,6 +185,7 @@ func New(cfg Config) (*Runtime, error) {
 		roots:     roots,
 		users:     users,
 		cpu:       map[string]cpuSample{},
+		xacts:     map[string]xactSample{},
 		downSince: map[string]time.Time{},
 	}, nil
 }
@@ -461,7 +463,7 @@ func (rt *Runtime) servePrimary(ctx context.Context, svc *dbcloud.Service, prima
 		return err
 	}
 	obs.Running = true
-	obs.Metrics = rt.metrics(svc.ID, primary)
+	obs.Metrics = rt.metrics(ctx, svc, primary)
 	return nil
 }
 
@@ -479,21 +481,21 @@ func (rt *Runtime) CheckService(ctx context.Context, svc *dbcloud.Service, measu
 		obs.Reason = "The primary's postmaster is not running; restarting it."
 		return obs, nil
 	}
-	return rt.checkServing(svc, spec, obs, measure), nil
+	return rt.checkServing(ctx, svc, spec, obs, measure), nil
 }
 
 // checkServing is the end of every check of a running primary, HA or not:
 // the pooler must run too, and the primary's usage is measured if asked.
-func (rt *Runtime) checkServing(svc *dbcloud.Service, primary postgres.Spec, obs *dbcloud.Observation, measure bool) *dbcloud.Observation {
+func (rt *Runtime) checkServing(ctx context.Context, svc *dbcloud.Service, primary postgres.Spec, obs *dbcloud.Observation, measure bool) *dbcloud.Observation {
 	if svc.Spec.Pooler && !rt.poolerRunning(svc.ID) {
 		obs.Reason = "The connection pooler is not running; restarting it."
 		return obs
 	}
 	obs.Running = true
 	if measure {
-		obs.Metrics = rt.metrics(svc.ID, primary)
+		obs.Metrics = rt.metrics(ctx, svc, primary)
 		if obs.Metrics != nil {
-			used, err := rt.serviceStorage(context.Background(), svc.ID, obs.Metrics.StorageMB<<20)
+			used, err := rt.serviceStorage(ctx, svc.ID, obs.Metrics.StorageMB<<20)
 			if err != nil {
 				rt.cfg.Logger.Warn("storage not measured", "service", svc.ID, "error", err)
 				return obs
@@ -535,6 +537,7 @@ func (rt *Runtime) DeleteService(ctx context.Context, svc *dbcloud.Service) erro
 	}
 	rt.mu.Lock()
 	delete(rt.cpu, svc.ID)
+	delete(rt.xacts, svc.ID)
 	delete(rt.downSince, svc.ID)
 	rt.mu.Unlock()
 	// A fork deleted before its restore finished releases its own hold on
@@ -588,8 +591,10 @@ func (rt *Runtime) checkEndpoint(ctx context.Context, ep *dbcloud.Endpoint) erro
 }
 
 // metrics reads usage: CPU as a rate since the last reading, memory as the
-// working set, storage as the data directory's size.
-func (rt *Runtime) metrics(serviceID string, spec postgres.Spec) *dbcloud.Metrics {
+// working set, storage as the data directory's size, and what the database
+// and its pooler report (metrics.go).
+func (rt *Runtime) metrics(ctx context.Context, svc *dbcloud.Service, spec postgres.Spec) *dbcloud.Metrics {
+	serviceID := svc.ID
 	u, err := rt.instances.Usage(spec)
 	if err != nil {
 		return nil
@@ -602,6 +607,7 @@ func (rt *Runtime) metrics(serviceID string, spec postgres.Spec) *dbcloud.Metric
 	}
 	rt.cpu[serviceID] = cpuSample{nanos: u.CPUNanos, at: now}
 	rt.mu.Unlock()
+	m.Database = rt.databaseMetrics(ctx, svc, spec, now)
 	return m
 }
 

@@ -183,6 +183,9 @@ func (m *Instances) readyEntries() []string {
 	return ready
 }
 
+// PoolReady is how many prepared clusters wait for creates now.
+func (m *Instances) PoolReady() int { return len(m.readyEntries()) }
+
 func (m *Instances) kickRefill() {
 	select {
 	case m.refill <- struct{}{}:

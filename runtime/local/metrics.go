@@ -1,0 +1,109 @@
+package local
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"dbcloud"
+	"dbcloud/runtime/local/internal/proc"
+	"dbcloud/runtime/local/postgres"
+)
+
+// databaseQuery measures a primary in one round trip: client sessions
+// (dbcloud's own left out), the pooler's server connections (it reaches
+// the instance over the unix socket, where client_port is -1; tenants
+// reach it over TCP through the endpoint proxy), transactions so far, and
+// the WAL position.
+const databaseQuery = `SELECT
+	(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'
+		AND NOT (usename = 'postgres' AND application_name = 'dbcloud')),
+	(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'
+		AND client_port = -1 AND usename <> 'postgres'),
+	(SELECT COALESCE(sum(xact_commit + xact_rollback), 0)::bigint FROM pg_stat_database),
+	pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint`
+
+// lagQuery is the replay lag of every node streaming from the primary,
+// named by the application_name each node's primary_conninfo sets.
+const lagQuery = `SELECT application_name,
+	COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn), 0)::bigint
+	FROM pg_stat_replication`
+
+// measureTimeout bounds one sample: a busy or locked database gives no
+// sample rather than a slow health loop.
+const measureTimeout = 2 * time.Second
+
+// databaseMetrics measures inside the primary and at its pooler; nil when
+// the primary cannot be asked (the host usage is still reported).
+func (rt *Runtime) databaseMetrics(ctx context.Context, svc *dbcloud.Service, spec postgres.Spec, at time.Time) *dbcloud.DatabaseMetrics {
+	ctx, cancel := context.WithTimeout(ctx, measureTimeout)
+	defer cancel()
+	conn, err := rt.instances.Connect(ctx, spec, "postgres")
+	if err != nil {
+		return nil
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	d := &dbcloud.DatabaseMetrics{}
+	var servers, xacts int64
+	if err := conn.QueryRow(ctx, databaseQuery).Scan(&d.Connections, &servers, &xacts, &d.WALBytes); err != nil {
+		return nil
+	}
+	rows, err := conn.Query(ctx, lagQuery)
+	if err != nil {
+		return nil
+	}
+	for rows.Next() {
+		var app string
+		var lag int64
+		if rows.Scan(&app, &lag) != nil {
+			continue
+		}
+		if r, ok := parseAppName(app); ok {
+			r.LagBytes = lag
+			d.Replication = append(d.Replication, r)
+		}
+	}
+	rows.Close()
+	if svc.Spec.Pooler && svc.PoolerPort > 0 && rt.poolerRunning(svc.ID) {
+		clients := int64(proc.EstablishedOnPort(svc.PoolerPort))
+		d.PoolerClients, d.PoolerServers = &clients, &servers
+	}
+	rt.mu.Lock()
+	last, ok := rt.xacts[svc.ID]
+	rt.xacts[svc.ID] = xactSample{n: xacts, at: at}
+	rt.mu.Unlock()
+	if ok && at.After(last.at) && xacts >= last.n {
+		d.TransactionsPerSec = float64(xacts-last.n) / at.Sub(last.at).Seconds()
+	}
+	return d
+}
+
+// PoolReady is how many prepared clusters wait for creates now, and
+// PoolTarget how many the pool is refilled to.
+func (rt *Runtime) PoolReady() int  { return rt.instances.PoolReady() }
+func (rt *Runtime) PoolTarget() int { return rt.cfg.PoolSize }
+
+// xactSample is the last transaction count of a service, for rates.
+type xactSample struct {
+	n  int64
+	at time.Time
+}
+
+// parseAppName reads appName and nodeAppName back: "instance_N" is HA
+// instance N, "rs_SET_N" node N of read replica set SET.
+func parseAppName(app string) (dbcloud.ReplicationLag, bool) {
+	if n, ok := strings.CutPrefix(app, "instance_"); ok {
+		i, err := strconv.Atoi(n)
+		return dbcloud.ReplicationLag{Ordinal: i}, err == nil
+	}
+	if rest, ok := strings.CutPrefix(app, "rs_"); ok {
+		j := strings.LastIndexByte(rest, '_')
+		if j <= 0 {
+			return dbcloud.ReplicationLag{}, false
+		}
+		i, err := strconv.Atoi(rest[j+1:])
+		return dbcloud.ReplicationLag{ReplicaSetID: rest[:j], Ordinal: i}, err == nil
+	}
+	return dbcloud.ReplicationLag{}, false
+}
