@@ -104,7 +104,7 @@ func NewCloud(store Store, runtime Runtime, cfg Config, logger *slog.Logger) *Cl
 		logger = slog.Default()
 	}
 	c := &Cloud{Store: store, Runtime: runtime, Config: cfg, Logger: logger, Now: time.Now, PasswordTimeout: DefaultPasswordTimeout}
-	if ss, ok := store.(SeriesStore); ok {
+	if ss, ok := UnwrapStore(store).(SeriesStore); ok {
 		c.History = &History{Store: ss}
 	}
 	return c

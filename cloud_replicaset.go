@@ -135,7 +135,7 @@ func (c *Cloud) insertReplicaSet(ctx context.Context, tx Tx, host *HostCapacity,
 		return err
 	}
 	claim(ctx, "replica_set", r.ID)
-	return c.insertOperation(tx, projectID, r.ID, OpCreateReplicaSet, r.Generation)
+	return c.insertChildOperation(ctx, tx, projectID, r.ServiceID, r.ID, OpCreateReplicaSet, r.Generation)
 }
 
 // mutateReplicaSet is the frame of every change to a read replica set; see
@@ -156,7 +156,7 @@ func (c *Cloud) mutateReplicaSet(ctx context.Context, projectID, serviceID, id s
 		}
 		if op != "" {
 			r.Generation++
-			if err := c.insertOperation(tx, projectID, r.ID, op, r.Generation); err != nil {
+			if err := c.insertChildOperation(ctx, tx, projectID, r.ServiceID, r.ID, op, r.Generation); err != nil {
 				return err
 			}
 		}

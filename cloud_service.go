@@ -257,7 +257,7 @@ func (c *Cloud) insertService(ctx context.Context, svc *Service, password string
 					return fmt.Errorf("seal the initial password: %w", err)
 				}
 			}
-			return c.insertOperation(tx, svc.ProjectID, svc.ID, op, svc.Generation)
+			return c.insertOperation(ctx, tx, svc.ProjectID, svc.ID, op, svc.Generation)
 		})
 	})
 }
@@ -400,7 +400,7 @@ func (c *Cloud) mutateService(ctx context.Context, projectID, id string, fn func
 		}
 		if op != "" {
 			s.Generation++
-			if err := c.insertOperation(tx, projectID, s.ID, op, s.Generation); err != nil {
+			if err := c.insertOperation(ctx, tx, projectID, s.ID, op, s.Generation); err != nil {
 				return err
 			}
 		}
@@ -937,7 +937,7 @@ func (c *Cloud) supersedePending(tx Tx, resourceID string) error {
 
 func (c *Cloud) supersede(tx Tx, ops []*Operation, why string) error {
 	for _, op := range ops {
-		op.State, op.Updated, op.Error = OpSuperseded, c.now(), why
+		op.Finish(OpSuperseded, why, c.now())
 		if err := tx.UpdateOperation(op); err != nil {
 			return err
 		}
@@ -945,15 +945,23 @@ func (c *Cloud) supersede(tx Tx, ops []*Operation, why string) error {
 	return nil
 }
 
-func (c *Cloud) insertOperation(tx Tx, projectID, resourceID string, t OperationType, gen int64) error {
+func (c *Cloud) insertOperation(ctx context.Context, tx Tx, projectID, resourceID string, t OperationType, gen int64) error {
+	return c.insertChildOperation(ctx, tx, projectID, "", resourceID, t, gen)
+}
+
+// insertChildOperation records an operation on a resource that belongs to
+// parentID (a read replica set's service, a peering's VPC), so that the
+// parent's operation list shows it too.
+func (c *Cloud) insertChildOperation(ctx context.Context, tx Tx, projectID, parentID, resourceID string, t OperationType, gen int64) error {
 	now := c.now()
 	op := &Operation{
-		ID: NewID(), ProjectID: projectID, ResourceID: resourceID, Type: t, Generation: gen,
-		State: OpPending, Created: now, Updated: now,
+		ID: NewID(), ProjectID: projectID, ParentID: parentID, ResourceID: resourceID, Type: t, Generation: gen,
+		State: OpPending, Created: now, Updated: now, RequestedBy: requesterOf(ctx),
 	}
 	if err := tx.InsertOperation(op); err != nil {
 		return fmt.Errorf("record %s operation of %s: %w", t, resourceID, err)
 	}
+	logOperation(ctx, op)
 	c.Logger.Info("operation accepted", "operation", op.ID, "type", t, "resource", resourceID, "generation", gen)
 	return nil
 }

@@ -277,7 +277,7 @@ func (c *Cloud) CreatePeering(ctx context.Context, projectID, vpcID string, in P
 			return err
 		}
 		claim(ctx, "peering", p.ID)
-		return c.insertOperation(tx, projectID, p.ID, OpCreatePeering, 1)
+		return c.insertChildOperation(ctx, tx, projectID, vpcID, p.ID, OpCreatePeering, 1)
 	})
 	if err != nil {
 		return nil, err
@@ -302,6 +302,6 @@ func (c *Cloud) DeletePeering(ctx context.Context, projectID, vpcID, id string) 
 		if err := tx.UpdatePeering(p); err != nil {
 			return err
 		}
-		return c.insertOperation(tx, projectID, p.ID, OpDeletePeering, 2)
+		return c.insertChildOperation(ctx, tx, projectID, vpcID, p.ID, OpDeletePeering, 2)
 	})
 }

@@ -1,6 +1,9 @@
 package dbcloud
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // OperationType names the change an operation makes real.
 type OperationType string
@@ -50,9 +53,12 @@ func (s OperationState) Terminal() bool {
 // transaction as the desired state it asks for, so an accepted request is
 // never lost: the engine finishes every pending operation, also after a crash.
 type Operation struct {
-	ID           string         `json:"id"`
-	ProjectID    string         `json:"project_id"`
-	ResourceID   string         `json:"resource_id"`
+	ID         string `json:"id"`
+	ProjectID  string `json:"project_id"`
+	ResourceID string `json:"resource_id"`
+	// ParentID is the resource ResourceID belongs to (a read replica set's
+	// service, a peering's VPC), "" for services.
+	ParentID     string         `json:"parent_id,omitempty"`
 	Type         OperationType  `json:"type"`
 	Generation   int64          `json:"generation"`
 	State        OperationState `json:"state"`
@@ -62,11 +68,102 @@ type Operation struct {
 	Updated      time.Time      `json:"updated"`
 	LeaseOwner   string         `json:"lease_owner,omitempty"`
 	LeaseExpires time.Time      `json:"lease_expires"`
+	// RequestedBy is who asked: the API key and its user, or dbcloud
+	// itself for work nobody asked for (a failover).
+	RequestedBy Requester `json:"requested_by"`
+	// Started is when the engine first worked on it; Finished when it
+	// reached a terminal state. Nil until then.
+	Started  *time.Time `json:"started,omitempty"`
+	Finished *time.Time `json:"finished,omitempty"`
+}
+
+// Requester is who asked for an operation.
+type Requester struct {
+	AccessKey string `json:"access_key,omitempty"`
+	UserID    string `json:"user_id,omitempty"`
+	UserEmail string `json:"user_email,omitempty"`
+	// System names dbcloud's own component when no client asked.
+	System string `json:"system,omitempty"`
+}
+
+// requesterOf is the principal of ctx as an operation records it.
+func requesterOf(ctx context.Context) Requester {
+	p := PrincipalFromContext(ctx)
+	if p == nil {
+		return Requester{System: "dbcloud"}
+	}
+	var r Requester
+	if p.Key != nil {
+		r.AccessKey = p.Key.AccessKey
+	} else {
+		r.System = operatorRequester // OperatorContext
+	}
+	if p.User != nil {
+		r.UserID, r.UserEmail = p.User.ID, p.User.Email
+	}
+	return r
+}
+
+// Finish moves op to a terminal state at now, with reason when not "".
+func (op *Operation) Finish(state OperationState, reason string, now time.Time) {
+	op.State, op.Updated = state, now
+	if reason != "" {
+		op.Error = reason
+	}
+	if op.Finished == nil {
+		op.Finished = &now
+	}
+}
+
+// OpFailover is recorded by dbcloud itself when it brought a
+// service whose primary was lost back to READY, by a failover to a standby
+// or by restarting the primary; it is never pending.
+const (
+	OpFailover       OperationType = "failover"
+	OpRestartPrimary OperationType = "restart_primary"
+)
+
+// HistoryRetention is how long finished operations and events are kept.
+const HistoryRetention = 7 * 24 * time.Hour
+
+// operationLogKey carries the IDs of the operations a request recorded.
+type operationLogKey struct{}
+
+// OperationLog holds the operation a request recorded, so that the
+// transport can name it in its response (Operation-Id). A transaction that
+// is retried records again, so the last ID is the committed one.
+type OperationLog struct{ ID, ResourceID string }
+
+// NewContextWithOperationLog returns ctx collecting into log the operations
+// the request records.
+func NewContextWithOperationLog(ctx context.Context, log *OperationLog) context.Context {
+	return context.WithValue(ctx, operationLogKey{}, log)
+}
+
+// OperationLogFromContext returns the log NewContextWithOperationLog put
+// into ctx, or nil.
+func OperationLogFromContext(ctx context.Context) *OperationLog {
+	l, _ := ctx.Value(operationLogKey{}).(*OperationLog)
+	return l
+}
+
+func logOperation(ctx context.Context, op *Operation) {
+	if l, _ := ctx.Value(operationLogKey{}).(*OperationLog); l != nil {
+		l.ID, l.ResourceID = op.ID, op.ResourceID
+	}
 }
 
 // OperationFilter selects operations.
 type OperationFilter struct {
 	ResourceID string
-	Pending    bool
-	Limit      int
+	// Subject, when set, selects the operations on it and on the resources
+	// that belong to it (ParentID).
+	Subject string
+	Pending bool
+	Limit   int
+	// Newest orders newest first instead of oldest first.
+	Newest bool
+	// Before, when set, selects only operations older than this one (by
+	// accepted time, then ID), for paging newest first.
+	Before *Operation
 }

@@ -65,6 +65,18 @@ type Tx interface {
 	FindOperation(id string) (*Operation, error)
 	ListOperations(f OperationFilter) ([]*Operation, error)
 	UpdateOperation(op *Operation) error
+	// DeleteOperationsBefore deletes the terminal operations last updated
+	// before t and returns how many it deleted.
+	DeleteOperationsBefore(t time.Time) (int, error)
+
+	// InsertEvent records e and sets e.ID to the project's next event ID:
+	// IDs of one project increase by one in commit order.
+	InsertEvent(e *Event) error
+	// ListEvents returns up to limit events of the project with IDs above
+	// after, oldest first.
+	ListEvents(projectID string, after int64, limit int) ([]*Event, error)
+	// DeleteEventsBefore deletes events older than t and returns how many.
+	DeleteEventsBefore(t time.Time) (int, error)
 
 	// ListPorts returns the claimed endpoint ports and their owners.
 	ListPorts() (map[int]string, error)
@@ -101,8 +113,11 @@ type IdempotencyRecord struct {
 	// Response is the first response, sealed with a key derived from the
 	// caller's secret: it may hold an initial password, and only the same
 	// caller can open it.
-	Response []byte    `json:"response,omitempty"`
-	Created  time.Time `json:"created"`
+	Response []byte `json:"response,omitempty"`
+	// OperationID is the operation the first request recorded, named
+	// again in a replay's headers.
+	OperationID string    `json:"operation_id,omitempty"`
+	Created     time.Time `json:"created"`
 	// Secret is what the response held that cannot be made again (a
 	// create's initial password), sealed like Response, and written in the
 	// same transaction as the change: a retry after a crash between commit

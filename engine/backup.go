@@ -43,7 +43,28 @@ func (e *Engine) maintainBackups(ctx context.Context, b dbcloud.BackupMaintainer
 		return
 	}
 	defer release()
-	if err := b.MaintainBackups(lctx, svc); err != nil && lctx.Err() == nil {
+	// The snapshots listed before and after, under the lease, tell which
+	// this maintenance took, to report them as events exactly once.
+	lister, _ := b.(dbcloud.SnapshotLister)
+	var newest time.Time
+	if lister != nil {
+		snaps, err := lister.Snapshots(lctx, svc)
+		if err != nil {
+			e.Logger.Warn("list snapshots", "service", svc.ID, "error", err)
+			return
+		}
+		if len(snaps) > 0 {
+			newest = snaps[len(snaps)-1].Finished
+		}
+	}
+	err := b.MaintainBackups(lctx, svc)
+	if lctx.Err() != nil {
+		return
+	}
+	if err != nil {
 		e.Logger.Warn("maintain backups", "service", svc.ID, "error", err)
+	}
+	if err := e.snapshotEvents(lctx, lister, svc, newest, err); err != nil && lctx.Err() == nil {
+		e.Logger.Warn("record snapshot events", "service", svc.ID, "error", err)
 	}
 }

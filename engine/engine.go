@@ -220,6 +220,7 @@ func (e *Engine) work(ctx context.Context, resourceID, kind, projectID string) {
 	if !ok {
 		return
 	}
+	e.markStarted(ctx, resourceID)
 	defer release()
 	start := time.Now()
 	var err error

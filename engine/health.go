@@ -168,8 +168,10 @@ func (e *Engine) repair(ctx context.Context, svc *dbcloud.Service, obs *dbcloud.
 		return
 	}
 	gen := svc.Generation
+	began, reason := e.now(), svc.StatusReason
+	wasPrimary := primaryID(svc.Instances)
 	if svc.Status == dbcloud.StatusReady {
-		reason := obs.Reason
+		reason = obs.Reason
 		if reason == "" {
 			reason = "The primary stopped unexpectedly; restarting it."
 		}
@@ -216,7 +218,15 @@ func (e *Engine) repair(ctx context.Context, svc *dbcloud.Service, obs *dbcloud.
 		s.Instances = fixed.Instances
 		s.PoolerEndpoint = fixed.PoolerEndpoint
 		return true
-	}, nil)
+	}, func(tx dbcloud.Tx) error {
+		// Runs before fn: record the repair only if fn will show READY.
+		s, err := tx.FindService(svc.ProjectID, svc.ID)
+		if err != nil || s.Generation != gen || s.Status != dbcloud.StatusUnstable || !fixed.Running || !s.Spec.Running {
+			return nil
+		}
+		isPrimary := primaryID(fixed.Instances)
+		return repairOperation(tx, s, wasPrimary != "" && isPrimary != "" && wasPrimary != isPrimary, reason, began, e.now())
+	})
 }
 
 // recordMetrics writes the service's usage under its lease, so that with

@@ -315,10 +315,7 @@ func finishOperationsTx(tx dbcloud.Tx, id string, gen int64, state dbcloud.Opera
 		if gen != 0 && op.Generation > gen {
 			continue
 		}
-		op.State, op.Updated = state, now
-		if msg != "" {
-			op.Error = msg
-		}
+		op.Finish(state, msg, now)
 		if err := tx.UpdateOperation(op); err != nil {
 			return err
 		}

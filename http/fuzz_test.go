@@ -2,6 +2,7 @@ package http_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"dbcloud"
 	"dbcloud/http"
@@ -81,6 +83,15 @@ var fuzzSeeds = []struct{ method, path, body string }{
 	{"POST", "/services/{sid}/replicaSets/{rsid}/enablePooler", ``},
 	{"POST", "/services/{sid}/replicaSets/{rsid}/disablePooler", ``},
 	{"POST", "/services/{sid}/replicaSets/{rsid}/setEnvironment", `{"environment":"PROD"}`},
+
+	{"GET", "/events?after=-1", ``},
+	{"GET", "/events?after=1", ``},
+	{"GET", "/operations/{sid}", ``},
+	{"GET", "/services/{sid}/operations?limit=2&cursor=x", ``},
+	{"GET", "/services/{sid}/replicaSets/{rsid}/operations", ``},
+	{"GET", "/vpcs/{vid}/operations?limit=501", ``},
+	{"GET", "/vpcs/{vid}/peerings/{pcid}/operations", ``},
+	{"GET", "/services/{sid}/snapshots", ``},
 }
 
 // fuzzPath turns a fuzzed path into the request's path below the base path.
@@ -117,7 +128,11 @@ func FuzzRequestDecoding(f *testing.F) {
 		names := w.names()
 		path = fuzzPath(path, names, e.a.ProjectID)
 		body = names.Replace(body)
-		req, err := stdhttp.NewRequest(method, "https://x"+http.BasePath+path, bytes.NewReader([]byte(body)))
+		// The event stream answers until its client leaves: this one
+		// leaves after a moment.
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		defer cancel()
+		req, err := stdhttp.NewRequestWithContext(ctx, method, "https://x"+http.BasePath+path, bytes.NewReader([]byte(body)))
 		if err != nil {
 			return // not a URL a client could send
 		}

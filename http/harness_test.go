@@ -148,7 +148,8 @@ func newEnv(t testing.TB, kind string, cfg http.Config) *env {
 	t.Helper()
 	e := &env{t: t, store: openStore(t, kind), runtime: &testRuntime{passwords: map[string]string{}}}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e.cloud = dbcloud.NewCloud(e.store, e.runtime, dbcloud.DefaultConfig(), logger)
+	// As dbcloud serve opens the store: changes are recorded as events.
+	e.cloud = dbcloud.NewCloud(dbcloud.NewEventStore(e.store), e.runtime, dbcloud.DefaultConfig(), logger)
 	ctx := context.Background()
 	boot, err := e.cloud.Bootstrap(ctx, "admin", "admin@example.com")
 	if err != nil {
@@ -318,7 +319,7 @@ func (e *env) createService(body map[string]any) service {
 // operations of the resource succeed and the service takes status.
 func (e *env) settle(id string, status dbcloud.ServiceStatus) {
 	e.t.Helper()
-	err := e.store.Update(context.Background(), func(tx dbcloud.Tx) error {
+	err := e.cloud.Store.Update(context.Background(), func(tx dbcloud.Tx) error {
 		ops, err := tx.ListOperations(dbcloud.OperationFilter{ResourceID: id, Pending: true})
 		if err != nil {
 			return err

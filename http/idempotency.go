@@ -40,6 +40,7 @@ func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, rt Route, p
 			return
 		}
 		w.Header().Set("Idempotent-Replayed", "true")
+		operationHeaders(w, r, &dbcloud.OperationLog{ID: rec.OperationID})
 		if rec.Response != nil {
 			plain, err := unseal(secret, rec.Response)
 			if err != nil {
@@ -89,6 +90,9 @@ func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, rt Route, p
 		}
 	}
 	claim.Status = status
+	if l := dbcloud.OperationLogFromContext(r.Context()); l != nil {
+		claim.OperationID = l.ID
+	}
 	if claim.Response, err = seal(secret, b); err == nil {
 		err = h.cloud.CompleteIdempotency(ctx, claim)
 	}
@@ -97,6 +101,7 @@ func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, rt Route, p
 		// this exact body is lost, and a retry answers from the resource.
 		h.logger.WarnContext(ctx, "idempotent response not stored", "request_id", requestID(ctx), "error", err)
 	}
+	operationHeaders(w, r, &dbcloud.OperationLog{ID: claim.OperationID})
 	writeRaw(w, status, b)
 }
 

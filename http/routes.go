@@ -68,6 +68,15 @@ func (h *Handler) routes() []Route {
 		post(rset+"/enablePooler", false, h.setReplicaSetPooler(true)),
 		post(rset+"/disablePooler", false, h.setReplicaSetPooler(false)),
 		post(rset+"/setEnvironment", true, h.setReplicaSetEnvironment),
+
+		// History and events (beyond the document; see http/history.go).
+		get(project+"/events", h.events),
+		get(project+"/operations/{operation_id}", h.getOperation),
+		get(service+"/operations", h.listOperations(serviceScope)),
+		get(rset+"/operations", h.listOperations(replicaSetScope)),
+		get(vpc+"/operations", h.listOperations(vpcScope)),
+		get(vpc+"/peerings/{peering_id}/operations", h.listOperations(peeringScope)),
+		get(service+"/snapshots", h.listSnapshots),
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,7 +48,7 @@ type ServerConfig struct {
 	// ReadTimeout bounds reading a request, body included, so a client
 	// sending its body slowly cannot hold a connection; WriteTimeout
 	// bounds a response; IdleTimeout a kept-alive connection between
-	// requests. The API has no streaming responses, so none is exempt.
+	// requests. The event stream lifts the write deadline for itself.
 	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 	// MaxConnsPerAddr caps the connections one client address holds at
 	// once; further ones are closed at accept. 0 means no cap.
@@ -66,7 +67,7 @@ func NewServer(h http.Handler, cfg ServerConfig, logger *slog.Logger) *http.Serv
 	if cfg.ReadTimeout > 0 {
 		header = min(header, cfg.ReadTimeout)
 	}
-	return &http.Server{
+	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: header,
 		ReadTimeout:       cfg.ReadTimeout,
@@ -74,7 +75,16 @@ func NewServer(h http.Handler, cfg ServerConfig, logger *slog.Logger) *http.Serv
 		IdleTimeout:       cfg.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
+	if api, ok := h.(*Handler); ok {
+		srv.RegisterOnShutdown(api.StopStreams)
+	}
+	return srv
 }
+
+// StopStreams ends the event streams being served; Shutdown calls it.
+func (h *Handler) StopStreams() { h.stopOnce.Do(func() { close(h.stop) }) }
+
+func (h *Handler) shutdown() <-chan struct{} { return h.stop }
 
 // Handler is the API's http.Handler.
 type Handler struct {
@@ -84,6 +94,10 @@ type Handler struct {
 	limits *limiters
 	// ready reports whether the server can take requests (for /readyz).
 	ready atomic.Bool
+	// stop is closed when the server shuts down, to end event streams,
+	// which would otherwise hold the shutdown until its deadline.
+	stop     chan struct{}
+	stopOnce sync.Once
 	// AfterIdempotentChange, when set, runs after a request with an
 	// Idempotency-Key made its change and before its response is stored
 	// and sent: a test hook to crash the server exactly there.
@@ -95,7 +109,7 @@ type Handler struct {
 
 // NewHandler returns the API handler for cloud.
 func NewHandler(cloud *dbcloud.Cloud, cfg Config, logger *slog.Logger) *Handler {
-	h := &Handler{cloud: cloud, logger: logger, mux: http.NewServeMux(), limits: newLimiters(cfg)}
+	h := &Handler{cloud: cloud, logger: logger, mux: http.NewServeMux(), limits: newLimiters(cfg), stop: make(chan struct{})}
 	for _, rt := range h.routes() {
 		h.mux.Handle(rt.Method+" "+BasePath+rt.Path, h.api(rt))
 	}
@@ -203,7 +217,8 @@ func (h *Handler) api(rt Route) http.Handler {
 			writeError(w, r, h.logger, err)
 			return
 		}
-		r = r.WithContext(dbcloud.NewContextWithPrincipal(ctx, p))
+		oplog := &dbcloud.OperationLog{}
+		r = r.WithContext(dbcloud.NewContextWithOperationLog(dbcloud.NewContextWithPrincipal(ctx, p), oplog))
 		r.Body = io.NopCloser(strings.NewReader(string(body)))
 
 		if key := r.Header.Get("Idempotency-Key"); key != "" && (r.Method == http.MethodPost || r.Method == http.MethodDelete) {
@@ -215,6 +230,10 @@ func (h *Handler) api(rt Route) http.Handler {
 			writeError(w, r, h.logger, err)
 			return
 		}
+		if status == streamed {
+			return
+		}
+		operationHeaders(w, r, oplog)
 		writeResult(w, status, out)
 	})
 }

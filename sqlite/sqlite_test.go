@@ -93,6 +93,8 @@ func TestOpen(t *testing.T) {
 	})
 }
 
+func BenchmarkStatusChange(b *testing.B) { storetest.BenchmarkStatusChange(b, newDB) }
+
 func BenchmarkListServices(b *testing.B) { storetest.BenchmarkListServices(b, newDB) }
 
 func BenchmarkFindService(b *testing.B) { storetest.BenchmarkFindService(b, newDB) }

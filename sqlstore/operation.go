@@ -14,9 +14,9 @@ func (t *tx) InsertOperation(op *dbcloud.Operation) error {
 	if err != nil {
 		return err
 	}
-	err = t.insert(`INSERT INTO operations (id, project_id, resource_id, state, created, doc)
-		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
-		op.ID, op.ProjectID, op.ResourceID, string(op.State), formatTime(op.Created), doc)
+	err = t.insert(`INSERT INTO operations (id, project_id, resource_id, parent_id, state, created, doc)
+		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+		op.ID, op.ProjectID, op.ResourceID, op.ParentID, string(op.State), formatTime(op.Created), doc)
 	if err != nil {
 		return fmt.Errorf("insert operation %s: %w", op.ID, err)
 	}
@@ -32,9 +32,10 @@ func (t *tx) FindOperation(id string) (*dbcloud.Operation, error) {
 	return op, nil
 }
 
-// ListOperations returns the operations f selects, oldest first: those of
-// f.ResourceID if set, only pending ones if f.Pending, at most f.Limit if
-// it is positive.
+// ListOperations returns the operations f selects, oldest first (newest
+// first if f.Newest): those of f.ResourceID if set, those on f.Subject or
+// on resources belonging to it if set, only those accepted before f.Before
+// if set, only pending ones if f.Pending, at most f.Limit if positive.
 func (t *tx) ListOperations(f dbcloud.OperationFilter) ([]*dbcloud.Operation, error) {
 	var (
 		q    strings.Builder
@@ -47,12 +48,27 @@ func (t *tx) ListOperations(f dbcloud.OperationFilter) ([]*dbcloud.Operation, er
 		args = append(args, f.ResourceID)
 		and = " AND "
 	}
+	if f.Subject != "" {
+		q.WriteString(and + `(resource_id = ? OR parent_id = ?)`)
+		args = append(args, f.Subject, f.Subject)
+		and = " AND "
+	}
+	if b := f.Before; b != nil {
+		c := formatTime(b.Created)
+		q.WriteString(and + `(created < ? OR (created = ? AND id < ?))`)
+		args = append(args, c, c, b.ID)
+		and = " AND "
+	}
 	if f.Pending {
 		// A literal, not a parameter, so that the planner can use the
 		// partial index on pending operations.
 		q.WriteString(and + `state = 'pending'`)
 	}
-	q.WriteString(` ORDER BY created, id`)
+	if f.Newest {
+		q.WriteString(` ORDER BY created DESC, id DESC`)
+	} else {
+		q.WriteString(` ORDER BY created, id`)
+	}
 	if f.Limit > 0 {
 		q.WriteString(` LIMIT ?`)
 		args = append(args, f.Limit)
@@ -70,8 +86,8 @@ func (t *tx) UpdateOperation(op *dbcloud.Operation) error {
 	if err != nil {
 		return err
 	}
-	err = t.change(`UPDATE operations SET project_id = ?, resource_id = ?, state = ?, created = ?, doc = ? WHERE id = ?`,
-		op.ProjectID, op.ResourceID, string(op.State), formatTime(op.Created), doc, op.ID)
+	err = t.change(`UPDATE operations SET project_id = ?, resource_id = ?, parent_id = ?, state = ?, created = ?, doc = ? WHERE id = ?`,
+		op.ProjectID, op.ResourceID, op.ParentID, string(op.State), formatTime(op.Created), doc, op.ID)
 	if err != nil {
 		return fmt.Errorf("update operation %s: %w", op.ID, err)
 	}

@@ -172,6 +172,10 @@ func normalize(v any) {
 		utc(&v.Created)
 		utc(&v.Updated)
 		utc(&v.LeaseExpires)
+		utcPtr(v.Started)
+		utcPtr(v.Finished)
+	case *dbcloud.Event:
+		utc(&v.Time)
 	case *dbcloud.IdempotencyRecord:
 		utc(&v.Created)
 	}

@@ -96,3 +96,43 @@ func seedServices(b *testing.B, newDB NewDB) dbcloud.Store {
 	})
 	return s
 }
+
+// BenchmarkStatusChange measures the change of a service's status, the
+// write the engine makes at every step, without ("plain") and with
+// ("events") the event that dbcloud.EventStore records in the same
+// transaction: the cost of the event stream on every change.
+func BenchmarkStatusChange(b *testing.B, newDB NewDB) {
+	for _, events := range []bool{false, true} {
+		name := "plain"
+		if events {
+			name = "events"
+		}
+		b.Run(name, func(b *testing.B) {
+			s := seedServices(b, newDB)
+			if events {
+				s = dbcloud.NewEventStore(s)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				id := serviceID(i % benchServices)
+				i++
+				err := s.Update(b.Context(), func(tx dbcloud.Tx) error {
+					svc, err := tx.FindService("p1", id)
+					if err != nil {
+						return err
+					}
+					if svc.Status == dbcloud.StatusReady {
+						svc.Status = dbcloud.StatusConfiguring
+					} else {
+						svc.Status = dbcloud.StatusReady
+					}
+					return tx.UpdateService(svc)
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -40,6 +40,7 @@ func RunStoreTests(t *testing.T, newDB NewDB) {
 		{"VPC", testVPC},
 		{"Peering", testPeering},
 		{"Operation", testOperation},
+		{"History", testHistory},
 		{"Port", testPort},
 		{"Idempotency", testIdempotency},
 		{"Lease", testLease},

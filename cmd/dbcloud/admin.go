@@ -41,6 +41,12 @@ func (a *adminCommand) open(ctx context.Context) (*dbcloud.Cloud, func() error, 
 }
 
 func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) >= 1 && args[0] == "teardown" {
+		return runTeardown(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) >= 2 && args[0] == "service" {
+		return runAdminService(ctx, args[1], args[2:], stdout, stderr)
+	}
 	if len(args) < 2 {
 		fmt.Fprint(stderr, usage)
 		return errors.New("admin: want a subject and a verb, such as `admin project create`")

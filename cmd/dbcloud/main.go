@@ -25,6 +25,12 @@ Usage:
   dbcloud admin key create --project ID --name N   issue an API key
   dbcloud admin key list --project ID     list a project's API keys
   dbcloud admin key revoke --access-key K revoke an API key
+  dbcloud admin service list --project ID list a project's services
+  dbcloud admin service show --project ID --id SERVICE
+                                          show a service and its connection string
+  dbcloud admin service stop-all          stop every running service (data kept)
+  dbcloud admin teardown                  delete every service and stop everything dbcloud
+                                          started (after stopping dbcloud serve)
 
 Run "dbcloud COMMAND --help" for a command's flags.
 `

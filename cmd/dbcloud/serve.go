@@ -293,51 +293,10 @@ func (m *Main) Run(ctx context.Context) error {
 	if m.Logger == nil {
 		m.Logger = newLogger(m.stderr, c.LogFormat)
 	}
-	// Others may traverse the data directory but not list it: PostgreSQL,
-	// running as its own OS user, reaches its instances through it.
-	if err := os.MkdirAll(c.DataDir, 0o711); err != nil {
-		return fmt.Errorf("data directory: %w", err)
-	}
-	var err error
-	if m.store, err = openStore(ctx, c.DataDir, c.Store); err != nil {
-		return err
-	}
-	tlsConfig, err := m.tlsConfig()
+	tlsConfig, err := m.openControlPlane(ctx)
 	if err != nil {
 		return err
 	}
-	runtimeDir, err := m.runtimeDir()
-	if err != nil {
-		return err
-	}
-	if c.Store != "" && (c.RuntimeDir == "" || c.CADir == "") {
-		m.Logger.Info("this plane's runtime directory or CA is its own: another control plane on the store cannot finish its work or share its CA; give every plane the same --runtime-dir and --ca-dir (docs/multi-plane.md)",
-			"runtime_dir", runtimeDir, "node_id", c.NodeID)
-	}
-	m.runtime, err = local.New(local.Config{
-		BinDir: c.PGBinDir, DataDir: runtimeDir, Host: c.PublicHost, CA: m.ca,
-		PoolSize: c.PoolSize, Overcommit: c.Overcommit, Logger: m.Logger,
-		SnapshotInterval: c.SnapshotInterval, SnapshotRetention: c.SnapshotRetention,
-		LogRetention: local.LogRetention{MaxAge: c.LogMaxAge, MaxBytes: c.LogMaxBytes},
-		PgBouncer:    c.PgBouncer, StorageImageGiB: c.StorageImageGiB, StorageLimits: c.StorageLimits,
-		RestoreCheckInterval: c.RestoreCheckInterval,
-	})
-	if err != nil {
-		return err
-	}
-	if err := m.runtime.Open(ctx); err != nil {
-		return err
-	}
-	network, err := loopback.New(c.VPCBlock, c.PortMin, c.PortMax)
-	if err != nil {
-		return fmt.Errorf("--vpc-address-block: %w", err)
-	}
-	m.cloud = dbcloud.NewCloud(m.store, m.runtime, c.domain(), m.Logger)
-	m.cloud.Network = network
-	m.engine = engine.New(m.store, m.runtime, c.NodeID, m.Logger)
-	m.engine.Network = network
-	m.engine.LeaseTTL = c.LeaseTTL
-	m.cloud.Notify = m.engine.Notify
 
 	m.listener, err = net.Listen("tcp", c.Listen)
 	if err != nil {
@@ -375,7 +334,61 @@ func (m *Main) Run(ctx context.Context) error {
 	}()
 	go m.purgeLoop(bg)
 	m.Logger.Info("serving", "url", m.URL(), "ca_file", m.CAFile, "data_dir", c.DataDir)
+	m.banner()
 	return nil
+}
+
+// openControlPlane opens what serves and what administers services: the
+// store, the CA, the runtime over the data directory, the domain and the
+// engine (not yet started). It returns the API's TLS configuration.
+func (m *Main) openControlPlane(ctx context.Context) (*tls.Config, error) {
+	c := &m.Config
+	// Others may traverse the data directory but not list it: PostgreSQL,
+	// running as its own OS user, reaches its instances through it.
+	if err := os.MkdirAll(c.DataDir, 0o711); err != nil {
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	var err error
+	if m.store, err = openStore(ctx, c.DataDir, c.Store); err != nil {
+		return nil, err
+	}
+	tlsConfig, err := m.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	runtimeDir, err := m.runtimeDir()
+	if err != nil {
+		return nil, err
+	}
+	if c.Store != "" && (c.RuntimeDir == "" || c.CADir == "") {
+		m.Logger.Info("this plane's runtime directory or CA is its own: another control plane on the store cannot finish its work or share its CA; give every plane the same --runtime-dir and --ca-dir (docs/multi-plane.md)",
+			"runtime_dir", runtimeDir, "node_id", c.NodeID)
+	}
+	m.runtime, err = local.New(local.Config{
+		BinDir: c.PGBinDir, DataDir: runtimeDir, Host: c.PublicHost, CA: m.ca,
+		PoolSize: c.PoolSize, Overcommit: c.Overcommit, Logger: m.Logger,
+		SnapshotInterval: c.SnapshotInterval, SnapshotRetention: c.SnapshotRetention,
+		LogRetention: local.LogRetention{MaxAge: c.LogMaxAge, MaxBytes: c.LogMaxBytes},
+		PgBouncer:    c.PgBouncer, StorageImageGiB: c.StorageImageGiB, StorageLimits: c.StorageLimits,
+		RestoreCheckInterval: c.RestoreCheckInterval,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := m.runtime.Open(ctx); err != nil {
+		return nil, err
+	}
+	network, err := loopback.New(c.VPCBlock, c.PortMin, c.PortMax)
+	if err != nil {
+		return nil, fmt.Errorf("--vpc-address-block: %w", err)
+	}
+	m.cloud = dbcloud.NewCloud(m.store, m.runtime, c.domain(), m.Logger)
+	m.cloud.Network = network
+	m.engine = engine.New(m.store, m.runtime, c.NodeID, m.Logger)
+	m.engine.Network = network
+	m.engine.LeaseTTL = c.LeaseTTL
+	m.cloud.Notify = m.engine.Notify
+	return tlsConfig, nil
 }
 
 // URL is the API's base URL.
@@ -386,7 +399,8 @@ func (m *Main) URL() string {
 // Cloud returns the domain service, for in-process tests.
 func (m *Main) Cloud() *dbcloud.Cloud { return m.cloud }
 
-// purgeLoop forgets idempotency keys past their lifetime.
+// purgeLoop forgets idempotency keys, operations and events past their
+// lifetime.
 func (m *Main) purgeLoop(ctx context.Context) {
 	defer close(m.done)
 	t := time.NewTicker(time.Hour)
@@ -396,6 +410,11 @@ func (m *Main) purgeLoop(ctx context.Context) {
 			m.Logger.Warn("purge idempotency keys", "error", err)
 		} else if n > 0 {
 			m.Logger.Info("purged idempotency keys", "count", n)
+		}
+		if ops, evs, err := m.cloud.PurgeHistory(ctx); err != nil && ctx.Err() == nil {
+			m.Logger.Warn("purge history", "error", err)
+		} else if ops+evs > 0 {
+			m.Logger.Info("purged history", "operations", ops, "events", evs)
 		}
 		select {
 		case <-ctx.Done():

@@ -13,8 +13,17 @@ import (
 )
 
 // openStore opens the configured store: SQLite in the data directory by
-// default, PostgreSQL when --store is a postgres:// URL.
+// default, PostgreSQL when --store is a postgres:// URL. Every change made
+// through it that a client may follow is recorded as an event with it.
 func openStore(ctx context.Context, dataDir, url string) (dbcloud.Store, error) {
+	s, err := openRawStore(ctx, dataDir, url)
+	if err != nil {
+		return nil, err
+	}
+	return dbcloud.NewEventStore(s), nil
+}
+
+func openRawStore(ctx context.Context, dataDir, url string) (dbcloud.Store, error) {
 	switch {
 	case url == "" || url == "sqlite":
 		if err := os.MkdirAll(dataDir, 0o700); err != nil {
