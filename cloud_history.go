@@ -164,10 +164,19 @@ type SnapshotLister interface {
 	Snapshots(ctx context.Context, svc *Service) ([]SnapshotInfo, error)
 }
 
-// SnapshotList is what a service's forks can restore.
+// RestoreChecker is implemented by runtimes that verify their restores.
+type RestoreChecker interface {
+	// LastRestoreCheck is the service's last verified restore; nil when
+	// none ran yet.
+	LastRestoreCheck(svc *Service) (*RestoreCheck, error)
+}
+
+// SnapshotList is what a service's forks can restore, and whether that
+// was last proven.
 type SnapshotList struct {
 	Snapshots []SnapshotInfo
 	Window    RecoveryWindow
+	LastCheck *RestoreCheck
 }
 
 // ListSnapshots lists the service's snapshots and its recovery window.
@@ -191,6 +200,11 @@ func (c *Cloud) ListSnapshots(ctx context.Context, projectID, serviceID string) 
 	}
 	if b, ok := c.Runtime.(Backups); ok {
 		if out.Window, err = b.RecoveryWindow(ctx, svc); err != nil {
+			return nil, err
+		}
+	}
+	if rc, ok := c.Runtime.(RestoreChecker); ok {
+		if out.LastCheck, err = rc.LastRestoreCheck(svc); err != nil {
 			return nil, err
 		}
 	}

@@ -19,6 +19,14 @@ type snapshotList struct {
 		PITRFrom     *time.Time `json:"pitr_from"`
 		PITRTo       *time.Time `json:"pitr_to"`
 	} `json:"recovery_window"`
+	LastRestoreCheck *struct {
+		Snapshot    string `json:"snapshot"`
+		DurationMS  int64  `json:"duration_ms"`
+		OK          bool   `json:"ok"`
+		Error       string `json:"error"`
+		RestoredLSN string `json:"restored_lsn"`
+		ExpectedLSN string `json:"expected_lsn"`
+	} `json:"last_restore_check"`
 }
 
 // TestSnapshots_ListAndEvents lists a service's first snapshot with its

@@ -70,8 +70,19 @@ type recoveryWindowJSON struct {
 }
 
 type snapshotListJSON struct {
-	Snapshots      []snapshotJSON     `json:"snapshots"`
-	RecoveryWindow recoveryWindowJSON `json:"recovery_window"`
+	Snapshots        []snapshotJSON     `json:"snapshots"`
+	RecoveryWindow   recoveryWindowJSON `json:"recovery_window"`
+	LastRestoreCheck *restoreCheckJSON  `json:"last_restore_check,omitempty"`
+}
+
+type restoreCheckJSON struct {
+	Snapshot    string    `json:"snapshot"`
+	Started     time.Time `json:"started"`
+	DurationMS  int64     `json:"duration_ms"`
+	OK          bool      `json:"ok"`
+	Error       string    `json:"error,omitempty"`
+	RestoredLSN string    `json:"restored_lsn,omitempty"`
+	ExpectedLSN string    `json:"expected_lsn,omitempty"`
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -182,6 +193,10 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) (int, an
 	}}
 	for i := range l.Snapshots {
 		out.Snapshots[i] = toSnapshot(&l.Snapshots[i])
+	}
+	if c := l.LastCheck; c != nil {
+		out.LastRestoreCheck = &restoreCheckJSON{Snapshot: c.Snapshot, Started: c.Started, DurationMS: c.Duration.Milliseconds(),
+			OK: c.OK, Error: c.Error, RestoredLSN: c.RestoredLSN, ExpectedLSN: c.ExpectedLSN}
 	}
 	return http.StatusOK, out, nil
 }

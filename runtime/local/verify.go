@@ -244,14 +244,27 @@ func (rt *Runtime) removeScratch(s postgres.Spec) error {
 	return nil
 }
 
-// firstLines is the first n lines of a command's output, on one line.
+// firstLines is the first n lines of a command's output on one line: an
+// indented line continues the entry above it, as pg_amcheck writes them.
 func firstLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = append(lines[:n], "...")
+	more := len(lines) > n
+	if more {
+		lines = lines[:n]
 	}
+	var b strings.Builder
 	for i, l := range lines {
-		lines[i] = strings.TrimSpace(l)
+		switch {
+		case i == 0:
+		case strings.HasPrefix(l, " ") || strings.HasPrefix(l, "\t"):
+			b.WriteString(" ")
+		default:
+			b.WriteString("; ")
+		}
+		b.WriteString(strings.TrimSpace(l))
 	}
-	return strings.Join(lines, " ")
+	if more {
+		b.WriteString(" ...")
+	}
+	return b.String()
 }

@@ -110,3 +110,11 @@ func pollArchived(t *testing.T, rt *Runtime, svc *dbcloud.Service) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+func TestFirstLines(t *testing.T) {
+	out := "heap table \"tsdb.public.t\", block 0, offset 1:\n    multixact should not be marked committed\nheap table \"tsdb.public.t\", block 0, offset 2:\n    xmin in the future\nthird\n"
+	want := `heap table "tsdb.public.t", block 0, offset 1: multixact should not be marked committed; heap table "tsdb.public.t", block 0, offset 2: xmin in the future ...`
+	if got := firstLines(out, 4); got != want {
+		t.Errorf("firstLines = %q, want %q", got, want)
+	}
+}
