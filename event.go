@@ -28,6 +28,13 @@ const (
 	// service was completed or failed.
 	EventSnapshotTaken  EventType = "snapshot.completed"
 	EventSnapshotFailed EventType = "snapshot.failed"
+	// EventServiceNotice: what a READY service's status_reason says
+	// changed (near or at its storage limit, a failed restore check, or
+	// cleared: an empty reason).
+	EventServiceNotice EventType = "service.notice"
+	// EventRestoreChecked: a verified restore of a service's newest
+	// snapshot ended; Status is "ok" or "failed", Reason what failed.
+	EventRestoreChecked EventType = "restore_check.finished"
 )
 
 // Event is one thing that happened in a project. IDs increase by one per
@@ -197,6 +204,11 @@ func (t *eventTx) UpdateService(s *Service) error {
 	if old.Status != s.Status {
 		if err := t.emit(&Event{ProjectID: s.ProjectID, Type: EventServiceStatus, ResourceKind: "service", ResourceID: s.ID,
 			Status: string(s.Status), PreviousStatus: string(old.Status), Reason: s.StatusReason}); err != nil {
+			return err
+		}
+	} else if s.Status == StatusReady && old.StatusReason != s.StatusReason {
+		if err := t.emit(&Event{ProjectID: s.ProjectID, Type: EventServiceNotice, ResourceKind: "service", ResourceID: s.ID,
+			Status: string(s.Status), Reason: s.StatusReason}); err != nil {
 			return err
 		}
 	}

@@ -65,6 +65,7 @@ type streamEvent struct {
 	OperationType  string `json:"operation_type"`
 	Outcome        string `json:"outcome"`
 	Primary        string `json:"primary"`
+	Reason         string `json:"reason"`
 	Snapshot       *struct {
 		StopLSN   string `json:"stop_lsn"`
 		SizeBytes int64  `json:"size_bytes"`

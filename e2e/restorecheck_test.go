@@ -30,6 +30,10 @@ func (s *server) waitRestoreCheck(id string, within time.Duration, what string, 
 // pg_amcheck found and the service's status_reason says the check failed.
 func TestRestoreCheck(t *testing.T) {
 	s := newServer(t, "--restore-check-interval", "1s")
+	streamCtx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	stream, closeStream := s.events(streamCtx, "")
+	defer closeStream()
 	created := s.create(map[string]any{"name": "checked"})
 	svc := s.waitStatus(created.ServiceID, "READY", 90*time.Second)
 	ctx := context.Background()
@@ -80,6 +84,22 @@ func TestRestoreCheck(t *testing.T) {
 	})
 	if !strings.Contains(bad.LastRestoreCheck.Error, "pg_amcheck") {
 		t.Errorf("failed check says %q, want what pg_amcheck found", bad.LastRestoreCheck.Error)
+	}
+	// The stream reports each check, the failed one with its reason, and
+	// the READY service's new status_reason.
+	var checks []string
+	var notice bool
+	readUntil(t, stream, 0, func(ev streamEvent) bool {
+		if ev.ResourceID == svc.ServiceID && ev.Type == "restore_check.finished" {
+			checks = append(checks, ev.Status)
+		}
+		if ev.ResourceID == svc.ServiceID && ev.Type == "service.notice" && strings.Contains(ev.Reason, "restore check") {
+			notice = true
+		}
+		return notice && len(checks) > 0 && checks[len(checks)-1] == "failed"
+	})
+	if len(checks) < 3 || checks[0] != "ok" {
+		t.Errorf("restore check events %v, want ok ones before the failed one", checks)
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {

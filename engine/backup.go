@@ -33,6 +33,30 @@ func (e *Engine) backupLoop(ctx context.Context, b dbcloud.BackupMaintainer) {
 	}
 }
 
+// lastRestoreCheck is the service's last verified restore, nil when the
+// runtime verifies none or none ran yet.
+func (e *Engine) lastRestoreCheck(c dbcloud.RestoreChecker, svc *dbcloud.Service) *dbcloud.RestoreCheck {
+	if c == nil {
+		return nil
+	}
+	check, err := c.LastRestoreCheck(svc)
+	if err != nil {
+		e.Logger.Warn("read restore check", "service", svc.ID, "error", err)
+		return nil
+	}
+	return check
+}
+
+// restoreCheckEvent reports a verified restore that just ended.
+func (e *Engine) restoreCheckEvent(ctx context.Context, svc *dbcloud.Service, c *dbcloud.RestoreCheck) error {
+	ev := &dbcloud.Event{ProjectID: svc.ProjectID, Type: dbcloud.EventRestoreChecked, ResourceKind: "service",
+		ResourceID: svc.ID, Status: "ok", Snapshot: &dbcloud.SnapshotInfo{Name: c.Snapshot}}
+	if !c.OK {
+		ev.Status, ev.Reason = "failed", c.Error
+	}
+	return e.Store.Update(ctx, func(tx dbcloud.Tx) error { return tx.InsertEvent(ev) })
+}
+
 // maintainBackups runs the service's backup work under its lease: with
 // several control planes on one store exactly one takes (or prunes) the
 // service's snapshots at a time, and never while another reconciles it.
@@ -57,9 +81,16 @@ func (e *Engine) maintainBackups(ctx context.Context, b dbcloud.BackupMaintainer
 			newest = snaps[len(snaps)-1].Finished
 		}
 	}
+	checker, _ := b.(dbcloud.RestoreChecker)
+	checkedBefore := e.lastRestoreCheck(checker, svc)
 	err := b.MaintainBackups(lctx, svc)
 	if lctx.Err() != nil {
 		return
+	}
+	if c := e.lastRestoreCheck(checker, svc); c != nil && (checkedBefore == nil || !c.Started.Equal(checkedBefore.Started)) {
+		if err := e.restoreCheckEvent(lctx, svc, c); err != nil && lctx.Err() == nil {
+			e.Logger.Warn("record restore check event", "service", svc.ID, "error", err)
+		}
 	}
 	if err != nil {
 		e.Logger.Warn("maintain backups", "service", svc.ID, "error", err)
