@@ -32,6 +32,8 @@ var (
 	chaosSettle   = flag.Duration("chaos.settle", 3*time.Minute, "how long TestChaos waits for the invariants to hold after a round")
 	// Two planes cost more per round; CI runs a couple.
 	chaosPlanesRounds = flag.Int("chaos.planes.rounds", 2, "rounds of TestChaos_TwoPlanes; 0 skips it")
+	// The disk fills under dbcloud at a moment of each round.
+	chaosDiskRounds = flag.Int("chaos.disk.rounds", 2, "rounds of TestChaos_DiskFull; 0 skips it")
 )
 
 // TestChaos runs rounds of random API operations while dbcloud, and
@@ -48,7 +50,21 @@ func TestChaos(t *testing.T) {
 		t.Skip("-chaos.rounds is 0")
 	}
 	s := newServer(t)
-	runChaos(t, *chaosRounds, []*server{s}, "")
+	runChaos(t, *chaosRounds, []*server{s}, "", "")
+}
+
+// TestChaos_DiskFull is TestChaos with dbcloud's data directory on a
+// filesystem of its own that fills up, for a moment of each round chosen
+// by the seed, as a tenant filling the host would (unprivileged: the root
+// reserve stays dbcloud's), and is freed again. The invariants are
+// TestChaos's: what was accepted completes once there is room.
+func TestChaos_DiskFull(t *testing.T) {
+	if *chaosDiskRounds <= 0 {
+		t.Skip("-chaos.disk.rounds is 0")
+	}
+	dir := mountImage(t, "ext4", "8G")
+	s := newServerIn(t, dir)
+	runChaos(t, *chaosDiskRounds, []*server{s}, "", dir)
 }
 
 // TestChaos_TwoPlanes is TestChaos with two control planes on one
@@ -63,12 +79,13 @@ func TestChaos_TwoPlanes(t *testing.T) {
 	p := newPlanes(t)
 	a := p.plane("plane-a", nil)
 	b := p.plane("plane-b", a)
-	runChaos(t, *chaosPlanesRounds, []*server{a, b}, p.dsn)
+	runChaos(t, *chaosPlanesRounds, []*server{a, b}, p.dsn, "")
 }
 
 // runChaos runs rounds against the planes (one, or several on the store
-// at dsn) and reports the violations.
-func runChaos(t *testing.T, nRounds int, planes []*server, dsn string) {
+// at dsn) and reports the violations. With diskDir, the filesystem mounted
+// there is filled for a moment of each round.
+func runChaos(t *testing.T, nRounds int, planes []*server, dsn, diskDir string) {
 	seed := *chaosSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano()%1_000_000_000) + 1
@@ -82,7 +99,7 @@ func runChaos(t *testing.T, nRounds int, planes []*server, dsn string) {
 	begin := time.Now()
 	s := planes[0]
 	c := &chaosRun{t: t, s: s, planes: planes, dsn: dsn, seed: seed, m: chaos.NewModel(), seen: map[string]bool{},
-		client: s.client, maxLive: *chaosServices}
+		client: s.client, maxLive: *chaosServices, diskDir: diskDir}
 	for _, p := range planes {
 		c.bases = append(c.bases, p.baseURL)
 	}
@@ -130,6 +147,9 @@ type chaosRun struct {
 	dsn     string
 	seed    uint64
 	maxLive int
+	// diskDir, when set, is the filesystem under dbcloud that each round
+	// fills for a moment.
+	diskDir string
 	// client, bases and boot are the servers', copied once: the harness
 	// rewrites their fields on every start while requests are in flight.
 	// (Planes share a CA, so one client trusts all.)
@@ -189,6 +209,11 @@ func (c *chaosRun) round(r int) bool {
 	if len(c.planes) > 1 { // drawn last: one plane replays TestChaos's seeds
 		victim = killRng.IntN(len(c.planes))
 	}
+	fullAt, fullFor := time.Duration(-1), time.Duration(0)
+	if c.diskDir != "" { // drawn after the others, for the same reason
+		fullAt = time.Duration(killRng.IntN(4000)) * time.Millisecond
+		fullFor = time.Duration(500+killRng.IntN(3000)) * time.Millisecond
+	}
 	plan := fmt.Sprintf("round %d: %d operations; kill dbcloud at %v", r, nOps, killAt)
 	if len(c.planes) > 1 {
 		plan = fmt.Sprintf("round %d: %d operations; kill plane %d at %v", r, nOps, victim, killAt)
@@ -198,6 +223,9 @@ func (c *chaosRun) round(r int) bool {
 	}
 	if againAt >= 0 {
 		plan += fmt.Sprintf(", dbcloud again %v after its restart", againAt)
+	}
+	if fullAt >= 0 {
+		plan += fmt.Sprintf(", the disk full at %v for %v", fullAt, fullFor)
 	}
 	t.Log(plan)
 
@@ -221,6 +249,18 @@ func (c *chaosRun) round(r int) bool {
 	events := []event{{killAt, func() { c.killServer(r, c.planes[victim], againAt) }}}
 	if pmAt >= 0 {
 		events = append(events, event{pmAt, func() { c.killPostmaster(r, pmPick) }})
+	}
+	var filler string
+	if fullAt >= 0 {
+		events = append(events, event{fullAt, func() {
+			filler = fillDisk(t, c.diskDir, fmt.Sprintf("filler-%d", r))
+			t.Logf("round %d: the disk is full", r)
+		}}, event{fullAt + fullFor, func() {
+			if err := os.RemoveAll(filler); err != nil {
+				t.Errorf("free the disk: %v", err)
+			}
+			t.Logf("round %d: the disk has room again", r)
+		}})
 	}
 	slices.SortFunc(events, func(a, b event) int { return int(a.at - b.at) })
 	for _, e := range events {

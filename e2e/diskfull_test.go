@@ -35,7 +35,7 @@ func TestDiskFull(t *testing.T) {
 	}
 	conn.Close(ctx)
 
-	filler := fillDisk(t, dir)
+	filler := fillDisk(t, dir, "filler")
 
 	if _, code := s.get(svc.ServiceID); code != 200 {
 		t.Fatalf("GET on a full disk: %d", code)
@@ -94,13 +94,13 @@ func TestDiskFull(t *testing.T) {
 	s.waitStatus(more.ServiceID, "READY", 90*time.Second)
 }
 
-// fillDisk fills the filesystem at dir as the unprivileged user nobody
-// until nothing is left for unprivileged writers (ext4 keeps its root
-// reserve, as on a real host), and returns the directory to remove to free
-// it.
-func fillDisk(t *testing.T, dir string) string {
+// fillDisk fills the filesystem at dir as the unprivileged user nobody,
+// in a directory of the given name, until nothing is left for
+// unprivileged writers (ext4 keeps its root reserve, as on a real host),
+// and returns the directory to remove to free it.
+func fillDisk(t *testing.T, dir, name string) string {
 	t.Helper()
-	filler := filepath.Join(dir, "filler")
+	filler := filepath.Join(dir, name)
 	if err := os.Mkdir(filler, 0o700); err != nil {
 		t.Fatal(err)
 	}
