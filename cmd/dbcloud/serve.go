@@ -69,6 +69,9 @@ type Config struct {
 	StorageImageGiB int
 	// HTTP bounds what one client can hold of the API server.
 	HTTP http.ServerConfig
+	// Runtime is where services run: "local" or "kubernetes" (kube.go).
+	Runtime string
+	Kube    KubeConfig
 }
 
 // crashAfterCommitEnv, set to 1, makes the server kill itself after the
@@ -167,6 +170,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.IntVar(&c.StorageImageGiB, "storage-image-gib", c.StorageImageGiB, "keep the runtime directory on a btrfs image file of this many GiB (RUNTIME_DIR.img, sparse, loop-mounted; needs root): copy-on-write forks and snapshots and per-service quotas on a host whose filesystem has neither (0: off)")
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this process's name in leases (default HOSTNAME:DATA_DIR; keep it stable across restarts)")
 	quotaFlags(fs, &c.Quotas)
+	kubeFlags(fs, c)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -212,6 +216,9 @@ func (c *Config) validate() error {
 	}
 	if c.PoolSize < 0 || c.Overcommit <= 0 {
 		errs = append(errs, fmt.Errorf("--pool-size must be 0 or more and --overcommit above 0"))
+	}
+	if c.Runtime != "" && c.Runtime != "local" && c.Runtime != "kubernetes" {
+		errs = append(errs, fmt.Errorf("--runtime %q: want local or kubernetes", c.Runtime))
 	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		errs = append(errs, fmt.Errorf("--log-format %q: want json or text", c.LogFormat))
@@ -266,9 +273,18 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if c.Runtime == "kubernetes" {
+		return m.runWith(ctx, tlsConfig, m.kubernetesRuntime)
+	}
+	return m.runWith(ctx, tlsConfig, m.localRuntime)
+}
+
+// localRuntime runs services as processes on this host.
+func (m *Main) localRuntime(ctx context.Context) (runtimeProvisioner, dbcloud.Network, error) {
+	c := &m.Config
 	runtimeDir, err := m.runtimeDir()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	m.runtime, err = local.New(local.Config{
 		BinDir: c.PGBinDir, DataDir: runtimeDir, Host: c.PublicHost, CA: m.ca,
@@ -278,18 +294,28 @@ func (m *Main) Run(ctx context.Context) error {
 		PgBouncer:    c.PgBouncer, StorageImageGiB: c.StorageImageGiB,
 	})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if err := m.runtime.Open(ctx); err != nil {
-		return err
+		return nil, nil, err
 	}
 	network, err := loopback.New(c.VPCBlock, c.PortMin, c.PortMax)
 	if err != nil {
-		return fmt.Errorf("--vpc-address-block: %w", err)
+		return nil, nil, fmt.Errorf("--vpc-address-block: %w", err)
 	}
-	m.cloud = dbcloud.NewCloud(m.store, m.runtime, c.domain(), m.Logger)
+	return m.runtime, network, nil
+}
+
+// runWith serves with the runtime and network newRuntime makes.
+func (m *Main) runWith(ctx context.Context, tlsConfig *tls.Config, newRuntime func(context.Context) (runtimeProvisioner, dbcloud.Network, error)) error {
+	c := &m.Config
+	rt, network, err := newRuntime(ctx)
+	if err != nil {
+		return err
+	}
+	m.cloud = dbcloud.NewCloud(m.store, rt, c.domain(), m.Logger)
 	m.cloud.Network = network
-	m.engine = engine.New(m.store, m.runtime, c.NodeID, m.Logger)
+	m.engine = engine.New(m.store, rt, c.NodeID, m.Logger)
 	m.engine.Network = network
 	m.cloud.Notify = m.engine.Notify
 
