@@ -45,6 +45,7 @@ fi
 
 log "building kube-apiserver $version and etcd into $dir (once; several minutes)"
 tmp=$(mktemp -d "$CACHE/.build.XXXXXX")
+chmod 755 "$tmp"
 trap 'rm -rf "$tmp"' EXIT
 (
 	cd "$tools"

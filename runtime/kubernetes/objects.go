@@ -177,7 +177,7 @@ func recoveryBootstrap(cluster, backup string, pitr *metav1.Time) *apiv1.Bootstr
 	r := &apiv1.BootstrapRecovery{Database: database, Owner: owner, Secret: &apiv1.LocalObjectReference{Name: SecretName(cluster)}}
 	if pitr != nil {
 		r.Source = originSource
-		r.RecoveryTarget = &apiv1.RecoveryTarget{TargetTime: pitr.UTC().Format("2006-01-02 15:04:05.000000Z07:00")}
+		r.RecoveryTarget = &apiv1.RecoveryTarget{TargetTime: pitr.UTC().Format("2006-01-02 15:04:05.000000-07:00")}
 	} else {
 		r.Backup = &apiv1.BackupSource{LocalObjectReference: apiv1.LocalObjectReference{Name: backup}}
 	}

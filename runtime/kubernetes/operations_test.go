@@ -442,3 +442,23 @@ func TestDeleteServiceDeletesEverything(t *testing.T) {
 		t.Errorf("another service of the project went too: %v", err)
 	}
 }
+
+// TestCRDValidationIsEnforced guards the tests above: the apiserver does
+// check CNPG's schema, so an object the runtime wrote was accepted by it.
+func TestCRDValidationIsEnforced(t *testing.T) {
+	rt := newRuntime(t, kubernetes.Config{})
+	ctx := testContext(t)
+	svc := newService(dbcloud.ServiceSpec{Size: dbcloud.SharedSize, Environment: dbcloud.EnvDev, Running: true})
+	if err := rt.Apply(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	bad := &apiv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "zero", Namespace: rt.Namespace(svc.ProjectID)}, Spec: apiv1.ClusterSpec{Instances: 0}}
+	if err := shared.client.Create(ctx, bad); !apierrors.IsInvalid(err) {
+		t.Fatalf("a Cluster with 0 instances: %v, want rejected by the CRD schema", err)
+	}
+	p := &apiv1.Pooler{ObjectMeta: metav1.ObjectMeta{Name: "bad-type", Namespace: rt.Namespace(svc.ProjectID)},
+		Spec: apiv1.PoolerSpec{Cluster: apiv1.LocalObjectReference{Name: kubernetes.ClusterName(svc)}, Type: "rwx", PgBouncer: &apiv1.PgBouncerSpec{}}}
+	if err := shared.client.Create(ctx, p); !apierrors.IsInvalid(err) {
+		t.Fatalf("a Pooler of type rwx: %v, want rejected", err)
+	}
+}
