@@ -286,6 +286,19 @@ func TestForks(t *testing.T) {
 		return f
 	}
 
+	t.Run("recovery window", func(t *testing.T) {
+		w, err := rt.RecoveryWindow(ctx, parent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !w.LastSnapshot.Equal(now.Add(-time.Hour)) || !w.From.Equal(now.Add(-2*time.Hour)) || w.To.Before(now) || w.Stopped {
+			t.Fatalf("window %+v", w)
+		}
+		none, err := rt.RecoveryWindow(ctx, newService(parent.Spec))
+		if err != nil || !none.LastSnapshot.IsZero() {
+			t.Fatalf("window of a service without backups %+v, %v", none, err)
+		}
+	})
 	t.Run("LAST_SNAPSHOT", func(t *testing.T) {
 		f := fork(dbcloud.ForkLastSnapshot, nil)
 		if err := rt.Apply(ctx, f); err != nil {

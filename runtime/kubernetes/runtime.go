@@ -76,6 +76,7 @@ var (
 	_ dbcloud.Runtime               = (*Runtime)(nil)
 	_ dbcloud.Provisioner           = (*Runtime)(nil)
 	_ dbcloud.ReplicaSetProvisioner = (*Runtime)(nil)
+	_ dbcloud.Backups               = (*Runtime)(nil)
 )
 
 // Scheme returns a scheme with Kubernetes' built-in types and CNPG's.

@@ -10,6 +10,7 @@ import (
 	apiv1 "github.com/cloudnative-pg/cloudnative-pg/api/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
@@ -133,26 +134,55 @@ func (rt *Runtime) bootstrapFor(ctx context.Context, svc *dbcloud.Service) (*api
 	}
 }
 
+// completedBackups are the cluster's completed Backups, oldest first.
+// They are matched by spec.cluster, not by label: Backups made by hand count.
+func (rt *Runtime) completedBackups(ctx context.Context, ns, cluster string) ([]apiv1.Backup, error) {
+	var list apiv1.BackupList
+	if err := rt.c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	var out []apiv1.Backup
+	for _, b := range list.Items {
+		if b.Spec.Cluster.Name == cluster && b.Status.Phase == apiv1.BackupPhaseCompleted && b.Status.StoppedAt != nil {
+			out = append(out, b)
+		}
+	}
+	slices.SortFunc(out, func(a, b apiv1.Backup) int { return a.Status.StoppedAt.Compare(b.Status.StoppedAt.Time) })
+	return out, nil
+}
+
 // newestBackup is the name of the cluster's newest completed Backup.
 func (rt *Runtime) newestBackup(ctx context.Context, ns, cluster string) (string, error) {
-	var list apiv1.BackupList
-	if err := rt.c.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{clusterLabel: cluster}); err != nil {
+	list, err := rt.completedBackups(ctx, ns, cluster)
+	if err != nil || len(list) == 0 {
 		return "", err
 	}
-	var best *apiv1.Backup
-	for i := range list.Items {
-		b := &list.Items[i]
-		if b.Spec.Cluster.Name != cluster || b.Status.Phase != apiv1.BackupPhaseCompleted || b.Status.StoppedAt == nil {
-			continue
-		}
-		if best == nil || b.Status.StoppedAt.After(best.Status.StoppedAt.Time) {
-			best = b
-		}
+	return list[len(list)-1].Name, nil
+}
+
+// RecoveryWindow is what a fork can restore: the newest completed Backup,
+// and with an object store (continuous WAL archive) every time since the
+// oldest one. A hibernated cluster's window ends when it was hibernated.
+func (rt *Runtime) RecoveryWindow(ctx context.Context, svc *dbcloud.Service) (dbcloud.RecoveryWindow, error) {
+	var w dbcloud.RecoveryWindow
+	ns := rt.Namespace(svc.ProjectID)
+	list, err := rt.completedBackups(ctx, ns, ClusterName(svc))
+	if err != nil || len(list) == 0 {
+		return w, err
 	}
-	if best == nil {
-		return "", nil
+	w.LastSnapshot = list[len(list)-1].Status.StoppedAt.Time
+	if rt.cfg.ObjectStore == "" {
+		return w, nil
 	}
-	return best.Name, nil
+	w.From, w.To = list[0].Status.StoppedAt.Time, time.Now()
+	var c apiv1.Cluster
+	if err := rt.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: ClusterName(svc)}, &c); err != nil {
+		return w, client.IgnoreNotFound(err)
+	}
+	if h := meta.FindStatusCondition(c.Status.Conditions, hibernationCondition); h != nil && h.Status == metav1.ConditionTrue {
+		w.Stopped, w.To = true, h.LastTransitionTime.Time
+	}
+	return w, nil
 }
 
 // freshBackup takes an online Backup of the parent (through the plugin
