@@ -28,7 +28,7 @@ func (rt *Runtime) EnsureReplicaSet(ctx context.Context, parent *dbcloud.Service
 	if err := rt.ApplyReplicaSet(ctx, parent, set); err != nil {
 		return nil, err
 	}
-	return rt.wait(ctx, func() (*dbcloud.Observation, bool, error) {
+	return rt.waitBounded(ctx, func(ctx context.Context) (*dbcloud.Observation, bool, error) {
 		obs, err := rt.CheckReplicaSet(ctx, parent, set)
 		return obs, err == nil && obs.Running, err
 	})

@@ -61,7 +61,9 @@ type Config struct {
 	// PollInterval is how often Ensure* re-reads CNPG's status while it
 	// waits for a change to be made (default 2 s).
 	PollInterval time.Duration
-	Logger       *slog.Logger
+	// WaitTimeout bounds how long Ensure* wait for CNPG (default 15 min).
+	WaitTimeout time.Duration
+	Logger      *slog.Logger
 }
 
 // Runtime implements dbcloud.Runtime, dbcloud.Provisioner and
@@ -107,6 +109,9 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 2 * time.Second
+	}
+	if cfg.WaitTimeout <= 0 {
+		cfg.WaitTimeout = 15 * time.Minute
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -27,7 +27,7 @@ func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*db
 	if err := rt.Apply(ctx, svc); err != nil {
 		return nil, err
 	}
-	return rt.wait(ctx, func() (*dbcloud.Observation, bool, error) {
+	return rt.waitBounded(ctx, func(ctx context.Context) (*dbcloud.Observation, bool, error) {
 		obs, err := rt.CheckService(ctx, svc, false)
 		if err != nil {
 			return nil, false, err
@@ -35,6 +35,32 @@ func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*db
 		// A stopped service is done once CNPG reports it hibernated.
 		return obs, obs.Running == svc.Spec.Running && (svc.Spec.Running || obs.Reason == reasonHibernated), nil
 	})
+}
+
+// waitBounded waits for CNPG at most Config.WaitTimeout: a cluster that
+// never gets there (no storage class, an image that cannot be pulled) fails
+// the attempt with CNPG's last word as the reason, and the engine retries
+// or gives up as with any other failure, instead of holding its lease.
+func (rt *Runtime) waitBounded(ctx context.Context, check func(context.Context) (*dbcloud.Observation, bool, error)) (*dbcloud.Observation, error) {
+	wctx, cancel := context.WithTimeout(ctx, rt.cfg.WaitTimeout)
+	defer cancel()
+	var last *dbcloud.Observation
+	obs, err := rt.wait(wctx, func() (*dbcloud.Observation, bool, error) {
+		// Calls use ctx: only the waiting is bounded, not a request in flight.
+		obs, done, err := check(ctx)
+		if obs != nil {
+			last = obs
+		}
+		return obs, done, err
+	})
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		reason := "no status"
+		if last != nil {
+			reason = last.Reason
+		}
+		return nil, dbcloud.Errorf(dbcloud.KindUnavailable, "CloudNativePG has not made the change after %s: %s", rt.cfg.WaitTimeout, reason)
+	}
+	return obs, err
 }
 
 // wait polls check until it says done.
@@ -48,7 +74,11 @@ func (rt *Runtime) wait(ctx context.Context, check func() (*dbcloud.Observation,
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("waiting for CloudNativePG: %s: %w", obs.Reason, ctx.Err())
+			reason := ""
+			if obs != nil {
+				reason = obs.Reason
+			}
+			return nil, fmt.Errorf("waiting for CloudNativePG (%s): %w", reason, ctx.Err())
 		case <-t.C:
 		}
 	}

@@ -295,3 +295,20 @@ func waitFor(t *testing.T, ctx context.Context, cond func() bool) {
 		}
 	}
 }
+
+// TestEnsureGivesUp: a Cluster CNPG never makes healthy fails the attempt
+// after WaitTimeout with CNPG's last phase as the reason.
+func TestEnsureGivesUp(t *testing.T) {
+	rt := newRuntime(t, kubernetes.Config{WaitTimeout: 300 * time.Millisecond})
+	ctx := testContext(t)
+	svc := newService(dbcloud.ServiceSpec{Size: dbcloud.SharedSize, Environment: dbcloud.EnvDev, Running: true})
+	if err := rt.Apply(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	writeStatus(t, ctx, rt, svc, func(c *apiv1.Cluster) { c.Status.Phase = apiv1.PhaseFirstPrimary })
+	_, err := rt.EnsureService(ctx, svc)
+	var de *dbcloud.Error
+	if !errors.As(err, &de) || dbcloud.IsTerminal(err) || !strings.Contains(de.Message, apiv1.PhaseFirstPrimary) {
+		t.Fatalf("EnsureService = %v; want a retryable error naming the phase", err)
+	}
+}
