@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"dbcloud"
 	"dbcloud/runtime/kubernetes"
@@ -23,6 +24,8 @@ type KubeConfig struct {
 	StorageSize  string
 	StorageClass string
 	ObjectStore  string
+	// Extensions the image ships, comma-separated (timescaledb, vector).
+	Extensions string
 }
 
 func kubeFlags(fs interface {
@@ -33,6 +36,7 @@ func kubeFlags(fs interface {
 	fs.StringVar(&c.Kube.Image, "kube-image", "", "PostgreSQL image of CloudNativePG clusters (empty: CloudNativePG's default)")
 	fs.StringVar(&c.Kube.StorageSize, "kube-storage-size", "10Gi", "volume size of each CloudNativePG instance")
 	fs.StringVar(&c.Kube.StorageClass, "kube-storage-class", "", "storage class of the volumes (empty: the cluster's default)")
+	fs.StringVar(&c.Kube.Extensions, "kube-extensions", "", "comma-separated extensions --kube-image ships, which addons may create (timescaledb, vector); none by default, so addons answer ADDON_UNAVAILABLE")
 	fs.StringVar(&c.Kube.ObjectStore, "kube-object-store", "", "barman-cloud ObjectStore in each project's namespace for WAL archives and backups (empty: none, so no PITR forks)")
 }
 
@@ -44,8 +48,14 @@ func (m *Main) kubernetesRuntime(context.Context) (runtimeProvisioner, dbcloud.N
 	if err != nil {
 		return nil, nil, fmt.Errorf("--kubeconfig: %w", err)
 	}
+	exts := map[string]bool{}
+	for _, e := range strings.Split(k.Extensions, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			exts[e] = true
+		}
+	}
 	rt, err := kubernetes.NewForConfig(rc, kubernetes.Config{
-		ImageName: k.Image, StorageSize: k.StorageSize, StorageClass: k.StorageClass,
+		Extensions: exts, ImageName: k.Image, StorageSize: k.StorageSize, StorageClass: k.StorageClass,
 		ObjectStore: k.ObjectStore, Logger: m.Logger,
 	})
 	if err != nil {
