@@ -24,9 +24,15 @@ const (
 	reasonHibernated     = "The service is stopped (CloudNativePG hibernation)."
 )
 
-// bootstrapJobRoles are the jobRole labels of the Jobs that make a
-// cluster's first instance (pkg/specs/jobs.go).
-var bootstrapJobRoles = []string{"initdb", "full-recovery", "snapshot-recovery", "pgbasebackup", "import"}
+// bootstrapJob reports whether a jobRole label is one of the Jobs that
+// make a cluster's first instance (CNPG's pkg/specs/jobs.go).
+func bootstrapJob(role string) bool {
+	switch role {
+	case "initdb", "full-recovery", "snapshot-recovery", "pgbasebackup", "import":
+		return true
+	}
+	return false
+}
 
 // Observe maps a Cluster's status to what dbcloud shows. failedBootstrap,
 // when not empty, says why the Job making the first instance failed.
@@ -104,7 +110,7 @@ func (rt *Runtime) failedBootstrap(ctx context.Context, c *apiv1.Cluster) (strin
 		return "", err
 	}
 	for _, j := range jobs.Items {
-		if !slices.Contains(bootstrapJobRoles, j.Labels["cnpg.io/jobRole"]) {
+		if !bootstrapJob(j.Labels["cnpg.io/jobRole"]) {
 			continue
 		}
 		for _, cond := range j.Status.Conditions {
