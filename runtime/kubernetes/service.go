@@ -234,7 +234,7 @@ func (rt *Runtime) freshBackup(ctx context.Context, ns, cluster, name string, la
 	}); err != nil {
 		return "", err
 	}
-	_, err := rt.wait(ctx, func() (*dbcloud.Observation, bool, error) {
+	_, err := rt.waitBounded(ctx, func(ctx context.Context) (*dbcloud.Observation, bool, error) {
 		if err := rt.c.Get(ctx, client.ObjectKeyFromObject(b), b); err != nil {
 			return nil, false, err
 		}
