@@ -78,10 +78,11 @@ func (m *Main) wireMetrics(h *http.Handler) error {
 	if c.Listen == "" {
 		return nil
 	}
-	t := telemetry.New(telemetry.Sources{
-		Store: m.store, QueueDepth: m.engine.QueueDepth, LeasesHeld: m.engine.LeasesHeld,
-		PoolReady: m.runtime.PoolReady, PoolTarget: m.runtime.PoolTarget,
-	})
+	src := telemetry.Sources{Store: m.store, QueueDepth: m.engine.QueueDepth, LeasesHeld: m.engine.LeasesHeld}
+	if m.runtime != nil { // the local runtime keeps a warm pool
+		src.PoolReady, src.PoolTarget = m.runtime.PoolReady, m.runtime.PoolTarget
+	}
+	t := telemetry.New(src)
 	h.Observe = t.ObserveRequest
 	m.engine.Observe = t.ObserveReconcile
 	ln, err := net.Listen("tcp", c.Listen)

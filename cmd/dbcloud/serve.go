@@ -82,6 +82,9 @@ type Config struct {
 	HTTP http.ServerConfig
 	// Metrics: the Prometheus listener and the history's retention.
 	Metrics MetricsConfig
+	// Runtime is where services run: "local" or "kubernetes" (kube.go).
+	Runtime string
+	Kube    KubeConfig
 }
 
 // crashAfterCommitEnv, set to 1, makes the server kill itself after the
@@ -198,6 +201,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "how long a resource's lease outlives the plane's last renewal (renewed every third of it): the takeover time when a plane dies")
 	quotaFlags(fs, &c.Quotas)
 	metricsFlags(fs, &c.Metrics)
+	kubeFlags(fs, c)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -249,6 +253,9 @@ func (c *Config) validate() error {
 	}
 	if c.PoolSize < 0 || c.Overcommit <= 0 {
 		errs = append(errs, fmt.Errorf("--pool-size must be 0 or more and --overcommit above 0"))
+	}
+	if c.Runtime != "" && c.Runtime != "local" && c.Runtime != "kubernetes" {
+		errs = append(errs, fmt.Errorf("--runtime %q: want local or kubernetes", c.Runtime))
 	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		errs = append(errs, fmt.Errorf("--log-format %q: want json or text", c.LogFormat))
@@ -356,9 +363,33 @@ func (m *Main) openControlPlane(ctx context.Context) (*tls.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	runtimeDir, err := m.runtimeDir()
+	rt, network, err := m.newRuntime(ctx)
 	if err != nil {
 		return nil, err
+	}
+	m.cloud = dbcloud.NewCloud(m.store, rt, c.domain(), m.Logger)
+	m.cloud.Network = network
+	m.engine = engine.New(m.store, rt, c.NodeID, m.Logger)
+	m.engine.Network = network
+	m.engine.LeaseTTL = c.LeaseTTL
+	m.cloud.Notify = m.engine.Notify
+	return tlsConfig, nil
+}
+
+// newRuntime opens the runtime --runtime names and its network.
+func (m *Main) newRuntime(ctx context.Context) (runtimeProvisioner, dbcloud.Network, error) {
+	if m.Config.Runtime == "kubernetes" {
+		return m.kubernetesRuntime(ctx)
+	}
+	return m.localRuntime(ctx)
+}
+
+// localRuntime runs services as processes on this host.
+func (m *Main) localRuntime(ctx context.Context) (runtimeProvisioner, dbcloud.Network, error) {
+	c := &m.Config
+	runtimeDir, err := m.runtimeDir()
+	if err != nil {
+		return nil, nil, err
 	}
 	if c.Store != "" && (c.RuntimeDir == "" || c.CADir == "") {
 		m.Logger.Info("this plane's runtime directory or CA is its own: another control plane on the store cannot finish its work or share its CA; give every plane the same --runtime-dir and --ca-dir (docs/multi-plane.md)",
@@ -373,22 +404,16 @@ func (m *Main) openControlPlane(ctx context.Context) (*tls.Config, error) {
 		RestoreCheckInterval: c.RestoreCheckInterval,
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := m.runtime.Open(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	network, err := loopback.New(c.VPCBlock, c.PortMin, c.PortMax)
 	if err != nil {
-		return nil, fmt.Errorf("--vpc-address-block: %w", err)
+		return nil, nil, fmt.Errorf("--vpc-address-block: %w", err)
 	}
-	m.cloud = dbcloud.NewCloud(m.store, m.runtime, c.domain(), m.Logger)
-	m.cloud.Network = network
-	m.engine = engine.New(m.store, m.runtime, c.NodeID, m.Logger)
-	m.engine.Network = network
-	m.engine.LeaseTTL = c.LeaseTTL
-	m.cloud.Notify = m.engine.Notify
-	return tlsConfig, nil
+	return m.runtime, network, nil
 }
 
 // URL is the API's base URL.

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"dbcloud"
+	"dbcloud/runtime/kubernetes"
+)
+
+// runtimeProvisioner is what serve needs of a runtime.
+type runtimeProvisioner interface {
+	dbcloud.Runtime
+	dbcloud.Provisioner
+}
+
+// KubeConfig is what `dbcloud serve --runtime kubernetes` is told.
+type KubeConfig struct {
+	// Kubeconfig is the cluster's kubeconfig; empty inside a pod (its
+	// service account).
+	Kubeconfig   string
+	Image        string
+	StorageSize  string
+	StorageClass string
+	ObjectStore  string
+	// Extensions the image ships, comma-separated (timescaledb, vector).
+	Extensions string
+}
+
+func kubeFlags(fs interface {
+	StringVar(p *string, name string, value string, usage string)
+}, c *Config) {
+	fs.StringVar(&c.Runtime, "runtime", "local", "where services run: local (processes on this host) or kubernetes (CloudNativePG clusters; docs/kubernetes.md)")
+	fs.StringVar(&c.Kube.Kubeconfig, "kubeconfig", "", "kubeconfig of the cluster for --runtime kubernetes (empty: the pod's service account)")
+	fs.StringVar(&c.Kube.Image, "kube-image", "", "PostgreSQL image of CloudNativePG clusters (empty: CloudNativePG's default)")
+	fs.StringVar(&c.Kube.StorageSize, "kube-storage-size", "10Gi", "volume size of each CloudNativePG instance")
+	fs.StringVar(&c.Kube.StorageClass, "kube-storage-class", "", "storage class of the volumes (empty: the cluster's default)")
+	fs.StringVar(&c.Kube.Extensions, "kube-extensions", "", "comma-separated extensions --kube-image ships, which addons may create (timescaledb, vector); none by default, so addons answer ADDON_UNAVAILABLE")
+	fs.StringVar(&c.Kube.ObjectStore, "kube-object-store", "", "barman-cloud ObjectStore in each project's namespace for WAL archives and backups (empty: none, so no PITR forks)")
+}
+
+// kubernetesRuntime runs services as CloudNativePG clusters; VPCs are
+// refused with UNSUPPORTED.
+func (m *Main) kubernetesRuntime(context.Context) (runtimeProvisioner, dbcloud.Network, error) {
+	k := m.Config.Kube
+	rc, err := kubernetes.RESTConfig(k.Kubeconfig)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--kubeconfig: %w", err)
+	}
+	exts := map[string]bool{}
+	for _, e := range strings.Split(k.Extensions, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			exts[e] = true
+		}
+	}
+	rt, err := kubernetes.NewForConfig(rc, kubernetes.Config{
+		Extensions: exts, ImageName: k.Image, StorageSize: k.StorageSize, StorageClass: k.StorageClass,
+		ObjectStore: k.ObjectStore, Logger: m.Logger,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return rt, kubernetes.Network{}, nil
+}

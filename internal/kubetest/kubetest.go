@@ -1,0 +1,113 @@
+// Package kubetest starts a real kube-apiserver and etcd for tests, with
+// CloudNativePG's CRDs from the pinned module installed: controller-runtime's
+// envtest, pointed at the binaries scripts/kube-test-assets.sh builds from
+// the Go module proxy (tools/kube). There is no kubelet and no controller:
+// objects are stored and validated, pods never run, and tests write the
+// statuses an operator would.
+package kubetest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// RequireEnv, set to 1, makes missing assets a failure instead of a skip;
+// scripts/test.sh sets it after building them, so CI never skips.
+const RequireEnv = "DBCLOUD_REQUIRE_KUBE"
+
+// CNPGModule is the module whose config/crd/bases are installed; its
+// version is the one go.mod pins for the API types.
+const CNPGModule = "github.com/cloudnative-pg/cloudnative-pg"
+
+// Env is a running apiserver.
+type Env struct {
+	Config *rest.Config
+	env    *envtest.Environment
+}
+
+// Stop stops the apiserver and etcd.
+func (e *Env) Stop() error { return e.env.Stop() }
+
+// ErrNoAssets says the binaries are not built; the message says how.
+type ErrNoAssets struct{ Script string }
+
+func (e *ErrNoAssets) Error() string {
+	return fmt.Sprintf("kube-apiserver and etcd are not built: run %s (several minutes, once)", e.Script)
+}
+
+// Start starts kube-apiserver and etcd from KUBEBUILDER_ASSETS, else from
+// the cache of scripts/kube-test-assets.sh, and installs CNPG's CRDs plus
+// the files of extraCRDDirs. It returns *ErrNoAssets when neither has them.
+func Start(extraCRDDirs ...string) (*Env, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return nil, err
+	}
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		script := filepath.Join(root, "scripts", "kube-test-assets.sh")
+		out, err := exec.Command(script, "-n").Output()
+		if err != nil {
+			return nil, &ErrNoAssets{Script: script}
+		}
+		assets = strings.TrimSpace(string(out))
+	}
+	crds, err := moduleDir(root, CNPGModule)
+	if err != nil {
+		return nil, err
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: assets,
+		CRDDirectoryPaths:     append([]string{filepath.Join(crds, "config", "crd", "bases")}, extraCRDDirs...),
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("start kube-apiserver and etcd from %s: %w", assets, err)
+	}
+	return &Env{Config: cfg, env: env}, nil
+}
+
+// moduleRoot is the directory of dbcloud's go.mod, above the test's directory.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.HasPrefix(b, []byte("module dbcloud\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no dbcloud go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// moduleDir is where the Go module cache holds the version of module that
+// go.mod requires (downloaded from the module proxy when missing).
+func moduleDir(root, module string) (string, error) {
+	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	cmd := exec.Command(gobin, "mod", "download", "-json", module)
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("go mod download %s: %w", module, err)
+	}
+	var m struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &m); err != nil || m.Dir == "" {
+		return "", fmt.Errorf("go mod download %s: %v %s", module, err, m.Error)
+	}
+	return m.Dir, nil
+}
