@@ -51,12 +51,17 @@ func (rt *Runtime) storageSettings(serviceID string, settings map[string]string)
 	return settings
 }
 
-// hardLimitPercent is where the filesystem stops a volume, in percent of
-// the service's limit: above the read-only level, so that the guard, which
-// acts at the next measurement, stops the tenant first, and the quota only
-// a writer faster than the measurements. The quota's refusal is harsh:
-// PostgreSQL stops at a WAL write it cannot make.
-const hardLimitPercent = 110
+// hardLimit is where the filesystem stops a volume: above the read-only
+// level, so that the guard, which acts at the next measurement, stops the
+// tenant first, and the quota only a writer faster than the measurements.
+// The headroom also holds what PostgreSQL has yet to write of what it
+// already committed (dirty shared buffers, WAL): the quota's refusal is
+// harsh, PostgreSQL cannot write a page out or stops at a WAL write, and
+// even reads fail once it must evict a dirty page. So 10% of the limit,
+// and at least 512 MiB.
+func hardLimit(limit int64) int64 {
+	return limit + max(limit/10, 512<<20)
+}
 
 // makeServiceVolume makes the service's directory a volume limited to
 // what its size may keep (a btrfs subvolume with a quota where the
@@ -66,7 +71,7 @@ func (rt *Runtime) makeServiceVolume(ctx context.Context, svc *dbcloud.Service, 
 	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
 		return err
 	}
-	return rt.volumes.Create(ctx, dir, 0o700, rt.cfg.StorageLimits.Of(svc.Spec.Size)*hardLimitPercent/100)
+	return rt.volumes.Create(ctx, dir, 0o700, hardLimit(rt.cfg.StorageLimits.Of(svc.Spec.Size)))
 }
 
 // serviceStorage is what the service keeps on disk: data, WAL archive and

@@ -7,6 +7,8 @@ package backup
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"log/slog"
 	"path/filepath"
 	"sync"
@@ -68,6 +70,9 @@ func (b *Backups) Maintain(ctx context.Context, serviceDir string, policy Policy
 	defer l.snapshot.Unlock()
 	// Another control plane on a shared runtime directory may be at it.
 	fl, ok, err := tryLockSnapshots(serviceDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // the service was deleted meanwhile
+	}
 	if err != nil || !ok {
 		return err
 	}

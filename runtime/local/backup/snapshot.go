@@ -160,19 +160,28 @@ func (s Snapshot) whole() error {
 
 // lockSnapshots takes the service's snapshot file lock, waiting for
 // another process holding it; tryLockSnapshots does not wait. Both make
-// the snapshots directory if it is missing.
+// the snapshots directory if it is missing, but never the service's
+// directory: work that finds it gone (a delete that finished meanwhile)
+// fails with fs.ErrNotExist instead of leaving an orphan behind.
 func lockSnapshots(ctx context.Context, serviceDir string) (*flock.Lock, error) {
-	if err := os.MkdirAll(SnapshotsDir(serviceDir), 0o700); err != nil {
+	if err := makeSnapshotsDir(serviceDir); err != nil {
 		return nil, err
 	}
 	return flock.Wait(ctx, filepath.Join(SnapshotsDir(serviceDir), snapshotsLock))
 }
 
 func tryLockSnapshots(serviceDir string) (*flock.Lock, bool, error) {
-	if err := os.MkdirAll(SnapshotsDir(serviceDir), 0o700); err != nil {
+	if err := makeSnapshotsDir(serviceDir); err != nil {
 		return nil, false, err
 	}
 	return flock.TryLock(filepath.Join(SnapshotsDir(serviceDir), snapshotsLock))
+}
+
+func makeSnapshotsDir(serviceDir string) error {
+	if err := os.Mkdir(SnapshotsDir(serviceDir), 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return nil
 }
 
 // expiredSnapshots returns the snapshots retention no longer needs: those
