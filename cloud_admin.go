@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/mail"
 	"strings"
+
+	"dbcloud/identity"
 )
 
 // Admin operations run from the server binary on the host (`dbcloud admin`),
@@ -26,6 +28,8 @@ type Bootstrap struct {
 	User    *User
 	Project *Project
 	Key     *NewAPIKey
+	// Password is the owner's console password, shown once.
+	Password string
 }
 
 // Bootstrap creates the admin user, a default project and an API key when
@@ -48,14 +52,38 @@ func (c *Cloud) Bootstrap(ctx context.Context, adminName, adminEmail string) (*B
 		if err := tx.InsertProject(p); err != nil {
 			return err
 		}
-		k, err := c.issueKey(tx, p.ID, u.ID, "bootstrap")
+		if err := c.makeOwner(tx, p.ID, u.ID); err != nil {
+			return err
+		}
+		k, err := c.issueKey(tx, p.ID, u.ID, "bootstrap", identity.Owner)
 		if err != nil {
 			return err
 		}
 		b = &Bootstrap{User: u, Project: p, Key: k}
+		if u.PasswordHash == "" {
+			// The first owner signs in to the console with this; the hash
+			// is slow, but it happens once in the store's life.
+			b.Password = identity.NewPassword()
+			if u.PasswordHash, err = identity.HashPassword(b.Password, c.passwordParams()); err != nil {
+				return err
+			}
+			return tx.UpdateUser(u)
+		}
 		return nil
 	})
 	return b, err
+}
+
+// makeOwner makes the user an owner of the project.
+func (c *Cloud) makeOwner(tx Tx, projectID, userID string) error {
+	m, err := tx.FindMembership(projectID, userID)
+	if IsNotFound(err) {
+		return tx.InsertMembership(&Membership{ProjectID: projectID, UserID: userID, Role: identity.Owner, Created: c.now()})
+	} else if err != nil {
+		return err
+	}
+	m.Role = identity.Owner
+	return tx.UpdateMembership(m)
 }
 
 // adminUser returns the installation's admin user, creating it with the store.
@@ -78,10 +106,14 @@ func (c *Cloud) CreateProject(ctx context.Context, name, adminName, adminEmail s
 	}
 	p := &Project{ID: NewID(), Name: name, PlanType: "self-hosted", Created: c.now()}
 	err := c.Store.Update(ctx, func(tx Tx) error {
-		if _, err := c.adminUser(tx, adminName, adminEmail); err != nil {
+		u, err := c.adminUser(tx, adminName, adminEmail)
+		if err != nil {
 			return err
 		}
-		return tx.InsertProject(p)
+		if err := tx.InsertProject(p); err != nil {
+			return err
+		}
+		return c.makeOwner(tx, p.ID, u.ID)
 	})
 	return p, err
 }
@@ -103,20 +135,24 @@ func (c *Cloud) CreateAPIKey(ctx context.Context, projectID, name, adminName, ad
 		if err != nil {
 			return err
 		}
-		k, err = c.issueKey(tx, projectID, u.ID, name)
+		// The operator's keys act for the admin user, who owns the project.
+		if err := c.makeOwner(tx, projectID, u.ID); err != nil {
+			return err
+		}
+		k, err = c.issueKey(tx, projectID, u.ID, name, identity.Owner)
 		return err
 	})
 	return k, err
 }
 
-func (c *Cloud) issueKey(tx Tx, projectID, userID, name string) (*NewAPIKey, error) {
+func (c *Cloud) issueKey(tx Tx, projectID, userID, name string, role identity.Role) (*NewAPIKey, error) {
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
 		return nil, fmt.Errorf("random secret: %w", err)
 	}
 	secret := base64.RawURLEncoding.EncodeToString(raw)
 	k := &APIKey{
-		AccessKey: "dbc" + randomString(idAlphabet, 21), ProjectID: projectID, UserID: userID, Name: name,
+		AccessKey: "dbc" + randomString(idAlphabet, 21), ProjectID: projectID, UserID: userID, Name: name, Role: role,
 		SecretHash: HashSecret(secret), Created: c.now(),
 	}
 	if err := tx.InsertAPIKey(k); err != nil {

@@ -28,7 +28,7 @@ func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, rt Route, p
 	}
 	sum := sha256.Sum256([]byte(r.Method + "\n" + r.URL.Path + "\n" + string(body)))
 	hash := hex.EncodeToString(sum[:])
-	rec, err := h.cloud.FindIdempotency(ctx, p.Key.AccessKey, key)
+	rec, err := h.cloud.FindIdempotency(ctx, p.ID(), key)
 	if err != nil {
 		writeError(w, r, h.logger, err)
 		return
@@ -67,7 +67,7 @@ func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, rt Route, p
 		// the request again is a no-op that yields the right response.
 	}
 	claim := &dbcloud.IdempotencyRecord{
-		Credential: p.Key.AccessKey, Key: key, Method: r.Method, Path: r.URL.Path, RequestHash: hash,
+		Credential: p.ID(), Key: key, Method: r.Method, Path: r.URL.Path, RequestHash: hash,
 		Seal: func(plain []byte) ([]byte, error) { return seal(secret, plain) },
 	}
 	if rec == nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"text/tabwriter"
 	"time"
 
@@ -190,6 +191,9 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			return a.print(stdout, map[string]string{"access_key": access, "status": "revoked"}, "revoked %s\n", access)
 		})
+	}
+	if args[0] == "user" {
+		return runAdminUser(ctx, name, args[1], args[2:], os.Stdin, stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return fmt.Errorf("unknown admin command %q", args[0]+" "+args[1])

@@ -25,6 +25,10 @@ Usage:
   dbcloud admin key create --project ID --name N   issue an API key
   dbcloud admin key list --project ID     list a project's API keys
   dbcloud admin key revoke --access-key K revoke an API key
+  dbcloud admin user create --email E --name N [--project ID --role R] [--password-stdin]
+                                          create a user (a generated password is shown once)
+  dbcloud admin user list                 list users
+  dbcloud admin user disable --email E    stop a user's sign-in, tokens and keys
 
 Run "dbcloud COMMAND --help" for a command's flags.
 `

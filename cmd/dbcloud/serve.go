@@ -461,6 +461,10 @@ type bootstrapFile struct {
 	SecretKey string `json:"secret_key"`
 	APIURL    string `json:"api_url"`
 	CAFile    string `json:"ca_file,omitempty"`
+	// The first owner's console sign-in; the password is shown only here.
+	ConsoleURL    string `json:"console_url,omitempty"`
+	OwnerEmail    string `json:"owner_email,omitempty"`
+	OwnerPassword string `json:"owner_password,omitempty"`
 }
 
 // bootstrap creates the first project and key of an empty store and writes
@@ -479,6 +483,7 @@ func (m *Main) bootstrap(ctx context.Context) error {
 	body, _ := json.MarshalIndent(bootstrapFile{
 		ProjectID: b.Project.ID, AccessKey: b.Key.AccessKey, SecretKey: b.Key.SecretKey,
 		APIURL: "https://" + net.JoinHostPort(host, port) + http.BasePath, CAFile: m.CAFile,
+		ConsoleURL: "https://" + net.JoinHostPort(host, port) + "/", OwnerEmail: b.User.Email, OwnerPassword: b.Password,
 	}, "", "  ")
 	if err := atomicfile.Write(path, append(body, '\n'), 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
