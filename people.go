@@ -484,3 +484,14 @@ func (c *Cloud) Logout(ctx context.Context, refreshToken string) error {
 		return c.RevokeFamily(tx, t.Family)
 	})
 }
+
+// PurgeUserTokens deletes codes, tokens and sessions that expired over a
+// day ago (kept that long so a late replay still finds them refused).
+func (c *Cloud) PurgeUserTokens(ctx context.Context) (int, error) {
+	var n int
+	err := c.Store.Update(ctx, func(tx Tx) (err error) {
+		n, err = tx.DeleteUserTokensBefore(c.now().Add(-24 * time.Hour))
+		return err
+	})
+	return n, err
+}

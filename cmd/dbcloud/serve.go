@@ -20,9 +20,11 @@ import (
 	"time"
 
 	"dbcloud"
+	"dbcloud/console"
 	"dbcloud/engine"
 	"dbcloud/http"
 	"dbcloud/network/loopback"
+	"dbcloud/oauth"
 
 	"dbcloud/internal/atomicfile"
 	"dbcloud/internal/pgbin"
@@ -306,7 +308,9 @@ func (m *Main) Run(ctx context.Context) error {
 		// the commit of a change and its response.
 		h.AfterIdempotentChange = func() { syscall.Kill(os.Getpid(), syscall.SIGKILL) }
 	}
-	m.server = http.NewServer(h, c.HTTP, m.Logger)
+	// One origin: the API under its base path, the console, and OAuth
+	// login for command-line clients beside it.
+	m.server = http.NewServer(console.New(m.cloud, oauth.New(m.cloud), h, m.Logger), c.HTTP, m.Logger)
 	m.server.TLSConfig = tlsConfig
 	bg, cancel := context.WithCancel(context.Background())
 	m.cancel, m.done = cancel, make(chan struct{})
@@ -342,6 +346,9 @@ func (m *Main) purgeLoop(ctx context.Context) {
 			m.Logger.Warn("purge idempotency keys", "error", err)
 		} else if n > 0 {
 			m.Logger.Info("purged idempotency keys", "count", n)
+		}
+		if _, err := m.cloud.PurgeUserTokens(ctx); err != nil && ctx.Err() == nil {
+			m.Logger.Warn("purge expired user tokens", "error", err)
 		}
 		select {
 		case <-ctx.Done():

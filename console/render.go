@@ -1,0 +1,101 @@
+package console
+
+import (
+	"bytes"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+	"time"
+
+	"dbcloud"
+)
+
+// page is what every template gets.
+type page struct {
+	Title    string
+	User     *dbcloud.User
+	CSRF     string
+	Projects []*dbcloud.Project
+	Project  *dbcloud.Project
+	Role     string
+	// Error is the domain's message for what failed; Notice says what
+	// worked; Secret is shown once (a new password or key) and never again.
+	Error, Notice string
+	Secret        map[string]string
+	Data          any
+}
+
+var funcs = template.FuncMap{
+	"when": func(t any) string {
+		switch t := t.(type) {
+		case time.Time:
+			if t.IsZero() {
+				return "-"
+			}
+			return t.UTC().Format("2006-01-02 15:04:05 UTC")
+		case *time.Time:
+			if t == nil {
+				return "-"
+			}
+			return t.UTC().Format("2006-01-02 15:04:05 UTC")
+		}
+		return ""
+	},
+	"lower": strings.ToLower,
+}
+
+// parseTemplates parses each page with the layout, once, at start.
+func parseTemplates() map[string]*template.Template {
+	out := map[string]*template.Template{}
+	layout := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
+	names, _ := fs.Glob(templateFS, "templates/*.html")
+	for _, n := range names {
+		base := strings.TrimSuffix(path.Base(n), ".html")
+		if base == "layout" {
+			continue
+		}
+		out[base] = template.Must(template.Must(layout.Clone()).ParseFS(templateFS, n))
+	}
+	return out
+}
+
+func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
+	t, ok := h.tmpl[name]
+	if !ok {
+		http.Error(w, "no page "+name, http.StatusInternalServerError)
+		return
+	}
+	var buf bytes.Buffer
+	if err := t.ExecuteTemplate(&buf, "layout.html", p); err != nil {
+		h.logger.Error("render", "page", name, "err", err)
+		http.Error(w, "Internal error.", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	w.Write(buf.Bytes())
+}
+
+func urlQueryEscape(s string) string { return url.QueryEscape(s) }
+
+// safeNext keeps a post-sign-in redirect on this origin.
+func safeNext(next string) string {
+	if next == "" || !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") {
+		return "/"
+	}
+	return next
+}
+
+// errorMessage is what the user sees of an error: the domain's message,
+// or a generic one for an internal error (which is logged in full).
+func (h *Handler) errorMessage(r *http.Request, err error) string {
+	var de *dbcloud.Error
+	if errorsAs(err, &de) {
+		return de.Message
+	}
+	h.logger.Error("console", "path", r.URL.Path, "err", err)
+	return "Internal error."
+}
