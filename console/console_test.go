@@ -222,7 +222,7 @@ func TestConsoleKeysMembersSignOut(t *testing.T) {
 	csrf := csrfOf(t, page)
 
 	res, page := b.post(base+"/keys", url.Values{"csrf": {csrf}, "name": {"ci"}, "role": {"developer"}})
-	m := regexp.MustCompile(`id="secret-access key">([^<]+)<.*?id="secret-secret key">([^<]+)<`).FindStringSubmatch(strings.ReplaceAll(page, "\n", " "))
+	m := regexp.MustCompile(`id="secret-access-key">([^<]+)<.*?id="secret-secret-key">([^<]+)<`).FindStringSubmatch(strings.ReplaceAll(page, "\n", " "))
 	if res.StatusCode != 201 || m == nil {
 		t.Fatalf("create key: %d\n%s", res.StatusCode, page)
 	}

@@ -42,7 +42,7 @@ func (h *Handler) routes() {
 type flash struct {
 	status        int
 	err, notice   string
-	secret        map[string]string
+	secret        []secret
 	secretService *dbcloud.ServiceView
 }
 
@@ -193,9 +193,7 @@ func (h *Handler) serviceCreate(w http.ResponseWriter, r *http.Request, s *sessi
 	}
 	// The password exists only in this answer: show it once, here.
 	r.SetPathValue("sid", v.Service.ID)
-	h.servicePage(w, r, s, flash{status: http.StatusCreated, notice: "Service created; it becomes READY in a moment.", secret: map[string]string{
-		"password": v.InitialPassword, "connection string": connString(v.Service.Endpoint, v.InitialPassword),
-	}})
+	h.servicePage(w, r, s, flash{status: http.StatusCreated, notice: "Service created; it becomes READY in a moment.", secret: passwordSecrets(v.InitialPassword, connString(v.Service.Endpoint, v.InitialPassword))})
 }
 
 // connString is how clients connect (decisions.md section 5); without a
@@ -315,9 +313,7 @@ func (h *Handler) serviceAction(w http.ResponseWriter, r *http.Request, s *sessi
 				err = gerr
 				break
 			}
-			h.servicePage(w, r, s, flash{notice: "Password changed.", secret: map[string]string{
-				"password": pw, "connection string": connString(v.Service.Endpoint, pw),
-			}})
+			h.servicePage(w, r, s, flash{notice: "Password changed.", secret: passwordSecrets(pw, connString(v.Service.Endpoint, pw))})
 			return
 		}
 	case "fork":
@@ -341,9 +337,7 @@ func (h *Handler) serviceAction(w http.ResponseWriter, r *http.Request, s *sessi
 		var v *dbcloud.ServiceView
 		if v, err = c.ForkService(ctx, pid, sid, in); err == nil {
 			r.SetPathValue("sid", v.Service.ID)
-			h.servicePage(w, r, s, flash{status: http.StatusCreated, notice: "Fork created; it becomes READY in a moment.", secret: map[string]string{
-				"password": v.InitialPassword, "connection string": connString(v.Service.Endpoint, v.InitialPassword),
-			}})
+			h.servicePage(w, r, s, flash{status: http.StatusCreated, notice: "Fork created; it becomes READY in a moment.", secret: passwordSecrets(v.InitialPassword, connString(v.Service.Endpoint, v.InitialPassword))})
 			return
 		}
 	case "replicaset":
@@ -464,8 +458,8 @@ func (h *Handler) keyCreate(w http.ResponseWriter, r *http.Request, s *session) 
 		h.keysPage(w, r, s, h.failed(r, err))
 		return
 	}
-	h.keysPage(w, r, s, flash{status: http.StatusCreated, notice: "API key created.", secret: map[string]string{
-		"access key": k.AccessKey, "secret key": k.SecretKey,
+	h.keysPage(w, r, s, flash{status: http.StatusCreated, notice: "API key created.", secret: []secret{
+		{ID: "access-key", Label: "access key", Value: k.AccessKey}, {ID: "secret-key", Label: "secret key", Value: k.SecretKey},
 	}})
 }
 
@@ -512,4 +506,8 @@ func (h *Handler) memberRemove(w http.ResponseWriter, r *http.Request, s *sessio
 		return
 	}
 	redirect(w, r, "/p/"+pid+"/members", "removed")
+}
+
+func passwordSecrets(password, conn string) []secret {
+	return []secret{{ID: "password", Label: "password", Value: password}, {ID: "conn", Label: "connection string", Value: conn}}
 }

@@ -24,8 +24,13 @@ type page struct {
 	// Error is the domain's message for what failed; Notice says what
 	// worked; Secret is shown once (a new password or key) and never again.
 	Error, Notice string
-	Secret        map[string]string
+	Secret        []secret
 	Data          any
+}
+
+// secret is one value shown once, with the id its copy button names.
+type secret struct {
+	ID, Label, Value string
 }
 
 var funcs = template.FuncMap{

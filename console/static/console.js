@@ -15,7 +15,6 @@ document.addEventListener("DOMContentLoaded", function () {
       } else {
         select(el);
       }
-      document.body.setAttribute("data-copied", text);
     });
   });
 
