@@ -244,3 +244,57 @@ func TestRoleLimits(t *testing.T) {
 	// The bootstrap key acted for the removed admin: it stops.
 	e.want(401, "UNAUTHORIZED", req{Method: "GET", Path: "/projects"})
 }
+
+// TestUserToken: /auth/info answers type oauth for a user's access token,
+// /projects lists every project the user belongs to, and /auth/logout ends
+// the token; all checked against the contract.
+func TestUserToken(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			e := newEnv(t, kind, noLimits)
+			callers := roleCallers(t, e)
+			owner := callers[0]
+			var info struct {
+				Type  string
+				OAuth struct{ User struct{ Email string } } `json:"oauth"`
+			}
+			e.want(200, "", req{Method: "GET", Path: "/auth/info", Bearer: owner.token}).decode(t, &info)
+			if info.Type != "oauth" || info.OAuth.User.Email != "owner-user@example.com" {
+				t.Fatalf("auth/info %+v", info)
+			}
+			// A member of both projects sees both.
+			ctx := context.Background()
+			p, _ := e.cloud.AuthenticateToken(ctx, dbcloud.TokenAccess, owner.token)
+			boot, _ := e.cloud.AuthenticateToken(ctx, dbcloud.TokenAccess, userToken(t, e, bootstrapUser(t, e)))
+			if err := e.cloud.SetMember(dbcloud.NewContextWithPrincipal(ctx, boot), e.b.ProjectID, p.User.Email, identity.Viewer); err != nil {
+				t.Fatal(err)
+			}
+			var ps []struct{ ID string }
+			e.want(200, "", req{Method: "GET", Path: "/projects", Bearer: owner.token}).decode(t, &ps)
+			if len(ps) != 2 {
+				t.Fatalf("projects of a member of two: %+v", ps)
+			}
+			e.want(200, "", req{Method: "GET", Path: "/projects/" + e.b.ProjectID + "/services", Bearer: owner.token})
+			e.want(403, "FORBIDDEN", req{Method: "POST", Path: "/projects/" + e.b.ProjectID + "/services", Body: matrixBodies["services"], Bearer: owner.token})
+			e.want(204, "", req{Method: "POST", Path: "/auth/logout", Body: map[string]any{"refresh_token": "not-a-token"}, Bearer: owner.token})
+			e.want(401, "UNAUTHORIZED", req{Method: "GET", Path: "/projects", Bearer: owner.token})
+			// A key's logout changes nothing.
+			e.want(204, "", req{Method: "POST", Path: "/auth/logout"})
+			e.want(200, "", req{Method: "GET", Path: "/projects"})
+		})
+	}
+}
+
+func bootstrapUser(t *testing.T, e *env) string {
+	t.Helper()
+	var id string
+	err := e.store.View(context.Background(), func(tx dbcloud.Tx) error {
+		k, err := tx.FindAPIKey(e.a.AccessKey)
+		id = k.UserID
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
