@@ -323,3 +323,25 @@ func TestSignInSlowDown(t *testing.T) {
 		t.Fatalf("API key during the slow-down: %v %v", res, err)
 	}
 }
+
+func TestConsoleVPCs(t *testing.T) {
+	s, b, page := signedIn(t)
+	base := s.srv.URL + "/p/" + s.boot.Project.ID + "/vpcs"
+	csrf := csrfOf(t, page)
+	_, page = b.post(base, url.Values{"csrf": {csrf}, "name": {"net"}, "cidr": {"10.1.0.0/16"}, "region": {"local"}})
+	if !strings.Contains(page, "VPC created") || !strings.Contains(page, "10.1.0.0/16") {
+		t.Fatalf("create VPC:\n%s", page)
+	}
+	res, page := b.post(base, url.Values{"csrf": {csrf}, "name": {"bad"}, "cidr": {"8.8.8.0/24"}, "region": {"local"}})
+	if res.StatusCode != 400 {
+		t.Errorf("public CIDR: %d\n%s", res.StatusCode, page)
+	}
+	id := regexp.MustCompile(`/vpcs/(\d+)/peerings"`).FindStringSubmatch(page)
+	if id == nil {
+		t.Fatalf("no peering form:\n%s", page)
+	}
+	_, page = b.post(base+"/"+id[1]+"/peerings", url.Values{"csrf": {csrf}, "peer_account_id": {"acc"}, "peer_region_code": {"local"}, "peer_vpc_id": {"vpc-9"}})
+	if !strings.Contains(page, "Peering change requested") || !strings.Contains(page, "vpc-9") {
+		t.Errorf("create peering:\n%s", page)
+	}
+}

@@ -30,6 +30,8 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("GET /p/{pid}/vpcs", s(h.vpcsGet))
 	h.mux.HandleFunc("POST /p/{pid}/vpcs", s(h.vpcCreate))
 	h.mux.HandleFunc("POST /p/{pid}/vpcs/{vid}/delete", s(h.vpcDelete))
+	h.mux.HandleFunc("POST /p/{pid}/vpcs/{vid}/peerings", s(h.peeringCreate))
+	h.mux.HandleFunc("POST /p/{pid}/vpcs/{vid}/peerings/{peer}/delete", s(h.peeringDelete))
 	h.mux.HandleFunc("GET /p/{pid}/keys", s(h.keysGet))
 	h.mux.HandleFunc("POST /p/{pid}/keys", s(h.keyCreate))
 	h.mux.HandleFunc("POST /p/{pid}/keys/{key}/revoke", s(h.keyRevoke))
@@ -67,6 +69,7 @@ var done = map[string]string{
 	"vpcgone":  "VPC deleted.",
 	"forked":   "Fork requested.",
 	"password": "Password changed.",
+	"peering":  "Peering change requested.",
 }
 
 func (h *Handler) fromQuery(r *http.Request) flash {
@@ -218,6 +221,8 @@ type serviceData struct {
 	Sizes      []string
 	Size       string
 	Now        string
+	// Min and Max bound the PITR time picker by the recovery window.
+	Min, Max string
 }
 
 func (h *Handler) serviceGet(w http.ResponseWriter, r *http.Request, s *session) {
@@ -243,6 +248,9 @@ func (h *Handler) servicePage(w http.ResponseWriter, r *http.Request, s *session
 			Size: v.Service.Spec.Size.String(), Now: h.cloud.Now().UTC().Format("2006-01-02T15:04:05")}
 		if v.Service.Spec.Pooler {
 			d.PoolerConn = connString(v.Service.PoolerEndpoint, "")
+		}
+		if !win.From.IsZero() {
+			d.Min, d.Max = win.From.UTC().Format("2006-01-02T15:04:05"), win.To.UTC().Format("2006-01-02T15:04:05")
 		}
 		return d, nil
 	})
@@ -409,10 +417,50 @@ func (h *Handler) vpcsGet(w http.ResponseWriter, r *http.Request, s *session) {
 	h.vpcsPage(w, r, s, h.fromQuery(r))
 }
 
+// vpcRow is a VPC with its peerings.
+type vpcRow struct {
+	VPC      *dbcloud.VPC
+	Peerings []*dbcloud.Peering
+}
+
 func (h *Handler) vpcsPage(w http.ResponseWriter, r *http.Request, s *session, f flash) {
+	pid := r.PathValue("pid")
 	h.show(w, r, s, "vpcs", "VPCs", f, func() (any, error) {
-		return h.cloud.ListVPCs(r.Context(), r.PathValue("pid"))
+		vs, err := h.cloud.ListVPCs(r.Context(), pid)
+		if err != nil {
+			return nil, err
+		}
+		rows := []vpcRow{}
+		for _, v := range vs {
+			ps, err := h.cloud.ListPeerings(r.Context(), pid, v.ID)
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, vpcRow{VPC: v, Peerings: ps})
+		}
+		return rows, nil
 	})
+}
+
+func (h *Handler) peeringCreate(w http.ResponseWriter, r *http.Request, s *session) {
+	pid := r.PathValue("pid")
+	_, err := h.cloud.CreatePeering(r.Context(), pid, r.PathValue("vid"), dbcloud.PeeringCreate{
+		PeerAccountID: r.PostFormValue("peer_account_id"), PeerRegionCode: r.PostFormValue("peer_region_code"), PeerVPCID: r.PostFormValue("peer_vpc_id"),
+	})
+	if err != nil {
+		h.vpcsPage(w, r, s, h.failed(r, err))
+		return
+	}
+	redirect(w, r, "/p/"+pid+"/vpcs", "peering")
+}
+
+func (h *Handler) peeringDelete(w http.ResponseWriter, r *http.Request, s *session) {
+	pid := r.PathValue("pid")
+	if err := h.cloud.DeletePeering(r.Context(), pid, r.PathValue("vid"), r.PathValue("peer")); err != nil {
+		h.vpcsPage(w, r, s, h.failed(r, err))
+		return
+	}
+	redirect(w, r, "/p/"+pid+"/vpcs", "peering")
 }
 
 func (h *Handler) vpcCreate(w http.ResponseWriter, r *http.Request, s *session) {
