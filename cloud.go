@@ -10,6 +10,7 @@ import (
 	"math/big"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -99,6 +100,12 @@ type Cloud struct {
 	// PasswordParams, when set, replaces the Argon2id costs of user
 	// passwords (tests make them cheap).
 	PasswordParams *identity.PasswordParams
+	// dummy is a password hash nobody's password matches, made once, which
+	// SignIn verifies for unknown users so they cost what known ones do.
+	dummy struct {
+		once sync.Once
+		hash string
+	}
 }
 
 // NewCloud returns a Cloud with the given dependencies.

@@ -164,9 +164,11 @@ func (c *Cloud) SignIn(ctx context.Context, email, password string) (*User, erro
 		return nil, err
 	}
 	// Hashing happens outside the store transaction: it is slow on purpose.
-	hash := c.dummyHash()
+	var hash string
 	if u != nil && u.PasswordHash != "" {
 		hash = u.PasswordHash
+	} else {
+		hash = c.dummyHash()
 	}
 	ok, err := identity.VerifyPassword(password, hash)
 	if err != nil || !ok || u == nil || u.PasswordHash == "" || u.Disabled != nil {
@@ -177,8 +179,10 @@ func (c *Cloud) SignIn(ctx context.Context, email, password string) (*User, erro
 
 // dummyHash is a hash of nothing anyone knows, verified for unknown users.
 func (c *Cloud) dummyHash() string {
-	h, _ := identity.HashPassword(identity.NewPassword(), c.passwordParams())
-	return h
+	c.dummy.once.Do(func() {
+		c.dummy.hash, _ = identity.HashPassword(identity.NewPassword(), c.passwordParams())
+	})
+	return c.dummy.hash
 }
 
 func (c *Cloud) passwordParams() identity.PasswordParams {

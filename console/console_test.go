@@ -345,3 +345,17 @@ func TestConsoleVPCs(t *testing.T) {
 		t.Errorf("create peering:\n%s", page)
 	}
 }
+
+// TestSignInNextStaysHere: the page after sign-in is on this origin,
+// whatever the link said.
+func TestSignInNextStaysHere(t *testing.T) {
+	s := newSite(t, &fakeRuntime{passwords: map[string]string{}})
+	for _, next := range []string{"//evil.example/", "/\t/evil.example/", "https://evil.example/", "/\\evil.example"} {
+		b := s.browser()
+		_, page := b.get(s.srv.URL + "/signin?next=" + url.QueryEscape(next))
+		res, _ := b.signIn(page, s.boot.User.Email, s.boot.Password)
+		if !strings.HasPrefix(res.Request.URL.String(), s.srv.URL+"/") {
+			t.Errorf("next=%q led to %s", next, res.Request.URL)
+		}
+	}
+}

@@ -88,7 +88,10 @@ func urlQueryEscape(s string) string { return url.QueryEscape(s) }
 
 // safeNext keeps a post-sign-in redirect on this origin.
 func safeNext(next string) string {
-	if next == "" || !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") {
+	// Browsers drop tabs and newlines from URLs, so "/\t/evil" would
+	// become "//evil", another origin: refuse every control character.
+	if next == "" || !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") ||
+		strings.IndexFunc(next, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 {
 		return "/"
 	}
 	return next
