@@ -103,6 +103,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !strings.HasPrefix(p, "/static/") {
 		hd.Set("Cache-Control", "no-store")
 	}
+	if _, pattern := h.mux.Handler(r); pattern == "" && !strings.HasPrefix(p, "/static/") {
+		h.render(w, r, http.StatusNotFound, "error", page{Title: "Not found", Error: "There is no page " + p + " here."})
+		return
+	}
 	h.mux.ServeHTTP(w, r)
 }
 

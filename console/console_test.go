@@ -359,3 +359,29 @@ func TestSignInNextStaysHere(t *testing.T) {
 		}
 	}
 }
+
+// TestConsoleViewer: a viewer sees the project but no forms that change it,
+// and a forged change is refused by the domain with the role's message.
+func TestConsoleViewer(t *testing.T) {
+	s := newSite(t, &fakeRuntime{passwords: map[string]string{}})
+	if _, _, err := s.cloud.CreateUser(context.Background(), dbcloud.NewUser{Email: "vic@example.com", Name: "Vic", Password: "vic's long password",
+		ProjectID: s.boot.Project.ID, Role: "viewer"}); err != nil {
+		t.Fatal(err)
+	}
+	b := s.browser()
+	_, page := b.get(s.srv.URL + "/signin")
+	res, page := b.signIn(page, "vic@example.com", "vic's long password")
+	if res.StatusCode != 200 || strings.Contains(page, "Create a service") || !strings.Contains(page, "may look but not change") {
+		t.Fatalf("viewer's services page: %d\n%s", res.StatusCode, page)
+	}
+	for _, p := range []string{"/keys", "/members", "/vpcs"} {
+		_, page := b.get(s.srv.URL + "/p/" + s.boot.Project.ID + p)
+		if strings.Contains(page, "Create key") || strings.Contains(page, "Save member") || strings.Contains(page, "Create VPC") {
+			t.Errorf("viewer's %s page offers a change", p)
+		}
+	}
+	res, page = b.post(s.srv.URL+"/p/"+s.boot.Project.ID+"/services", url.Values{"csrf": {csrfOf(t, page)}, "name": {"x"}, "size": {"500/2"}})
+	if res.StatusCode != 403 || !strings.Contains(page, "Your role in this project is viewer") {
+		t.Errorf("viewer's forged create: %d\n%s", res.StatusCode, page)
+	}
+}

@@ -100,6 +100,10 @@ func (h *Handler) base(r *http.Request, s *session, title string, f flash) (page
 	}
 	if role, ok := s.principal.RoleIn(pid); ok {
 		p.Role = string(role)
+		p.Can = map[string]bool{}
+		for _, a := range identity.Actions {
+			p.Can[string(a)] = role.Allows(a)
+		}
 	}
 	return p, nil
 }

@@ -21,6 +21,9 @@ type page struct {
 	Projects []*dbcloud.Project
 	Project  *dbcloud.Project
 	Role     string
+	// Can says which of the role table's actions the user may take here,
+	// so the page offers only what will work (the domain checks anyway).
+	Can map[string]bool
 	// Error is the domain's message for what failed; Notice says what
 	// worked; Secret is shown once (a new password or key) and never again.
 	Error, Notice string
