@@ -47,9 +47,13 @@ func chrome(t *testing.T) (context.Context, func(name string)) {
 		chromedp.Flag("ignore-certificate-errors", true),
 		chromedp.WindowSize(1280, 900),
 	}
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	// One deadline over the whole browser session, so that a step with no
+	// deadline of its own (starting Chromium, a screenshot) fails rather
+	// than hangs.
+	life, cancelL := context.WithTimeout(context.Background(), 8*time.Minute)
+	actx, cancelA := chromedp.NewExecAllocator(life, opts...)
 	ctx, cancelC := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancelC(); cancelA() })
+	t.Cleanup(func() { cancelC(); cancelA(); cancelL() })
 	if err := chromedp.Run(ctx); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
