@@ -118,10 +118,19 @@ func (c *Cloud) CreateProject(ctx context.Context, name, adminName, adminEmail s
 	return p, err
 }
 
-// CreateAPIKey issues a key for a project, on behalf of the admin user.
+// CreateAPIKey issues an owner key for a project, on behalf of the admin user.
 func (c *Cloud) CreateAPIKey(ctx context.Context, projectID, name, adminName, adminEmail string) (*NewAPIKey, error) {
+	return c.CreateAPIKeyWithRole(ctx, projectID, name, identity.Owner, adminName, adminEmail)
+}
+
+// CreateAPIKeyWithRole issues a key of the role for a project, on behalf of
+// the admin user (dbcloud admin key create --role).
+func (c *Cloud) CreateAPIKeyWithRole(ctx context.Context, projectID, name string, role identity.Role, adminName, adminEmail string) (*NewAPIKey, error) {
 	if err := validateName("name", name); err != nil {
 		return nil, err
+	}
+	if !role.Valid() {
+		return nil, Errorf(KindInvalid, "role must be one of viewer, developer, admin, owner; got %q.", role)
 	}
 	var k *NewAPIKey
 	err := c.Store.Update(ctx, func(tx Tx) error {
@@ -139,7 +148,7 @@ func (c *Cloud) CreateAPIKey(ctx context.Context, projectID, name, adminName, ad
 		if err := c.makeOwner(tx, projectID, u.ID); err != nil {
 			return err
 		}
-		k, err = c.issueKey(tx, projectID, u.ID, name, identity.Owner)
+		k, err = c.issueKey(tx, projectID, u.ID, name, role)
 		return err
 	})
 	return k, err

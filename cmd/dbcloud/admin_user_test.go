@@ -59,6 +59,13 @@ func TestBootstrapOwnerAndAdminUsers(t *testing.T) {
 	if !strings.Contains(out, "bob@example.com") || !strings.Contains(out, b.OwnerEmail) {
 		t.Errorf("user list:\n%s", out)
 	}
+	out, err = admin("key", "create", "--project", b.ProjectID, "--name", "reader", "--role", "viewer", "--json")
+	if err != nil || !strings.Contains(out, "secret_key") {
+		t.Fatalf("key create --role viewer: %v %s", err, out)
+	}
+	if _, err := admin("key", "create", "--project", b.ProjectID, "--name", "x", "--role", "god"); err == nil {
+		t.Error("key create accepted an unknown role")
+	}
 	if _, err := admin("user", "disable", "--email", "bob@example.com"); err != nil {
 		t.Fatal(err)
 	}
