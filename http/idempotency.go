@@ -194,5 +194,11 @@ func unseal(secret string, sealed []byte) ([]byte, error) {
 	if len(sealed) < gcm.NonceSize() {
 		return nil, errors.New("sealed response too short")
 	}
-	return gcm.Open(nil, sealed[:gcm.NonceSize()], sealed[gcm.NonceSize():], nil)
+	plain, err := gcm.Open(nil, sealed[:gcm.NonceSize()], sealed[gcm.NonceSize():], nil)
+	if err != nil {
+		// Only another secret of the same credential gets here: a user's
+		// OAuth access token refreshed since the first request.
+		return nil, dbcloud.Errorf(dbcloud.KindConflict, "The first request with this Idempotency-Key was made, but its response is sealed for the access token that sent it, which has since been refreshed; look the resource up instead of retrying.")
+	}
+	return plain, nil
 }

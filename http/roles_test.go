@@ -314,3 +314,30 @@ func bootstrapUser(t *testing.T, e *env) string {
 	}
 	return id
 }
+
+// TestUserTokenIdempotency: a retry with the same Idempotency-Key and the
+// same token replays; with a refreshed token of the same login it is a
+// 409 that says the change was made, never a second create or a 500.
+func TestUserTokenIdempotency(t *testing.T) {
+	e := newEnv(t, "sqlite", noLimits)
+	owner := roleCallers(t, e)[0]
+	hdr := map[string]string{"Idempotency-Key": "create-once"}
+	first := e.want(202, "", req{Method: "POST", Path: e.pa() + "/services", Body: matrixBodies["services"], Bearer: owner.token, Header: hdr})
+	again := e.want(202, "", req{Method: "POST", Path: e.pa() + "/services", Body: matrixBodies["services"], Bearer: owner.token, Header: hdr})
+	if string(first.Body) != string(again.Body) || again.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatal("the retry was not a replay")
+	}
+	// Another access token of the same login (as a refresh gives).
+	p, _ := e.cloud.AuthenticateToken(context.Background(), dbcloud.TokenAccess, owner.token)
+	var next string
+	e.store.Update(context.Background(), func(tx dbcloud.Tx) (err error) {
+		next, err = e.cloud.IssueUserToken(tx, &dbcloud.UserToken{Kind: dbcloud.TokenAccess, UserID: p.User.ID, Family: p.Token.Family}, time.Hour)
+		return err
+	})
+	e.want(409, "CONFLICT", req{Method: "POST", Path: e.pa() + "/services", Body: matrixBodies["services"], Bearer: next, Header: hdr})
+	var list []service
+	e.want(200, "", req{Method: "GET", Path: e.pa() + "/services"}).decode(t, &list)
+	if len(list) != 1 {
+		t.Errorf("%d services, want 1", len(list))
+	}
+}

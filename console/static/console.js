@@ -18,11 +18,6 @@ document.addEventListener("DOMContentLoaded", function () {
     });
   });
 
-  // Project switch: submit on change (the button stays for keyboards).
-  document.querySelectorAll("[data-autosubmit]").forEach(function (s) {
-    s.addEventListener("change", function () { s.form.submit(); });
-  });
-
   // Forms that destroy something ask first.
   document.querySelectorAll("form[data-confirm]").forEach(function (f) {
     f.addEventListener("submit", function (e) {
