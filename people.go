@@ -107,6 +107,31 @@ func (c *Cloud) RevokeFamily(tx Tx, family string) error {
 	return nil
 }
 
+// SignOutEverywhere ends every console session and OAuth login of the
+// calling user, on every device, this one included.
+func (c *Cloud) SignOutEverywhere(ctx context.Context) error {
+	p := PrincipalFromContext(ctx)
+	if p == nil || p.User == nil || p.Key != nil {
+		return Errorf(KindUnauthorized, "Only a signed-in user can sign out.")
+	}
+	return c.Store.Update(ctx, func(tx Tx) error {
+		toks, err := tx.ListUserTokens(p.User.ID)
+		if err != nil {
+			return err
+		}
+		now := c.now()
+		for _, t := range toks {
+			if t.Revoked == nil {
+				t.Revoked = &now
+				if err := tx.UpdateUserToken(t); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
 // AuthenticateToken checks a user's access token (API) or session token
 // (console) and returns the user as the caller, with a role in each
 // project the user belongs to.

@@ -43,6 +43,8 @@ type Tx interface {
 	UpdateUserToken(t *UserToken) error
 	// ListTokenFamily lists the tokens of one login, oldest first.
 	ListTokenFamily(family string) ([]*UserToken, error)
+	// ListUserTokens lists every token of a user, oldest first.
+	ListUserTokens(userID string) ([]*UserToken, error)
 	// DeleteUserTokensBefore deletes tokens that expired before t.
 	DeleteUserTokensBefore(t time.Time) (int, error)
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"dbcloud"
+	apihttp "dbcloud/http"
 	"dbcloud/oauth"
 )
 
@@ -69,6 +70,16 @@ func (h *Handler) signout(w http.ResponseWriter, r *http.Request, s *session) {
 	})
 	if err != nil {
 		h.render(w, r, http.StatusInternalServerError, "error", page{Error: h.errorMessage(r, err)})
+		return
+	}
+	setCookie(w, sessionCookie, "", 0)
+	http.Redirect(w, r, "/signin", http.StatusSeeOther)
+}
+
+// signoutEverywhere ends all the user's sessions and CLI logins.
+func (h *Handler) signoutEverywhere(w http.ResponseWriter, r *http.Request, s *session) {
+	if err := h.cloud.SignOutEverywhere(r.Context()); err != nil {
+		h.render(w, r, apihttp.StatusOf(err), "error", page{Error: h.errorMessage(r, err)})
 		return
 	}
 	setCookie(w, sessionCookie, "", 0)

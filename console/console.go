@@ -79,6 +79,7 @@ func New(cloud *dbcloud.Cloud, srv *oauth.Server, api http.Handler, logger *slog
 	h.mux.HandleFunc("GET /signin", h.signinPage)
 	h.mux.HandleFunc("POST /signin", h.signinPost)
 	h.mux.HandleFunc("POST /signout", h.session(h.signout))
+	h.mux.HandleFunc("POST /signout/everywhere", h.session(h.signoutEverywhere))
 	h.mux.HandleFunc("GET /oauth/authorize", h.authorizePage)
 	h.mux.HandleFunc("POST /oauth/authorize", h.session(h.authorizePost))
 	h.mux.HandleFunc("GET /oauth/code/success", h.successPage)

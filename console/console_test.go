@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/oauth2"
+
 	"dbcloud"
 	"dbcloud/http"
 )
@@ -384,4 +386,27 @@ func TestConsoleViewer(t *testing.T) {
 	if res.StatusCode != 403 || !strings.Contains(page, "Your role in this project is viewer") {
 		t.Errorf("viewer's forged create: %d\n%s", res.StatusCode, page)
 	}
+}
+
+// TestSignOutEverywhere: one button ends the other browser's session and
+// the command-line login too.
+func TestSignOutEverywhere(t *testing.T) {
+	s, b, page := signedIn(t)
+	c := s.cli(t)
+	code := c.login(t, b, s)
+	tok, err := c.cfg.Exchange(c.ctx, code, oauth2.VerifierOption(c.verifier))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := s.browser()
+	_, p2 := other.get(s.srv.URL + "/signin")
+	other.signIn(p2, s.boot.User.Email, s.boot.Password)
+	res, body := b.post(s.srv.URL+"/signout/everywhere", url.Values{"csrf": {csrfOf(t, page)}})
+	if res.Request.URL.Path != "/signin" {
+		t.Fatalf("sign out everywhere went to %s: %d\n%s", res.Request.URL, res.StatusCode, body)
+	}
+	if res, _ := other.get(s.srv.URL + "/"); res.Request.URL.Path != "/signin" {
+		t.Error("the other browser is still signed in")
+	}
+	getJSON(t, oauth2.NewClient(c.ctx, oauth2.StaticTokenSource(tok)), s.srv.URL+http.BasePath+"/projects", 401, nil)
 }

@@ -83,9 +83,11 @@ type browser struct {
 
 func (s *site) browser() *browser {
 	jar, _ := cookiejar.New(nil)
-	c := s.srv.Client()
+	// A copy: the server's client is one shared value, and each browser
+	// needs its own cookies.
+	c := *s.srv.Client()
 	c.Jar = jar
-	return &browser{t: s.t, c: c, s: s}
+	return &browser{t: s.t, c: &c, s: s}
 }
 
 func (b *browser) get(u string) (*stdhttp.Response, string) {

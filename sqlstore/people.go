@@ -99,8 +99,8 @@ func (t *tx) InsertUserToken(u *dbcloud.UserToken) error {
 	if err != nil {
 		return err
 	}
-	err = t.insert(`INSERT INTO user_tokens (hash, family, expires, doc) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING`,
-		u.Hash, u.Family, formatTime(u.Expires), doc)
+	err = t.insert(`INSERT INTO user_tokens (hash, user_id, family, expires, doc) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+		u.Hash, u.UserID, u.Family, formatTime(u.Expires), doc)
 	if err != nil {
 		return fmt.Errorf("insert %s token: %w", u.Kind, err)
 	}
@@ -124,6 +124,15 @@ func (t *tx) ListTokenFamily(family string) ([]*dbcloud.UserToken, error) {
 	ts, err := t.listUserTokens(`SELECT hash, doc FROM user_tokens WHERE family = ? ORDER BY expires`, family)
 	if err != nil {
 		return nil, fmt.Errorf("list token family: %w", err)
+	}
+	return ts, nil
+}
+
+// ListUserTokens lists every token of a user, oldest first.
+func (t *tx) ListUserTokens(userID string) ([]*dbcloud.UserToken, error) {
+	ts, err := t.listUserTokens(`SELECT hash, doc FROM user_tokens WHERE user_id = ? ORDER BY expires`, userID)
+	if err != nil {
+		return nil, fmt.Errorf("list tokens of %s: %w", userID, err)
 	}
 	return ts, nil
 }

@@ -65,6 +65,7 @@ func testUserToken(t *testing.T, newDB NewDB) {
 	t.Run("OK", func(t *testing.T) {
 		equal(t, "FindUserToken", view(t, s, func(tx dbcloud.Tx) (*dbcloud.UserToken, error) { return tx.FindUserToken(dbcloud.HashToken("b")) }), b)
 		equal(t, "ListTokenFamily", view(t, s, func(tx dbcloud.Tx) ([]*dbcloud.UserToken, error) { return tx.ListTokenFamily("f1") }), []*dbcloud.UserToken{a, b})
+		equal(t, "ListUserTokens", view(t, s, func(tx dbcloud.Tx) ([]*dbcloud.UserToken, error) { return tx.ListUserTokens("u1") }), []*dbcloud.UserToken{c, a, b})
 	})
 	t.Run("Update", func(t *testing.T) {
 		x := *a

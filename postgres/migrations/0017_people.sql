@@ -28,9 +28,11 @@ UPDATE api_keys SET doc = jsonb_set(doc::jsonb, '{role}', '"owner"')::json WHERE
 
 CREATE TABLE user_tokens (
 	hash    BYTEA PRIMARY KEY,
+	user_id TEXT COLLATE "C" NOT NULL,
 	family  TEXT COLLATE "C" NOT NULL,
 	expires TEXT COLLATE "C" NOT NULL,
 	doc     JSON NOT NULL
 );
 CREATE INDEX user_tokens_family ON user_tokens (family);
+CREATE INDEX user_tokens_user ON user_tokens (user_id);
 CREATE INDEX user_tokens_expires ON user_tokens (expires);

@@ -27,9 +27,11 @@ UPDATE api_keys SET doc = json_set(doc, '$.role', 'owner') WHERE json_extract(do
 
 CREATE TABLE user_tokens (
 	hash    BLOB PRIMARY KEY,
+	user_id TEXT NOT NULL,
 	family  TEXT NOT NULL,
 	expires TEXT NOT NULL,
 	doc     TEXT NOT NULL
 ) STRICT;
 CREATE INDEX user_tokens_family ON user_tokens (family);
+CREATE INDEX user_tokens_user ON user_tokens (user_id);
 CREATE INDEX user_tokens_expires ON user_tokens (expires);
