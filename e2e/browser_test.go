@@ -34,9 +34,16 @@ func chrome(t *testing.T) (context.Context, func(name string)) {
 	if err != nil {
 		t.Fatal("chromium is not installed; scripts/deps.sh installs it (apt-get install chromium)")
 	}
+	// The profile is removed by hand after Chromium has gone: its helper
+	// processes may still write for a moment after the browser exits,
+	// which t.TempDir's cleanup reports as a failure.
+	profile, err := os.MkdirTemp("", "dbcloud-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(path),
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profile),
 		chromedp.Flag("headless", true),
 		chromedp.Flag("no-sandbox", true),
 		chromedp.Flag("disable-gpu", true),
@@ -53,7 +60,14 @@ func chrome(t *testing.T) (context.Context, func(name string)) {
 	life, cancelL := context.WithTimeout(context.Background(), 8*time.Minute)
 	actx, cancelA := chromedp.NewExecAllocator(life, opts...)
 	ctx, cancelC := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancelC(); cancelA(); cancelL() })
+	t.Cleanup(func() {
+		cancelC()
+		cancelA()
+		cancelL()
+		for deadline := time.Now().Add(10 * time.Second); os.RemoveAll(profile) != nil && time.Now().Before(deadline); {
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
 	if err := chromedp.Run(ctx); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
@@ -67,10 +81,16 @@ func chrome(t *testing.T) (context.Context, func(name string)) {
 	if dir == "" {
 		dir = t.TempDir()
 	}
+	// Screenshots are for the docs, so a slow one is logged, not failed;
+	// each has its own deadline (Chromium's beyond-the-viewport capture
+	// can stall, so only the 1280x900 viewport is taken).
 	shot := func(name string) {
 		var png []byte
-		if err := chromedp.Run(ctx, chromedp.FullScreenshot(&png, 100)); err != nil {
-			t.Fatalf("screenshot %s: %v", name, err)
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := chromedp.Run(sctx, chromedp.CaptureScreenshot(&png)); err != nil {
+			t.Logf("screenshot %s: %v", name, err)
+			return
 		}
 		if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
 			t.Fatal(err)
