@@ -83,10 +83,10 @@ func (h *Handler) authInfo(w http.ResponseWriter, r *http.Request) (int, any, er
 	return http.StatusOK, toAuthInfo(dbcloud.PrincipalFromContext(r.Context())), nil
 }
 
-// logout ends a user's OAuth login: the refresh token in the body (the
-// original CLI's {"refresh_token"}) and every token of its login. API keys
-// have no session: they stay valid until revoked, so for a key, or with no
-// body, this is a successful no-op.
+// logout ends the caller's OAuth login (every token of it), and that of
+// the refresh token in the optional body (the original CLI's
+// {"refresh_token"}). API keys have no session: they stay valid until
+// revoked, so for a key this is a successful no-op.
 func (h *Handler) logout(w http.ResponseWriter, r *http.Request) (int, any, error) {
 	var in struct {
 		RefreshToken string `json:"refresh_token"`
