@@ -10,9 +10,12 @@ import (
 	"math/big"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"dbcloud/identity"
 )
 
 // Quotas bound what one project may hold (decisions.md section 3).
@@ -96,6 +99,15 @@ type Cloud struct {
 	PasswordTimeout time.Duration
 	// History, when set, answers the metrics preview (history.go).
 	History *History
+	// PasswordParams, when set, replaces the Argon2id costs of user
+	// passwords (tests make them cheap).
+	PasswordParams *identity.PasswordParams
+	// dummy is a password hash nobody's password matches, made once, which
+	// SignIn verifies for unknown users so they cost what known ones do.
+	dummy struct {
+		once sync.Once
+		hash string
+	}
 }
 
 // NewCloud returns a Cloud with the given dependencies.
@@ -137,22 +149,54 @@ func idempotencyFromContext(ctx context.Context) *IdempotencyRecord {
 	return r
 }
 
-// authorize returns not-found for projects the caller cannot see, so that
-// their existence is not leaked.
+// authorize lets the caller read the project; see authorizeTo.
 func (c *Cloud) authorize(ctx context.Context, projectID string) error {
+	_, err := c.authorizeTo(ctx, projectID, identity.Read)
+	return err
+}
+
+// authorizeWrite lets the caller change the project's services, replica
+// sets, VPCs and peerings.
+func (c *Cloud) authorizeWrite(ctx context.Context, projectID string) error {
+	_, err := c.authorizeTo(ctx, projectID, identity.ChangeResources)
+	return err
+}
+
+// authorizeTo returns the caller's role in the project if it allows the
+// action. Projects the caller cannot see answer not-found, so that their
+// existence is not leaked; a member whose role is too low gets 403, which
+// says which role would do.
+func (c *Cloud) authorizeTo(ctx context.Context, projectID string, a identity.Action) (identity.Role, error) {
 	p := PrincipalFromContext(ctx)
 	if p == nil {
-		return Errorf(KindUnauthorized, "Authentication required.")
+		return "", Errorf(KindUnauthorized, "Authentication required.")
 	}
-	if !p.CanAccess(projectID) {
-		return Errorf(KindNotFound, "Project %q not found.", projectID)
+	role, ok := p.RoleIn(projectID)
+	if !ok {
+		return "", Errorf(KindNotFound, "Project %q not found.", projectID)
 	}
-	return nil
+	if !role.Allows(a) {
+		return "", Errorf(KindForbidden, "Your role in this project is %s, which may not %s (docs/roles.md).", role, actionText[a])
+	}
+	return role, nil
+}
+
+var actionText = map[identity.Action]string{
+	identity.Read:            "read it",
+	identity.ChangeResources: "change services, replica sets or VPCs; ask an admin for the developer role",
+	identity.ManageKeys:      "create or revoke API keys; ask an owner for the admin role",
+	identity.ManageMembers:   "manage members; ask an owner for the admin role",
+	identity.DeleteProject:   "delete the project; only owners may",
 }
 
 // update runs fn in a write transaction that holds the project's lock and
 // records the request's idempotency claim with the change it made.
 func (c *Cloud) update(ctx context.Context, projectID string, fn func(tx Tx) error) error {
+	// Every request's write comes through here: a second check, so that an
+	// operation that forgot its own cannot write for a reader.
+	if err := c.authorizeWrite(ctx, projectID); err != nil {
+		return err
+	}
 	defer func() {
 		if c.Notify != nil {
 			c.Notify()
@@ -218,6 +262,19 @@ func (c *Cloud) Authenticate(ctx context.Context, accessKey, secret string) (*Pr
 		if p.User, err = tx.FindUser(k.UserID); err != nil {
 			return fmt.Errorf("user of key %s: %w", k.AccessKey, err)
 		}
+		// A key acts for its issuer: it stops with the issuer's membership
+		// and never does more than the issuer may do now.
+		m, err := tx.FindMembership(k.ProjectID, k.UserID)
+		if IsNotFound(err) || p.User.Disabled != nil {
+			return unauthorized
+		} else if err != nil {
+			return err
+		}
+		role := k.Role
+		if m.Role.Rank() < role.Rank() {
+			role = m.Role
+		}
+		p.Roles = map[string]identity.Role{k.ProjectID: role}
 		return nil
 	})
 	if err != nil {
@@ -233,13 +290,32 @@ func HashSecret(secret string) []byte {
 	return h[:]
 }
 
-// ListProjects lists the projects the caller can see: a key sees its own.
+// ListProjects lists the projects the caller can see: a key sees its own,
+// a user every project they are a member of.
 func (c *Cloud) ListProjects(ctx context.Context) ([]*Project, error) {
 	p := PrincipalFromContext(ctx)
 	if p == nil {
 		return nil, Errorf(KindUnauthorized, "Authentication required.")
 	}
-	return []*Project{p.Project}, nil
+	if p.Key != nil {
+		return []*Project{p.Project}, nil
+	}
+	out := []*Project{}
+	err := c.Store.View(ctx, func(tx Tx) error {
+		ms, err := tx.ListMemberships(p.User.ID)
+		if err != nil {
+			return err
+		}
+		for _, m := range ms {
+			pr, err := tx.FindProject(m.ProjectID)
+			if err != nil {
+				return err
+			}
+			out = append(out, pr)
+		}
+		return nil
+	})
+	return out, err
 }
 
 const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/mail"
 	"strings"
+
+	"dbcloud/identity"
 )
 
 // Admin operations run from the server binary on the host (`dbcloud admin`),
@@ -26,6 +28,8 @@ type Bootstrap struct {
 	User    *User
 	Project *Project
 	Key     *NewAPIKey
+	// Password is the owner's console password, shown once.
+	Password string
 }
 
 // Bootstrap creates the admin user, a default project and an API key when
@@ -48,14 +52,38 @@ func (c *Cloud) Bootstrap(ctx context.Context, adminName, adminEmail string) (*B
 		if err := tx.InsertProject(p); err != nil {
 			return err
 		}
-		k, err := c.issueKey(tx, p.ID, u.ID, "bootstrap")
+		if err := c.makeOwner(tx, p.ID, u.ID); err != nil {
+			return err
+		}
+		k, err := c.issueKey(tx, p.ID, u.ID, "bootstrap", identity.Owner)
 		if err != nil {
 			return err
 		}
 		b = &Bootstrap{User: u, Project: p, Key: k}
+		if u.PasswordHash == "" {
+			// The first owner signs in to the console with this; the hash
+			// is slow, but it happens once in the store's life.
+			b.Password = identity.NewPassword()
+			if u.PasswordHash, err = identity.HashPassword(b.Password, c.passwordParams()); err != nil {
+				return err
+			}
+			return tx.UpdateUser(u)
+		}
 		return nil
 	})
 	return b, err
+}
+
+// makeOwner makes the user an owner of the project.
+func (c *Cloud) makeOwner(tx Tx, projectID, userID string) error {
+	m, err := tx.FindMembership(projectID, userID)
+	if IsNotFound(err) {
+		return tx.InsertMembership(&Membership{ProjectID: projectID, UserID: userID, Role: identity.Owner, Created: c.now()})
+	} else if err != nil {
+		return err
+	}
+	m.Role = identity.Owner
+	return tx.UpdateMembership(m)
 }
 
 // adminUser returns the installation's admin user, creating it with the store.
@@ -78,18 +106,31 @@ func (c *Cloud) CreateProject(ctx context.Context, name, adminName, adminEmail s
 	}
 	p := &Project{ID: NewID(), Name: name, PlanType: "self-hosted", Created: c.now()}
 	err := c.Store.Update(ctx, func(tx Tx) error {
-		if _, err := c.adminUser(tx, adminName, adminEmail); err != nil {
+		u, err := c.adminUser(tx, adminName, adminEmail)
+		if err != nil {
 			return err
 		}
-		return tx.InsertProject(p)
+		if err := tx.InsertProject(p); err != nil {
+			return err
+		}
+		return c.makeOwner(tx, p.ID, u.ID)
 	})
 	return p, err
 }
 
-// CreateAPIKey issues a key for a project, on behalf of the admin user.
+// CreateAPIKey issues an owner key for a project, on behalf of the admin user.
 func (c *Cloud) CreateAPIKey(ctx context.Context, projectID, name, adminName, adminEmail string) (*NewAPIKey, error) {
+	return c.CreateAPIKeyWithRole(ctx, projectID, name, identity.Owner, adminName, adminEmail)
+}
+
+// CreateAPIKeyWithRole issues a key of the role for a project, on behalf of
+// the admin user (dbcloud admin key create --role).
+func (c *Cloud) CreateAPIKeyWithRole(ctx context.Context, projectID, name string, role identity.Role, adminName, adminEmail string) (*NewAPIKey, error) {
 	if err := validateName("name", name); err != nil {
 		return nil, err
+	}
+	if !role.Valid() {
+		return nil, Errorf(KindInvalid, "role must be one of viewer, developer, admin, owner; got %q.", role)
 	}
 	var k *NewAPIKey
 	err := c.Store.Update(ctx, func(tx Tx) error {
@@ -103,20 +144,24 @@ func (c *Cloud) CreateAPIKey(ctx context.Context, projectID, name, adminName, ad
 		if err != nil {
 			return err
 		}
-		k, err = c.issueKey(tx, projectID, u.ID, name)
+		// The operator's keys act for the admin user, who owns the project.
+		if err := c.makeOwner(tx, projectID, u.ID); err != nil {
+			return err
+		}
+		k, err = c.issueKey(tx, projectID, u.ID, name, role)
 		return err
 	})
 	return k, err
 }
 
-func (c *Cloud) issueKey(tx Tx, projectID, userID, name string) (*NewAPIKey, error) {
+func (c *Cloud) issueKey(tx Tx, projectID, userID, name string, role identity.Role) (*NewAPIKey, error) {
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
 		return nil, fmt.Errorf("random secret: %w", err)
 	}
 	secret := base64.RawURLEncoding.EncodeToString(raw)
 	k := &APIKey{
-		AccessKey: "dbc" + randomString(idAlphabet, 21), ProjectID: projectID, UserID: userID, Name: name,
+		AccessKey: "dbc" + randomString(idAlphabet, 21), ProjectID: projectID, UserID: userID, Name: name, Role: role,
 		SecretHash: HashSecret(secret), Created: c.now(),
 	}
 	if err := tx.InsertAPIKey(k); err != nil {

@@ -65,7 +65,7 @@ func (c *Cloud) checkNodes(nodes int) error {
 
 // CreateReplicaSet records a read replica set of a service.
 func (c *Cloud) CreateReplicaSet(ctx context.Context, projectID, serviceID string, in ReplicaSetCreate) (*ReadReplicaSet, error) {
-	if err := c.authorize(ctx, projectID); err != nil {
+	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return nil, err
 	}
 	if err := validateName("name", in.Name); err != nil {
@@ -141,7 +141,7 @@ func (c *Cloud) insertReplicaSet(ctx context.Context, tx Tx, host *HostCapacity,
 // mutateReplicaSet is the frame of every change to a read replica set; see
 // mutateService.
 func (c *Cloud) mutateReplicaSet(ctx context.Context, projectID, serviceID, id string, fn func(tx Tx, r *ReadReplicaSet) (OperationType, error)) error {
-	if err := c.authorize(ctx, projectID); err != nil {
+	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return err
 	}
 	return c.update(ctx, projectID, func(tx Tx) error {
@@ -212,7 +212,7 @@ func (c *Cloud) DeleteReplicaSet(ctx context.Context, projectID, serviceID, id s
 
 // ResizeReplicaSet changes the size and optionally the node count of a set.
 func (c *Cloud) ResizeReplicaSet(ctx context.Context, projectID, serviceID, id string, in ReplicaSetResize) (string, error) {
-	if err := c.authorize(ctx, projectID); err != nil {
+	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return "", err
 	}
 	if in.CPUMillis == "" || in.MemoryGBs == "" {
@@ -295,7 +295,7 @@ func (c *Cloud) SetReplicaSetPooler(ctx context.Context, projectID, serviceID, i
 
 // SetReplicaSetEnvironment changes a set's environment tag.
 func (c *Cloud) SetReplicaSetEnvironment(ctx context.Context, projectID, serviceID, id, env string) (string, error) {
-	if err := c.authorize(ctx, projectID); err != nil {
+	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return "", err
 	}
 	e, err := ParseEnvironment("environment", env)

@@ -87,7 +87,7 @@ func (c *Cloud) GetService(ctx context.Context, projectID, id string) (*ServiceV
 // label: it changes nothing that runs, so no operation is recorded, and it
 // is allowed in every state but DELETING.
 func (c *Cloud) RenameService(ctx context.Context, projectID, id, name string) (*ServiceView, error) {
-	if err := c.authorize(ctx, projectID); err != nil {
+	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return nil, err
 	}
 	if err := validateName("name", name); err != nil {
@@ -176,7 +176,7 @@ func findService(tx Tx, projectID, id string) (*Service, error) {
 
 // CreateService records a new service and the operation that provisions it.
 func (c *Cloud) CreateService(ctx context.Context, projectID string, in ServiceCreate) (*ServiceView, error) {
-	if err := c.authorize(ctx, projectID); err != nil {
+	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return nil, err
 	}
 	if err := validateName("name", in.Name); err != nil {
@@ -299,7 +299,7 @@ func (c *Cloud) checkHA(replicas, sync int) error {
 
 // ForkService records a new service that will hold the parent's data.
 func (c *Cloud) ForkService(ctx context.Context, projectID, parentID string, in ServiceFork) (*ServiceView, error) {
-	if err := c.authorize(ctx, projectID); err != nil {
+	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return nil, err
 	}
 	strategy := ForkStrategy(in.Strategy)
@@ -379,7 +379,7 @@ func (c *Cloud) ForkService(ctx context.Context, projectID, parentID string, in 
 // repeat that is already in effect, or a change to a stopped service that
 // takes effect at the next start).
 func (c *Cloud) mutateService(ctx context.Context, projectID, id string, fn func(tx Tx, s *Service) (OperationType, error)) (*ServiceView, error) {
-	if err := c.authorize(ctx, projectID); err != nil {
+	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return nil, err
 	}
 	var view *ServiceView
@@ -591,7 +591,7 @@ func (c *Cloud) StopService(ctx context.Context, projectID, id string) (*Service
 // ResizeService changes a service's size. A PAUSED service takes the new
 // size at its next start.
 func (c *Cloud) ResizeService(ctx context.Context, projectID, id, cpu, mem string) (*ServiceView, error) {
-	if err := c.authorize(ctx, projectID); err != nil {
+	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return nil, err
 	}
 	if cpu == "" || mem == "" {
@@ -634,7 +634,7 @@ func (c *Cloud) ResizeService(ctx context.Context, projectID, id, cpu, mem strin
 
 // SetHA changes the number of HA replicas and how many are synchronous.
 func (c *Cloud) SetHA(ctx context.Context, projectID, id string, in HAChange) (*ServiceView, error) {
-	if err := c.authorize(ctx, projectID); err != nil {
+	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return nil, err
 	}
 	if in.Replicas == nil && in.SyncReplicas == nil {
@@ -748,7 +748,7 @@ func (c *Cloud) SetPooler(ctx context.Context, projectID, id string, enabled boo
 // protection. It never removes anything: HA, a pooler and read replica
 // sets are allowed on DEV too (decisions.md section 5).
 func (c *Cloud) SetEnvironment(ctx context.Context, projectID, id, env string) (string, error) {
-	if err := c.authorize(ctx, projectID); err != nil {
+	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return "", err
 	}
 	e, err := ParseEnvironment("environment", env)
@@ -781,7 +781,7 @@ const DefaultPasswordTimeout = 10 * time.Second
 // meanwhile; if dbcloud stops between the two steps, the request was never
 // answered and the engine restores the recorded password.
 func (c *Cloud) UpdatePassword(ctx context.Context, projectID, id, password string) error {
-	if err := c.authorize(ctx, projectID); err != nil {
+	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return err
 	}
 	if err := ValidatePassword(password); err != nil {
@@ -849,7 +849,7 @@ func (c *Cloud) UpdatePassword(ctx context.Context, projectID, id, password stri
 
 // AttachVPC attaches the service to a VPC of its project and region.
 func (c *Cloud) AttachVPC(ctx context.Context, projectID, id, vpcID string) (string, error) {
-	if err := c.authorize(ctx, projectID); err != nil {
+	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return "", err
 	}
 	if !IsNumericID(vpcID) {
@@ -886,7 +886,7 @@ func (c *Cloud) AttachVPC(ctx context.Context, projectID, id, vpcID string) (str
 
 // DetachVPC detaches the service from the VPC it is attached to.
 func (c *Cloud) DetachVPC(ctx context.Context, projectID, id, vpcID string) (string, error) {
-	if err := c.authorize(ctx, projectID); err != nil {
+	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return "", err
 	}
 	if !IsNumericID(vpcID) {

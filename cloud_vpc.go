@@ -50,7 +50,7 @@ func findVPC(tx Tx, projectID, id string) (*VPC, error) {
 
 // CreateVPC creates a VPC whose CIDR overlaps no other VPC of the project.
 func (c *Cloud) CreateVPC(ctx context.Context, projectID string, in VPCCreate) (*VPC, error) {
-	if err := c.authorize(ctx, projectID); err != nil {
+	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return nil, err
 	}
 	if err := validateName("name", in.Name); err != nil {
@@ -119,7 +119,7 @@ func (c *Cloud) CreateVPC(ctx context.Context, projectID string, in VPCCreate) (
 
 // RenameVPC changes a VPC's name.
 func (c *Cloud) RenameVPC(ctx context.Context, projectID, id, name string) (string, error) {
-	if err := c.authorize(ctx, projectID); err != nil {
+	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return "", err
 	}
 	if err := validateName("name", name); err != nil {
@@ -140,7 +140,7 @@ func (c *Cloud) RenameVPC(ctx context.Context, projectID, id, name string) (stri
 // provider removes it outside any store transaction, then the record goes;
 // if a service was attached meanwhile, the provider makes it again.
 func (c *Cloud) DeleteVPC(ctx context.Context, projectID, id string) error {
-	if err := c.authorize(ctx, projectID); err != nil {
+	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return err
 	}
 	var vpc *VPC
@@ -242,7 +242,7 @@ func validatePeerField(field, s string) error {
 
 // CreatePeering records a peering and the operation that provisions it.
 func (c *Cloud) CreatePeering(ctx context.Context, projectID, vpcID string, in PeeringCreate) (*Peering, error) {
-	if err := c.authorize(ctx, projectID); err != nil {
+	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return nil, err
 	}
 	for _, f := range []struct{ name, value string }{
@@ -287,7 +287,7 @@ func (c *Cloud) CreatePeering(ctx context.Context, projectID, vpcID string, in P
 
 // DeletePeering moves the peering to deleting; the provider removes it.
 func (c *Cloud) DeletePeering(ctx context.Context, projectID, vpcID, id string) error {
-	if err := c.authorize(ctx, projectID); err != nil {
+	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return err
 	}
 	return c.update(ctx, projectID, func(tx Tx) error {

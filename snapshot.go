@@ -67,12 +67,9 @@ func (c *Cloud) checkForkSource(ctx context.Context, parent *Service, strategy F
 	if strategy == ForkNow {
 		return nil // the fork takes its own snapshot of the running parent
 	}
-	w := RecoveryWindow{LastSnapshot: parent.Created, From: parent.Created, To: c.now()}
-	if b, ok := c.Runtime.(Backups); ok {
-		var err error
-		if w, err = b.RecoveryWindow(ctx, parent); err != nil {
-			return err
-		}
+	w, err := c.recoveryWindow(ctx, parent)
+	if err != nil {
+		return err
 	}
 	if w.LastSnapshot.IsZero() {
 		return Errorf(KindConflict, "Service %s has no snapshot yet; its first is taken shortly after it becomes READY. Retry in a minute, or fork it with NOW.", parent.ID)
@@ -92,4 +89,22 @@ func (c *Cloud) checkForkSource(ctx context.Context, parent *Service, strategy F
 			target.UTC().Format(time.RFC3339Nano), w.From.UTC().Format(time.RFC3339Nano), w.To.UTC().Format(time.RFC3339Nano), note)
 	}
 	return nil
+}
+
+// recoveryWindow is what a fork of the service can restore now.
+func (c *Cloud) recoveryWindow(ctx context.Context, svc *Service) (RecoveryWindow, error) {
+	if b, ok := c.Runtime.(Backups); ok {
+		return b.RecoveryWindow(ctx, svc)
+	}
+	return RecoveryWindow{LastSnapshot: svc.Created, From: svc.Created, To: c.now()}, nil
+}
+
+// ForkWindow tells the caller what a fork of the service can restore (the
+// console's PITR time picker).
+func (c *Cloud) ForkWindow(ctx context.Context, projectID, id string) (RecoveryWindow, error) {
+	v, err := c.GetService(ctx, projectID, id)
+	if err != nil {
+		return RecoveryWindow{}, err
+	}
+	return c.recoveryWindow(ctx, v.Service)
 }

@@ -23,6 +23,31 @@ type Tx interface {
 	FindUser(id string) (*User, error)
 	ListUsers() ([]*User, error)
 
+	// FindUserByEmail finds a user by e-mail address, ignoring case.
+	FindUserByEmail(email string) (*User, error)
+	UpdateUser(u *User) error
+
+	InsertMembership(m *Membership) error
+	FindMembership(projectID, userID string) (*Membership, error)
+	// ListMembers lists a project's members, oldest first.
+	ListMembers(projectID string) ([]*Membership, error)
+	// ListMemberships lists the projects a user belongs to, oldest first.
+	ListMemberships(userID string) ([]*Membership, error)
+	UpdateMembership(m *Membership) error
+	DeleteMembership(projectID, userID string) error
+
+	// User tokens (OAuth codes, access and refresh tokens, console
+	// sessions) are found by the hash of their secret only.
+	InsertUserToken(t *UserToken) error
+	FindUserToken(hash []byte) (*UserToken, error)
+	UpdateUserToken(t *UserToken) error
+	// ListTokenFamily lists the tokens of one login, oldest first.
+	ListTokenFamily(family string) ([]*UserToken, error)
+	// ListUserTokens lists every token of a user, oldest first.
+	ListUserTokens(userID string) ([]*UserToken, error)
+	// DeleteUserTokensBefore deletes tokens that expired before t.
+	DeleteUserTokensBefore(t time.Time) (int, error)
+
 	InsertProject(p *Project) error
 	FindProject(id string) (*Project, error)
 	ListProjects() ([]*Project, error)

@@ -23,6 +23,13 @@ import (
 // failed.
 func (h *Handler) authenticate(r *http.Request) (*dbcloud.Principal, string, error) {
 	ip := clientIP(r)
+	if token, ok := bearerToken(r.Header.Get("Authorization")); ok {
+		p, err := h.cloud.AuthenticateToken(r.Context(), dbcloud.TokenAccess, token)
+		if dbcloud.ErrorKindOf(err) == dbcloud.KindUnauthorized {
+			return nil, "", h.limits.authFailed(ip, err)
+		}
+		return p, token, err
+	}
 	access, secret, ok := credentials(r.Header.Get("Authorization"))
 	if !ok {
 		return nil, "", h.limits.authFailed(ip, dbcloud.Errorf(dbcloud.KindUnauthorized,
@@ -36,6 +43,17 @@ func (h *Handler) authenticate(r *http.Request) (*dbcloud.Principal, string, err
 		return nil, "", err
 	}
 	return p, secret, nil
+}
+
+// bearerToken returns a user's OAuth access token: a Bearer value with no
+// colon, which tells it from an ACCESS_KEY:SECRET_KEY pair.
+func bearerToken(header string) (string, bool) {
+	scheme, value, found := strings.Cut(header, " ")
+	value = strings.TrimSpace(value)
+	if !found || !strings.EqualFold(scheme, "bearer") || value == "" || strings.Contains(value, ":") {
+		return "", false
+	}
+	return value, true
 }
 
 // credentials parses the Authorization header into an access key and secret.

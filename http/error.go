@@ -107,3 +107,10 @@ func writeRaw(w http.ResponseWriter, status int, b []byte) {
 		w.Write(append(b, '\n'))
 	}
 }
+
+// StatusOf is the HTTP status the API answers err with, for the console,
+// which shows the same errors as pages.
+func StatusOf(err error) int {
+	status, _, _ := errorResponse(err)
+	return status
+}

@@ -208,6 +208,8 @@ type req struct {
 	Header       map[string]string
 	// NoAuth sends no Authorization header.
 	NoAuth bool
+	// Bearer, when set, is sent as a user's OAuth access token instead of a key.
+	Bearer string
 }
 
 // do sends r with key a unless r says otherwise, and checks the exchange
@@ -235,7 +237,9 @@ func (e *env) do(r req) *resp {
 	if key == nil {
 		key = e.a
 	}
-	if !r.NoAuth {
+	if r.Bearer != "" {
+		hr.Header.Set("Authorization", "Bearer "+r.Bearer)
+	} else if !r.NoAuth {
 		hr.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(key.AccessKey+":"+key.SecretKey)))
 	}
 	for k, v := range r.Header {

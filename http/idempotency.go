@@ -28,7 +28,7 @@ func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, rt Route, p
 	}
 	sum := sha256.Sum256([]byte(r.Method + "\n" + r.URL.Path + "\n" + string(body)))
 	hash := hex.EncodeToString(sum[:])
-	rec, err := h.cloud.FindIdempotency(ctx, p.Key.AccessKey, key)
+	rec, err := h.cloud.FindIdempotency(ctx, p.ID(), key)
 	if err != nil {
 		writeError(w, r, h.logger, err)
 		return
@@ -68,7 +68,7 @@ func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, rt Route, p
 		// the request again is a no-op that yields the right response.
 	}
 	claim := &dbcloud.IdempotencyRecord{
-		Credential: p.Key.AccessKey, Key: key, Method: r.Method, Path: r.URL.Path, RequestHash: hash,
+		Credential: p.ID(), Key: key, Method: r.Method, Path: r.URL.Path, RequestHash: hash,
 		Seal: func(plain []byte) ([]byte, error) { return seal(secret, plain) },
 	}
 	if rec == nil {
@@ -199,5 +199,11 @@ func unseal(secret string, sealed []byte) ([]byte, error) {
 	if len(sealed) < gcm.NonceSize() {
 		return nil, errors.New("sealed response too short")
 	}
-	return gcm.Open(nil, sealed[:gcm.NonceSize()], sealed[gcm.NonceSize():], nil)
+	plain, err := gcm.Open(nil, sealed[:gcm.NonceSize()], sealed[gcm.NonceSize():], nil)
+	if err != nil {
+		// Only another secret of the same credential gets here: a user's
+		// OAuth access token refreshed since the first request.
+		return nil, dbcloud.Errorf(dbcloud.KindConflict, "The first request with this Idempotency-Key was made, but its response is sealed for the access token that sent it, which has since been refreshed; look the resource up instead of retrying.")
+	}
+	return plain, nil
 }

@@ -1,6 +1,9 @@
 package http
 
 import (
+	"bytes"
+	"encoding/json"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -26,7 +29,7 @@ func (h *Handler) routes() []Route {
 	)
 	return []Route{
 		get("/auth/info", h.authInfo),
-		post("/auth/logout", false, h.logout),
+		post("/auth/logout", true, h.logout),
 		post("/analytics/identify", false, h.analytics),
 		post("/analytics/track", false, h.analytics),
 		get("/projects", h.listProjects),
@@ -91,9 +94,22 @@ func (h *Handler) authInfo(w http.ResponseWriter, r *http.Request) (int, any, er
 	return http.StatusOK, toAuthInfo(dbcloud.PrincipalFromContext(r.Context())), nil
 }
 
-// logout ends a user session. API keys have none: they stay valid until
+// logout ends the caller's OAuth login (every token of it), and that of
+// the refresh token in the optional body (the original CLI's
+// {"refresh_token"}). API keys have no session: they stay valid until
 // revoked, so for a key this is a successful no-op.
 func (h *Handler) logout(w http.ResponseWriter, r *http.Request) (int, any, error) {
+	var in struct {
+		RefreshToken string `json:"refresh_token"`
+	}
+	if b, _ := io.ReadAll(r.Body); len(bytes.TrimSpace(b)) > 0 {
+		if err := json.Unmarshal(b, &in); err != nil {
+			return 0, nil, dbcloud.Errorf(dbcloud.KindInvalid, "The request body is not valid JSON: %v.", err)
+		}
+	}
+	if err := h.cloud.Logout(r.Context(), in.RefreshToken); err != nil {
+		return 0, nil, err
+	}
 	return http.StatusNoContent, nil, nil
 }
 

@@ -177,7 +177,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		slog.Int64("bytes", rec.bytes), slog.String("remote", r.RemoteAddr),
 	}
 	if p := rec.principal; p != nil {
-		attrs = append(attrs, slog.String("access_key", p.Key.AccessKey))
+		if p.Key != nil {
+			attrs = append(attrs, slog.String("access_key", p.Key.AccessKey))
+		} else {
+			attrs = append(attrs, slog.String("user_id", p.User.ID))
+		}
 	}
 	h.logger.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
 }
@@ -208,7 +212,7 @@ func (h *Handler) api(rt Route) http.Handler {
 		if rec, ok := w.(*statusRecorder); ok {
 			rec.principal = p
 		}
-		if err := h.limits.allow(p.Key.AccessKey); err != nil {
+		if err := h.limits.allow(p.ID()); err != nil {
 			writeError(w, r, h.logger, err)
 			return
 		}

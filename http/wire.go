@@ -158,6 +158,11 @@ type authInfoJSON struct {
 	APIKey *apiKeyInfoJSON `json:"api_key,omitempty"`
 	// apiKey repeats api_key for clients that read camel case.
 	APIKeyCamel *apiKeyInfoJSON `json:"apiKey,omitempty"`
+	OAuth       *oauthInfoJSON  `json:"oauth,omitempty"`
+}
+
+type oauthInfoJSON struct {
+	User userJSON `json:"user"`
 }
 
 // Request bodies. Pointers tell a missing field from an empty one.
@@ -358,6 +363,9 @@ func toLogs(p *dbcloud.LogPage) logsJSON {
 }
 
 func toAuthInfo(p *dbcloud.Principal) authInfoJSON {
+	if p.Key == nil {
+		return authInfoJSON{Type: "oauth", OAuth: &oauthInfoJSON{User: userJSON{ID: p.User.ID, Name: p.User.Name, Email: p.User.Email}}}
+	}
 	info := &apiKeyInfoJSON{
 		PublicKey: p.Key.AccessKey, Name: p.Key.Name, Created: p.Key.Created,
 		Project:     keyProjectJSON{ID: p.Project.ID, Name: p.Project.Name, PlanType: p.Project.PlanType},

@@ -21,6 +21,9 @@ have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok
 for pkg in postgresql-15 postgresql-contrib pgbouncer btrfs-progs; do
 	have_pkg "$pkg" || need+=("$pkg")
 done
+# Headless Chromium drives the console's browser tests (e2e/browser_test.go);
+# dbcloud itself does not need it.
+have_pkg chromium || need+=(chromium)
 
 if [ "${#need[@]}" -gt 0 ]; then
 	if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi

@@ -3,18 +3,23 @@ package sqlstore
 import (
 	"database/sql"
 	"fmt"
+	"strings"
 
 	"dbcloud"
 )
 
-// InsertUser adds a user; ErrDuplicate if the ID exists.
+// Users keep PasswordHash in a column of its own, like API keys' secret
+// hashes, and their e-mail address in one with a unique index on its lower
+// case, so one address is one user whatever its spelling.
+
+// InsertUser adds a user; ErrDuplicate if the ID or e-mail exists.
 func (t *tx) InsertUser(u *dbcloud.User) error {
 	doc, err := encode(u)
 	if err != nil {
 		return err
 	}
-	err = t.insert(`INSERT INTO users (id, created, doc) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`,
-		u.ID, formatTime(u.Created), doc)
+	err = t.insert(`INSERT INTO users (id, created, email, password_hash, doc) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+		u.ID, formatTime(u.Created), strings.ToLower(u.Email), u.PasswordHash, doc)
 	if err != nil {
 		return fmt.Errorf("insert user %s: %w", u.ID, err)
 	}
@@ -23,20 +28,69 @@ func (t *tx) InsertUser(u *dbcloud.User) error {
 
 // FindUser returns a user by ID.
 func (t *tx) FindUser(id string) (*dbcloud.User, error) {
-	u, err := findDoc[dbcloud.User](t, `SELECT doc FROM users WHERE id = ?`+t.forUpdate, id)
-	if err != nil {
-		return nil, fmt.Errorf("find user %s: %w", id, err)
+	return t.findUser(`SELECT doc, password_hash FROM users WHERE id = ?`+t.forUpdate, id)
+}
+
+// FindUserByEmail returns a user by e-mail address, ignoring case.
+func (t *tx) FindUserByEmail(email string) (*dbcloud.User, error) {
+	return t.findUser(`SELECT doc, password_hash FROM users WHERE email = ?`+t.forUpdate, strings.ToLower(email))
+}
+
+func (t *tx) findUser(query string, arg string) (*dbcloud.User, error) {
+	us, err := t.listUsers(query, arg)
+	if err == nil && len(us) == 0 {
+		err = dbcloud.ErrNotFound
 	}
-	return u, nil
+	if err != nil {
+		return nil, fmt.Errorf("find user %s: %w", arg, err)
+	}
+	return us[0], nil
 }
 
 // ListUsers returns all users, oldest first.
 func (t *tx) ListUsers() ([]*dbcloud.User, error) {
-	out, err := listDocs[dbcloud.User](t, `SELECT doc FROM users ORDER BY created, id`)
+	out, err := t.listUsers(`SELECT doc, password_hash FROM users ORDER BY created, id`)
 	if err != nil {
 		return nil, fmt.Errorf("list users: %w", err)
 	}
 	return out, nil
+}
+
+func (t *tx) listUsers(query string, args ...any) ([]*dbcloud.User, error) {
+	rows, err := t.query(query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []*dbcloud.User{}
+	var doc sql.RawBytes
+	for rows.Next() {
+		var hash sql.NullString
+		if err := rows.Scan(&doc, &hash); err != nil {
+			return nil, err
+		}
+		u, err := decode[dbcloud.User](doc)
+		if err != nil {
+			return nil, err
+		}
+		u.PasswordHash = hash.String
+		out = append(out, u)
+	}
+	return out, rows.Err()
+}
+
+// UpdateUser replaces a user; ErrNotFound if missing.
+func (t *tx) UpdateUser(u *dbcloud.User) error {
+	doc, err := encode(u)
+	if err != nil {
+		return err
+	}
+	err = t.change(`UPDATE users SET email = ?, password_hash = ?, doc = ? WHERE id = ?`,
+		strings.ToLower(u.Email), u.PasswordHash, doc, u.ID)
+	if err != nil {
+		return fmt.Errorf("update user %s: %w", u.ID, err)
+	}
+	return nil
 }
 
 // InsertProject adds a project; ErrDuplicate if the ID exists.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"dbcloud"
+	"dbcloud/identity"
 )
 
 // t0 has nanoseconds on purpose: stores must keep full precision, even
@@ -20,7 +21,8 @@ func ptr[T any](v T) *T { return &v }
 // that drops or mangles any field fails.
 
 func newUser(id string, created time.Time) *dbcloud.User {
-	return &dbcloud.User{ID: id, Name: "User " + id, Email: id + "@example.com", Created: created}
+	return &dbcloud.User{ID: id, Name: "User " + id, Email: id + "@example.com", Created: created,
+		Disabled: ptr(created.Add(time.Hour)), PasswordHash: "$argon2id$v=19$m=1024,t=1,p=1$c2FsdA$aGFzaA-" + id}
 }
 
 func newProject(id string, created time.Time) *dbcloud.Project {
@@ -33,6 +35,7 @@ func newAPIKey(projectID, accessKey string, created time.Time) *dbcloud.APIKey {
 		ProjectID:  projectID,
 		UserID:     "user1",
 		Name:       "key " + accessKey,
+		Role:       identity.Developer,
 		SecretHash: dbcloud.HashSecret("secret-" + accessKey),
 		Created:    created,
 		Revoked:    ptr(created.Add(time.Hour)),

@@ -33,6 +33,8 @@ func RunStoreTests(t *testing.T, newDB NewDB) {
 		fn   func(t *testing.T, newDB NewDB)
 	}{
 		{"User", testUser},
+		{"Membership", testMembership},
+		{"UserToken", testUserToken},
 		{"Project", testProject},
 		{"APIKey", testAPIKey},
 		{"Service", testService},

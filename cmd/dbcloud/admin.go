@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"text/tabwriter"
 	"time"
 
 	"dbcloud"
+	"dbcloud/identity"
 )
 
 // adminCommand holds what every admin subcommand takes.
@@ -136,6 +138,7 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		a.flags(fs)
 		fs.StringVar(&project, "project", "", "project ID (required)")
 		fs.StringVar(&keyName, "name", "", "key name (required)")
+		role := fs.String("role", "owner", "what the key may do: viewer, developer, admin or owner (docs/roles.md)")
 		if err := parseFlags(fs, args[2:]); err != nil {
 			return err
 		}
@@ -143,7 +146,7 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return errors.New("--project and --name are required")
 		}
 		return a.run(ctx, func(c *dbcloud.Cloud) error {
-			k, err := c.CreateAPIKey(ctx, project, keyName, a.adminName, a.adminEmail)
+			k, err := c.CreateAPIKeyWithRole(ctx, project, keyName, identity.Role(*role), a.adminName, a.adminEmail)
 			if err != nil {
 				return err
 			}
@@ -169,13 +172,13 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				return json.NewEncoder(stdout).Encode(ks)
 			}
 			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ACCESS KEY\tNAME\tCREATED\tREVOKED")
+			fmt.Fprintln(tw, "ACCESS KEY\tNAME\tROLE\tCREATED\tREVOKED")
 			for _, k := range ks {
 				revoked := "-"
 				if k.Revoked != nil {
 					revoked = k.Revoked.Format(time.RFC3339)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k.AccessKey, k.Name, k.Created.Format(time.RFC3339), revoked)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.AccessKey, k.Name, k.Role, k.Created.Format(time.RFC3339), revoked)
 			}
 			return tw.Flush()
 		})
@@ -196,6 +199,9 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			return a.print(stdout, map[string]string{"access_key": access, "status": "revoked"}, "revoked %s\n", access)
 		})
+	}
+	if args[0] == "user" {
+		return runAdminUser(ctx, name, args[1], args[2:], os.Stdin, stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return fmt.Errorf("unknown admin command %q", args[0]+" "+args[1])

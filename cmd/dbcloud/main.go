@@ -22,7 +22,7 @@ Usage:
   dbcloud admin project list              list projects
   dbcloud admin project set-quota --project ID [--instances N --cpu-millis N --memory-gbs N --storage-gbs N | --default]
                                           set a project's resource quota
-  dbcloud admin key create --project ID --name N   issue an API key
+  dbcloud admin key create --project ID --name N [--role R]   issue an API key (owner unless --role)
   dbcloud admin key list --project ID     list a project's API keys
   dbcloud admin key revoke --access-key K revoke an API key
   dbcloud admin service list --project ID list a project's services
@@ -31,6 +31,10 @@ Usage:
   dbcloud admin service stop-all          stop every running service (data kept)
   dbcloud admin teardown                  delete every service and stop everything dbcloud
                                           started (after stopping dbcloud serve)
+  dbcloud admin user create --email E --name N [--project ID --role R] [--password-stdin]
+                                          create a user (a generated password is shown once)
+  dbcloud admin user list                 list users
+  dbcloud admin user disable --email E    stop a user's sign-in, tokens and keys
 
 Run "dbcloud COMMAND --help" for a command's flags.
 `

@@ -20,9 +20,11 @@ import (
 	"time"
 
 	"dbcloud"
+	"dbcloud/console"
 	"dbcloud/engine"
 	"dbcloud/http"
 	"dbcloud/network/loopback"
+	"dbcloud/oauth"
 
 	"dbcloud/internal/atomicfile"
 	"dbcloud/internal/pgbin"
@@ -326,7 +328,9 @@ func (m *Main) Run(ctx context.Context) error {
 		m.listener.Close()
 		return err
 	}
-	m.server = http.NewServer(h, c.HTTP, m.Logger)
+	// One origin: the API under its base path, the console, and OAuth
+	// login for command-line clients beside it.
+	m.server = http.NewServer(console.New(m.cloud, oauth.New(m.cloud), h, m.Logger), c.HTTP, m.Logger)
 	m.server.TLSConfig = tlsConfig
 	bg, cancel := context.WithCancel(context.Background())
 	m.cancel, m.done = cancel, make(chan struct{})
@@ -440,6 +444,9 @@ func (m *Main) purgeLoop(ctx context.Context) {
 			m.Logger.Warn("purge history", "error", err)
 		} else if ops+evs > 0 {
 			m.Logger.Info("purged history", "operations", ops, "events", evs)
+		}
+		if _, err := m.cloud.PurgeUserTokens(ctx); err != nil && ctx.Err() == nil {
+			m.Logger.Warn("purge expired user tokens", "error", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -566,6 +573,10 @@ type bootstrapFile struct {
 	SecretKey string `json:"secret_key"`
 	APIURL    string `json:"api_url"`
 	CAFile    string `json:"ca_file,omitempty"`
+	// The first owner's console sign-in; the password is shown only here.
+	ConsoleURL    string `json:"console_url,omitempty"`
+	OwnerEmail    string `json:"owner_email,omitempty"`
+	OwnerPassword string `json:"owner_password,omitempty"`
 }
 
 // bootstrap creates the first project and key of an empty store and writes
@@ -584,6 +595,7 @@ func (m *Main) bootstrap(ctx context.Context) error {
 	body, _ := json.MarshalIndent(bootstrapFile{
 		ProjectID: b.Project.ID, AccessKey: b.Key.AccessKey, SecretKey: b.Key.SecretKey,
 		APIURL: "https://" + net.JoinHostPort(host, port) + http.BasePath, CAFile: m.CAFile,
+		ConsoleURL: "https://" + net.JoinHostPort(host, port) + "/", OwnerEmail: b.User.Email, OwnerPassword: b.Password,
 	}, "", "  ")
 	if err := atomicfile.Write(path, append(body, '\n'), 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)

@@ -1,0 +1,346 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/oauth2"
+
+	"dbcloud/console"
+	"dbcloud/oauth"
+)
+
+// chrome starts headless Chromium (Debian's chromium package, installed by
+// scripts/deps.sh) and returns a tab. The server's certificate comes from
+// its own CA, which this throwaway profile does not trust; the test trusts
+// it the way the other e2e tests do, by being the test.
+func chrome(t *testing.T) (context.Context, func(name string)) {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatal("chromium is not installed; scripts/deps.sh installs it (apt-get install chromium)")
+	}
+	// The profile is removed by hand after Chromium has gone: its helper
+	// processes may still write for a moment after the browser exits,
+	// which t.TempDir's cleanup reports as a failure.
+	profile, err := os.MkdirTemp("", "dbcloud-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path),
+		chromedp.UserDataDir(profile),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("ignore-certificate-errors", true),
+		chromedp.WindowSize(1280, 900),
+	}
+	// One deadline over the whole browser session, so that a step with no
+	// deadline of its own (starting Chromium, a screenshot) fails rather
+	// than hangs.
+	life, cancelL := context.WithTimeout(context.Background(), 8*time.Minute)
+	actx, cancelA := chromedp.NewExecAllocator(life, opts...)
+	ctx, cancelC := chromedp.NewContext(actx)
+	t.Cleanup(func() {
+		cancelC()
+		cancelA()
+		cancelL()
+		for deadline := time.Now().Add(10 * time.Second); os.RemoveAll(profile) != nil && time.Now().Before(deadline); {
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	if err := chromedp.Run(ctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	// The console asks before it destroys anything; the user says yes.
+	chromedp.ListenTarget(ctx, func(ev any) {
+		if _, ok := ev.(*page.EventJavascriptDialogOpening); ok {
+			go chromedp.Run(ctx, page.HandleJavaScriptDialog(true))
+		}
+	})
+	dir := os.Getenv("DBCLOUD_SCREENSHOTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	// Screenshots are for the docs, so a slow one is logged, not failed;
+	// each has its own deadline (Chromium's beyond-the-viewport capture
+	// can stall, so only the 1280x900 viewport is taken).
+	shot := func(name string) {
+		var png []byte
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := chromedp.Run(sctx, chromedp.CaptureScreenshot(&png)); err != nil {
+			t.Logf("screenshot %s: %v", name, err)
+			return
+		}
+		if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ctx, shot
+}
+
+// run runs browser actions with a deadline, failing the test with what
+// the page showed.
+func run(t *testing.T, ctx context.Context, within time.Duration, what string, actions ...chromedp.Action) {
+	t.Helper()
+	c, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	if err := chromedp.Run(c, actions...); err != nil {
+		var body string
+		chromedp.Run(ctx, chromedp.Text("main", &body, chromedp.ByQuery))
+		t.Fatalf("%s: %v\npage: %s", what, err, body)
+	}
+}
+
+type ownerFile struct {
+	ConsoleURL    string `json:"console_url"`
+	OwnerEmail    string `json:"owner_email"`
+	OwnerPassword string `json:"owner_password"`
+}
+
+// TestBrowserConsole drives the console in headless Chromium as a person
+// would: sign in with the first owner's password from bootstrap.json,
+// create a service and watch it become READY, copy its connection string
+// and connect with it, fork it, read its logs, approve a command-line
+// client's OAuth login, create and revoke an API key, and sign out.
+func TestBrowserConsole(t *testing.T) {
+	s := newServer(t)
+	var owner ownerFile
+	raw, _ := os.ReadFile(filepath.Join(s.dir, "bootstrap.json"))
+	if err := json.Unmarshal(raw, &owner); err != nil || owner.OwnerPassword == "" {
+		t.Fatalf("bootstrap.json has no owner sign-in: %s", raw)
+	}
+	origin := strings.TrimSuffix(owner.ConsoleURL, "/")
+	ctx, shot := chrome(t)
+	pid := s.boot.ProjectID
+
+	// Sign in.
+	run(t, ctx, 30*time.Second, "sign in",
+		browser.SetPermission(&browser.PermissionDescriptor{Name: "clipboard-read"}, browser.PermissionSettingGranted).WithOrigin(origin),
+		browser.SetPermission(&browser.PermissionDescriptor{Name: "clipboard-write"}, browser.PermissionSettingGranted).WithOrigin(origin),
+		chromedp.Navigate(origin+"/"),
+		chromedp.WaitVisible("#email", chromedp.ByID),
+		chromedp.ActionFunc(func(context.Context) error { shot("signin"); return nil }),
+		chromedp.SendKeys("#email", owner.OwnerEmail, chromedp.ByID),
+		chromedp.SendKeys("#password", owner.OwnerPassword, chromedp.ByID),
+		chromedp.Submit("#password", chromedp.ByID),
+		chromedp.WaitVisible("#svc-name", chromedp.ByID),
+	)
+
+	// Create a service; its password and connection string are shown once.
+	var conn string
+	run(t, ctx, 60*time.Second, "create a service",
+		chromedp.SendKeys("#svc-name", "browser-shop", chromedp.ByID),
+		chromedp.Submit("#svc-name", chromedp.ByID),
+		chromedp.WaitVisible(`[data-copy="secret-conn"]`, chromedp.ByQuery),
+		chromedp.Click(`[data-copy="secret-conn"]`, chromedp.ByQuery),
+		// The button says Copied once the clipboard holds the text.
+		chromedp.WaitVisible(`//button[@data-copy="secret-conn" and text()="Copied"]`, chromedp.BySearch),
+		chromedp.Evaluate(`navigator.clipboard.readText()`, &conn, func(p *runtime.EvaluateParams) *runtime.EvaluateParams {
+			return p.WithAwaitPromise(true)
+		}),
+		chromedp.ActionFunc(func(context.Context) error { shot("service-created"); return nil }),
+	)
+	if !strings.HasPrefix(conn, "postgresql://tsdbadmin:") {
+		t.Fatalf("the copy button copied %q, want the connection string with the password", conn)
+	}
+	var sid string
+	run(t, ctx, 10*time.Second, "read the service id",
+		chromedp.Evaluate(`document.querySelector("[data-status-url]").dataset.statusUrl.split("/")[4]`, &sid))
+
+	// Watch it become READY on the services list (the status cells update
+	// themselves).
+	run(t, ctx, 3*time.Minute, "service becomes READY",
+		chromedp.Navigate(origin+"/p/"+pid+"/services"),
+		chromedp.WaitVisible(`td.status-READY`, chromedp.ByQuery),
+	)
+	shot("services")
+
+	// Connect with the copied string.
+	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pg, err := pgx.Connect(cctx, conn)
+	if err != nil {
+		t.Fatalf("connect with the copied connection string: %v", err)
+	}
+	var one int
+	if err := pg.QueryRow(cctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
+		t.Fatalf("SELECT 1: %v", err)
+	}
+	pg.Close(cctx)
+
+	// The service page, then a fork of it, which becomes READY.
+	svcURL := origin + "/p/" + pid + "/services/" + sid
+	run(t, ctx, 30*time.Second, "open the service page",
+		chromedp.Navigate(svcURL),
+		chromedp.WaitVisible("#conn", chromedp.ByID),
+	)
+	shot("service")
+	var forkID string
+	run(t, ctx, 60*time.Second, "fork the service",
+		chromedp.SetValue("#fork-strategy", "NOW", chromedp.ByID),
+		chromedp.Submit("#fork-name", chromedp.ByID),
+		chromedp.WaitVisible(`[data-copy="secret-conn"]`, chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelector("[data-status-url]").dataset.statusUrl.split("/")[4]`, &forkID),
+	)
+	if forkID == sid {
+		t.Fatal("the fork page shows the parent")
+	}
+	run(t, ctx, 4*time.Minute, "fork becomes READY",
+		chromedp.Navigate(origin+"/p/"+pid+"/services/"+forkID),
+		chromedp.WaitVisible(`dd.status-READY`, chromedp.ByQuery),
+	)
+	shot("fork")
+
+	// Logs of the first service, with search.
+	var logs string
+	run(t, ctx, 30*time.Second, "read logs",
+		chromedp.Navigate(svcURL+"/logs"),
+		chromedp.WaitVisible("#log-search", chromedp.ByID),
+		chromedp.SendKeys("#log-search", "ready to accept connections", chromedp.ByID),
+		chromedp.Submit("#log-search", chromedp.ByID),
+		chromedp.WaitVisible("pre.logs", chromedp.ByQuery),
+		chromedp.Text("pre.logs", &logs, chromedp.ByQuery),
+	)
+	if !strings.Contains(logs, "ready to accept connections") {
+		t.Errorf("logs page shows %q", logs)
+	}
+	shot("logs")
+
+	// A command-line client's OAuth login, approved in this browser.
+	testOAuthInBrowser(t, ctx, s, origin)
+
+	// An API key: created (shown once), used, revoked, refused.
+	var access, secret string
+	run(t, ctx, 30*time.Second, "create an API key",
+		chromedp.Navigate(origin+"/p/"+pid+"/keys"),
+		chromedp.SendKeys("#key-name", "browser-key", chromedp.ByID),
+		chromedp.Submit("#key-name", chromedp.ByID),
+		chromedp.WaitVisible("#secret-secret-key", chromedp.ByID),
+		chromedp.Text("#secret-access-key", &access, chromedp.ByID),
+		chromedp.Text("#secret-secret-key", &secret, chromedp.ByID),
+	)
+	if code := apiWithKey(t, s, access, secret); code != 200 {
+		t.Fatalf("the new key: %d, want 200", code)
+	}
+	run(t, ctx, 30*time.Second, "revoke the key",
+		chromedp.Navigate(origin+"/p/"+pid+"/keys"),
+		chromedp.Click(`button[aria-label="Revoke key browser-key"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`.notice`, chromedp.ByQuery),
+	)
+	shot("keys")
+	if code := apiWithKey(t, s, access, secret); code != 401 {
+		t.Fatalf("the revoked key: %d, want 401", code)
+	}
+	run(t, ctx, 30*time.Second, "members", chromedp.Navigate(origin+"/p/"+pid+"/members"), chromedp.WaitVisible("#m-email", chromedp.ByID))
+	shot("members")
+
+	// Sign out: back to the sign-in page, and the console is closed.
+	var where string
+	run(t, ctx, 30*time.Second, "sign out",
+		chromedp.Click(`form.signout button`, chromedp.ByQuery),
+		chromedp.WaitVisible("#email", chromedp.ByID),
+		chromedp.Navigate(origin+"/p/"+pid+"/services"),
+		chromedp.WaitVisible("#email", chromedp.ByID),
+		chromedp.Location(&where),
+	)
+	if !strings.Contains(where, "/signin") {
+		t.Errorf("after sign-out the console opened %s", where)
+	}
+}
+
+func apiWithKey(t *testing.T, s *server, access, secret string) int {
+	t.Helper()
+	req, _ := http.NewRequest("GET", s.baseURL+"/projects", nil)
+	req.SetBasicAuth(access, secret)
+	res, err := s.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	return res.StatusCode
+}
+
+// testOAuthInBrowser plays `tiger auth login` (the original CLI's client
+// id, PKCE S256, a loopback callback on a free port) while Chromium, signed
+// in, approves; the token then lists the user's projects.
+func testOAuthInBrowser(t *testing.T, ctx context.Context, s *server, origin string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := oauth2.Config{
+		ClientID:    oauth.TigerCLIClientID,
+		Endpoint:    oauth2.Endpoint{AuthURL: origin + "/oauth/authorize", TokenURL: origin + console.TokenPath, AuthStyle: oauth2.AuthStyleInParams},
+		RedirectURL: fmt.Sprintf("http://localhost:%d/callback", ln.Addr().(*net.TCPAddr).Port),
+	}
+	verifier, state := oauth2.GenerateVerifier(), "browser-state"
+	octx := context.WithValue(context.Background(), oauth2.HTTPClient, s.client)
+	tokens := make(chan *oauth2.Token, 1)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("state") != state {
+			http.Error(w, "bad state", 400)
+			return
+		}
+		tok, err := cfg.Exchange(octx, r.URL.Query().Get("code"), oauth2.VerifierOption(verifier))
+		if err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		tokens <- tok
+		http.Redirect(w, r, origin+"/oauth/code/success", http.StatusTemporaryRedirect)
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	var client string
+	run(t, ctx, 30*time.Second, "approve the CLI",
+		chromedp.Navigate(cfg.AuthCodeURL(state, oauth2.S256ChallengeOption(verifier))),
+		chromedp.WaitVisible(`button[value="approve"]`, chromedp.ByQuery),
+		chromedp.Text("main .card p strong", &client, chromedp.ByQuery),
+	)
+	if !strings.Contains(client, "Tiger CLI") {
+		t.Errorf("the approval page names %q, want the client", client)
+	}
+	run(t, ctx, 30*time.Second, "approve",
+		chromedp.Click(`button[value="approve"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`//h1[contains(., "You are signed in")]`, chromedp.BySearch),
+	)
+	var tok *oauth2.Token
+	select {
+	case tok = <-tokens:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the CLI's callback got no code")
+	}
+	var projects []struct{ ID string }
+	res, err := oauth2.NewClient(octx, oauth2.StaticTokenSource(tok)).Get(s.baseURL + "/projects")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	json.NewDecoder(res.Body).Decode(&projects)
+	if res.StatusCode != 200 || len(projects) != 1 || projects[0].ID != s.boot.ProjectID {
+		t.Fatalf("GET /projects with the OAuth token: %d %+v", res.StatusCode, projects)
+	}
+}
