@@ -410,3 +410,45 @@ func TestSignOutEverywhere(t *testing.T) {
 	}
 	getJSON(t, oauth2.NewClient(c.ctx, oauth2.StaticTokenSource(tok)), s.srv.URL+http.BasePath+"/projects", 401, nil)
 }
+
+// TestConsoleServiceChartsAndOperations: the service page draws the last
+// hour's metrics from the history (an SVG line, no script) and lists the
+// service's operations with who asked.
+func TestConsoleServiceChartsAndOperations(t *testing.T) {
+	s, b, page := signedIn(t)
+	pid := s.boot.Project.ID
+	base := s.srv.URL + "/p/" + pid
+	if res, _ := b.post(base+"/services", url.Values{"csrf": {csrfOf(t, page)}, "name": {"charted"}, "size": {"500/2"}}); res.StatusCode != 201 {
+		t.Fatalf("create: %d", res.StatusCode)
+	}
+	sid := listServices(t, s)[0].Service.ID
+	settle(t, s, sid, dbcloud.StatusReady)
+
+	_, page = b.get(base + "/services/" + sid)
+	if !strings.Contains(page, "No samples yet") {
+		t.Error("a service without samples: no word that there are none")
+	}
+	if !strings.Contains(page, "create_service") || !strings.Contains(page, "succeeded") || !strings.Contains(page, s.boot.User.Email) {
+		t.Errorf("operations: no create_service, succeeded, asked by %s\n%s", s.boot.User.Email, page)
+	}
+
+	if s.cloud.History == nil {
+		t.Fatal("the SQLite store keeps no metrics history")
+	}
+	now := s.clock()
+	var samples []dbcloud.SeriesSample
+	for i := range 30 {
+		samples = append(samples, dbcloud.SeriesSample{ServiceID: sid, Name: dbcloud.SeriesCPUUsage,
+			Labels: map[string]string{"role": "primary"}, Time: now.Add(-time.Duration(30-i) * time.Minute), Value: float64(10 * i)})
+	}
+	if err := s.cloud.History.Record(context.Background(), samples); err != nil {
+		t.Fatal(err)
+	}
+	_, page = b.get(base + "/services/" + sid)
+	if !strings.Contains(page, "<polyline") || !strings.Contains(page, "CPU: <strong>290 millicores</strong>") {
+		t.Errorf("no CPU chart with the newest value after samples\n%s", page)
+	}
+	if strings.Contains(page, "<script>") {
+		t.Error("an inline script on the service page")
+	}
+}

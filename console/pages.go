@@ -227,6 +227,9 @@ type serviceData struct {
 	Now        string
 	// Min and Max bound the PITR time picker by the recovery window.
 	Min, Max string
+	// Charts are the last hour's metrics; Operations the newest changes.
+	Charts     []chart
+	Operations []*dbcloud.Operation
 }
 
 func (h *Handler) serviceGet(w http.ResponseWriter, r *http.Request, s *session) {
@@ -255,6 +258,10 @@ func (h *Handler) servicePage(w http.ResponseWriter, r *http.Request, s *session
 		}
 		if !win.From.IsZero() {
 			d.Min, d.Max = win.From.UTC().Format("2006-01-02T15:04:05"), win.To.UTC().Format("2006-01-02T15:04:05")
+		}
+		d.Charts = h.serviceCharts(r.Context(), pid, sid)
+		if d.Operations, err = h.recentOperations(r.Context(), pid, sid); err != nil {
+			return nil, err
 		}
 		return d, nil
 	})
