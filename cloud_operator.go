@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"dbcloud/identity"
 )
 
 // What the operator of an installation does from the server's command line
@@ -13,10 +15,10 @@ import (
 // history shows who asked.
 
 // OperatorContext returns ctx acting as the installation's operator on
-// project p: allowed in it as a key of the project would be, and recorded
-// as "dbcloud admin" in the operations it asks for.
+// project p: its owner, as the one who runs the installation is, and
+// recorded as "dbcloud admin" in the operations it asks for.
 func OperatorContext(ctx context.Context, p *Project) context.Context {
-	return NewContextWithPrincipal(ctx, &Principal{Project: p})
+	return NewContextWithPrincipal(ctx, &Principal{Project: p, Roles: map[string]identity.Role{p.ID: identity.Owner}})
 }
 
 // operatorRequester names the operator in operations it asks for.

@@ -95,11 +95,12 @@ func requesterOf(ctx context.Context) Requester {
 	var r Requester
 	if p.Key != nil {
 		r.AccessKey = p.Key.AccessKey
-	} else {
-		r.System = operatorRequester // OperatorContext
 	}
 	if p.User != nil {
 		r.UserID, r.UserEmail = p.User.ID, p.User.Email
+	}
+	if p.Key == nil && p.User == nil {
+		r.System = operatorRequester // OperatorContext
 	}
 	return r
 }

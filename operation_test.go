@@ -1,0 +1,32 @@
+package dbcloud
+
+import (
+	"context"
+	"testing"
+)
+
+// An operation records who asked: a key (and the user it acts for), a
+// signed-in user, or the operator; never the operator for a user.
+func TestRequesterOf(t *testing.T) {
+	p := &Project{ID: "p1"}
+	user := &User{ID: "u1", Email: "ada@example.com"}
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+		want Requester
+	}{
+		{"key", NewContextWithPrincipal(context.Background(), &Principal{Key: &APIKey{AccessKey: "k1"}, User: user}),
+			Requester{AccessKey: "k1", UserID: "u1", UserEmail: "ada@example.com"}},
+		{"user token", NewContextWithPrincipal(context.Background(), &Principal{User: user}),
+			Requester{UserID: "u1", UserEmail: "ada@example.com"}},
+		{"operator", OperatorContext(context.Background(), p), Requester{System: operatorRequester}},
+		{"nobody", context.Background(), Requester{System: "dbcloud"}},
+	} {
+		if got := requesterOf(c.ctx); got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+	}
+	if role, ok := PrincipalFromContext(OperatorContext(context.Background(), p)).RoleIn("p1"); !ok || role != "owner" {
+		t.Errorf("the operator's role in its project: %q %v, want owner", role, ok)
+	}
+}
