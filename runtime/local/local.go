@@ -532,7 +532,10 @@ func (rt *Runtime) DeleteService(ctx context.Context, svc *dbcloud.Service) erro
 	entries, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {
 		// A delete that crashed after removing the files still removes
-		// the service's OS user.
+		// the service's OS user (and what runs as it).
+		if err := rt.removeLeftoverScratch(svc.ID); err != nil {
+			return err
+		}
 		return rt.removeOwner(ctx, svc.ID)
 	} else if err != nil {
 		return err
@@ -558,6 +561,11 @@ func (rt *Runtime) DeleteService(ctx context.Context, svc *dbcloud.Service) erro
 		if err := rt.backups.Release(rt.serviceDir(svc.Fork.ServiceID), svc.ID); err != nil {
 			return err
 		}
+	}
+	// A restore check interrupted by a crash may have left its instance,
+	// which runs as the service's user.
+	if err := rt.removeLeftoverScratch(svc.ID); err != nil {
+		return err
 	}
 	if err := rt.backups.RemoveService(rt.serviceDir(svc.ID)); err != nil {
 		return err

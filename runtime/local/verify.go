@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,6 +88,9 @@ const restoreRecheck = 24 * time.Hour
 // make the service restore itself over and over), and never with checks
 // off (an interval of 0).
 func (rt *Runtime) maybeVerifyRestore(ctx context.Context, svc *dbcloud.Service) error {
+	if err := rt.removeLeftoverScratch(svc.ID); err != nil {
+		return err
+	}
 	every := rt.cfg.RestoreCheckInterval
 	if every <= 0 {
 		return nil
@@ -154,8 +158,8 @@ func (rt *Runtime) scratchSpec(svc *dbcloud.Service) (postgres.Spec, error) {
 	if err != nil {
 		return postgres.Spec{}, err
 	}
-	s.ID = svc.ID + "-verify"
-	s.Dir = filepath.Join(rt.cfg.DataDir, "scratch", s.ID)
+	leftover := rt.scratchOf(svc.ID)
+	s.ID, s.Dir = leftover.ID, leftover.Dir
 	s.ArchiveDir = ""
 	if s.CertPEM, s.KeyPEM, err = rt.serverCert(svc); err != nil {
 		return postgres.Spec{}, err
@@ -234,6 +238,26 @@ func (rt *Runtime) amcheck(ctx context.Context, s postgres.Spec) error {
 		return fmt.Errorf("pg_amcheck found problems: %s", firstLines(string(out), 5))
 	}
 	return nil
+}
+
+// scratchOf is the identity and directory of the service's scratch
+// instance: all that stopping and removing it needs.
+func (rt *Runtime) scratchOf(serviceID string) postgres.Spec {
+	id := serviceID + "-verify"
+	return postgres.Spec{ID: id, Dir: filepath.Join(rt.cfg.DataDir, "scratch", id)}
+}
+
+// removeLeftoverScratch removes a scratch instance a crash left running
+// (dbcloud killed during a check). Called under the service's lease, so
+// no other control plane checks the service meanwhile, and from the backup
+// work, which runs the checks, so this one does not either.
+func (rt *Runtime) removeLeftoverScratch(serviceID string) error {
+	s := rt.scratchOf(serviceID)
+	if _, err := os.Stat(s.Dir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	rt.cfg.Logger.Warn("removing a restore check's instance left by an interruption", "service", serviceID)
+	return rt.removeScratch(s)
 }
 
 // removeScratch stops the scratch instance and removes its files.

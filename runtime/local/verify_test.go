@@ -91,6 +91,27 @@ func TestRuntime_VerifyRestore(t *testing.T) {
 	if last, _ := rt.LastRestoreCheck(svc); last == nil || last.OK {
 		t.Errorf("last check after the corrupt one: %+v", last)
 	}
+
+	// A check interrupted by a crash leaves its instance running as the
+	// service's user; the service's delete removes it (so does the next
+	// backup work).
+	scratch, err := rt.scratchSpec(svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.restoreScratch(ctx, scratch, snaps[len(snaps)-1], svc.ID) // fails its amcheck: the instance runs on
+	if _, ok := rt.instances.Running(scratch); !ok {
+		t.Fatal("no scratch instance to leave behind")
+	}
+	if err := rt.DeleteService(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rt.instances.Running(scratch); ok {
+		t.Error("the delete left the scratch instance running")
+	}
+	if _, err := os.Stat(scratch.Dir); !os.IsNotExist(err) {
+		t.Errorf("the delete left the scratch directory: %v", err)
+	}
 }
 
 // pollArchived waits until the service's archive holds every segment the
