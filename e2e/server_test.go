@@ -487,7 +487,9 @@ func stopPostmasters(t testing.TB, dir string) {
 		stopByPIDFile(f)
 	}
 	pidFiles, _ = filepath.Glob(filepath.Join(dir, "runtime", "services", "*", "*", "pgdata", "postmaster.pid"))
-	for _, f := range pidFiles {
+	// Restore checks' scratch instances, when a test ends during one.
+	scratch, _ := filepath.Glob(filepath.Join(dir, "runtime", "scratch", "*", "pgdata", "postmaster.pid"))
+	for _, f := range append(pidFiles, scratch...) {
 		stopByPIDFile(f)
 	}
 	// The OS users of services the test did not delete (dbcloud makes one
