@@ -79,7 +79,10 @@ func (p *planes) plane(name string, first *server) *server {
 	s := &server{t: p.t, dir: dir, listen: "127.0.0.1:" + strconv.Itoa(apiPort(p.t)), runtime: filepath.Join(p.shared, "runtime"),
 		args: append([]string{"--port-min", strconv.Itoa(p.lo), "--port-max", strconv.Itoa(p.hi),
 			"--store", p.dsn, "--runtime-dir", filepath.Join(p.shared, "runtime"), "--ca-dir", filepath.Join(p.shared, "ca"),
-			"--node-id", name, "--pool-size", "1"}, p.extra...)}
+			"--node-id", name, "--pool-size", "1",
+			// As for newServer: restore checks cost a scratch instance per
+			// service; their own tests turn them on.
+			"--restore-check-interval", "0"}, p.extra...)}
 	p.t.Cleanup(func() {
 		s.stop()
 		if p.t.Failed() {
