@@ -95,6 +95,11 @@ func (c *Cloud) RevokeFamily(tx Tx, family string) error {
 	if err != nil {
 		return err
 	}
+	return c.revokeTokens(tx, toks)
+}
+
+// revokeTokens revokes those of toks still live, within tx.
+func (c *Cloud) revokeTokens(tx Tx, toks []*UserToken) error {
 	now := c.now()
 	for _, t := range toks {
 		if t.Revoked == nil {
@@ -119,16 +124,7 @@ func (c *Cloud) SignOutEverywhere(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		now := c.now()
-		for _, t := range toks {
-			if t.Revoked == nil {
-				t.Revoked = &now
-				if err := tx.UpdateUserToken(t); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
+		return c.revokeTokens(tx, toks)
 	})
 }
 
