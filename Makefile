@@ -6,8 +6,11 @@ export PATH := $(PATH):/usr/local/go/bin
 
 # Every benchmark, one after another (about 10 minutes here), into
 # bench/report.md and bench/report.json; raw go test output in bench/out/.
+# BASE=rev also runs each section at that commit, alternating with ours,
+# so old numbers sit beside new ones from the same run.
+BASE ?=
 bench:
-	go run ./cmd/dbcloud-bench
+	go run ./cmd/dbcloud-bench $(if $(BASE),-base $(BASE))
 
 # The same with tiny sizes, into bench/out/short/: checks that every
 # benchmark and the report work, in a few minutes. Not measurements.

@@ -47,6 +47,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	only := fs.String("only", "", "run only the sections whose ID matches this regular expression (create, fork, logs, failover, idle, timescale, api, load)")
 	verbose := fs.Bool("v", false, "copy go test's output to stderr as it runs")
 	check := fs.Bool("check", false, "exit 1 if a benchmark failed (a missing one is only reported), as CI wants")
+	baseRev := fs.String("base", "", "also run every section at this commit (a temporary worktree), alternating with ours in each round, and show its rows beside ours")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -77,8 +78,23 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	var base *baseline
+	if *baseRev != "" {
+		var err error
+		if base, err = checkoutBaseline(ctx, *baseRev); err != nil {
+			return err
+		}
+		defer func() {
+			if err := base.close(); err != nil {
+				logger.Warn("baseline worktree left behind", "dir", base.Dir, "err", err)
+			}
+		}()
+	}
 
-	rep := &Report{Started: time.Now().UTC(), Short: *short, Command: redoCommand(*short, *only), Machine: describeMachine(), LoadStart: loadAverage()}
+	rep := &Report{Started: time.Now().UTC(), Short: *short, Command: redoCommand(*short, *only, *baseRev), Machine: describeMachine(), LoadStart: loadAverage()}
+	if base != nil {
+		rep.Base = base.Commit
+	}
 	logger.Info("benchmarks start", "short", *short, "out", *out, "load_average", rep.LoadStart.String())
 	for _, sec := range sections() {
 		if filter != nil && !filter.MatchString(sec.ID) {
@@ -88,7 +104,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			rep.Sections = append(rep.Sections, SectionReport{ID: sec.ID, Title: sec.Title, Status: statusNotRun, Reason: "interrupted", Failed: true})
 			continue
 		}
-		rep.Sections = append(rep.Sections, runSection(ctx, sec, *short, rawDir, *verbose, stderr, logger))
+		rep.Sections = append(rep.Sections, runSection(ctx, sec, base, *short, rawDir, *verbose, stderr, logger))
 	}
 	rep.Finished, rep.LoadEnd = time.Now().UTC(), loadAverage()
 	if err := rep.write(*out); err != nil {
@@ -119,23 +135,30 @@ func mustAbs(p string) string {
 }
 
 // redoCommand is the command that makes the same report.
-func redoCommand(short bool, only string) string {
+func redoCommand(short bool, only, base string) string {
 	cmd := "make bench"
 	if short {
 		cmd = "make bench-short"
 	}
+	if only == "" && base == "" {
+		return cmd
+	}
+	cmd = "go run ./cmd/dbcloud-bench"
 	if only != "" {
-		cmd = "go run ./cmd/dbcloud-bench -only '" + only + "'"
-		if short {
-			cmd += " -short"
-		}
+		cmd += " -only '" + only + "'"
+	}
+	if base != "" {
+		cmd += " -base " + base
+	}
+	if short {
+		cmd += " -short"
 	}
 	return cmd
 }
 
 // runSection runs one section's rounds and summarises them. Whatever
 // goes wrong is the section's status, never the end of the run.
-func runSection(ctx context.Context, sec section, short bool, rawDir string, verbose bool, stderr io.Writer, logger *slog.Logger) SectionReport {
+func runSection(ctx context.Context, sec section, base *baseline, short bool, rawDir string, verbose bool, stderr io.Writer, logger *slog.Logger) SectionReport {
 	test, rounds := sec.Test, max(1, sec.Rounds)
 	test.Short = short
 	if short {
@@ -161,9 +184,27 @@ func runSection(ctx context.Context, sec section, short bool, rawDir string, ver
 	if verbose {
 		w = io.MultiWriter(raw, stderr)
 	}
-	var all [][]Result
-	var failure error
+	var all, allBase [][]Result
+	var failure, baseFailure error
+	runBase := func(i int) {
+		if base == nil || baseFailure != nil {
+			return
+		}
+		bt := test
+		bt.Dir = filepath.Join(base.Dir, test.Dir)
+		fmt.Fprintf(raw, "### round %d of %d at base %s: %s\n", i+1, rounds, base.Commit, bt)
+		results, err := bt.run(ctx, w)
+		if len(results) > 0 {
+			allBase = append(allBase, results)
+		}
+		baseFailure = err
+	}
 	for i := range rounds {
+		// The baseline goes first in odd rounds, second in even ones, so
+		// that a machine warming up or cooling down favours neither.
+		if i%2 == 0 {
+			runBase(i)
+		}
 		fmt.Fprintf(raw, "### round %d of %d: %s\n", i+1, rounds, test)
 		results, err := test.run(ctx, w)
 		if len(results) > 0 {
@@ -173,6 +214,9 @@ func runSection(ctx context.Context, sec section, short bool, rawDir string, ver
 			failure = err
 			break
 		}
+		if i%2 == 1 {
+			runBase(i)
+		}
 	}
 	summarize := sec.Summarize
 	if summarize == nil {
@@ -180,6 +224,17 @@ func runSection(ctx context.Context, sec section, short bool, rawDir string, ver
 	}
 	if len(all) > 0 {
 		rep.Results = summarize(all)
+	}
+	if base != nil {
+		var old []Result
+		if len(allBase) > 0 {
+			old = summarize(allBase)
+		}
+		rep.Results = base.interleave(rep.Results, old)
+		if baseFailure != nil {
+			// The baseline may predate a benchmark: said, never a failure of ours.
+			rep.BaseNote = fmt.Sprintf("at base %s: %s", base.Commit, baseFailure)
+		}
 	}
 	rep.Seconds, rep.LoadEnd = time.Since(start).Seconds(), loadAverage()
 	switch {

@@ -85,22 +85,22 @@ func TestRunSection(t *testing.T) {
 		return section{ID: id, Title: id, Test: goTest{Dir: "testdata/benchmod", Pkg: ".", Bench: bench, Benchtime: "1x", Timeout: "2m"},
 			Columns: cols("p50-ms", "p50 ms")}
 	}
-	ok := runSection(t.Context(), sec("ok", "^BenchmarkOK$"), true, dir, false, io.Discard, logger)
+	ok := runSection(t.Context(), sec("ok", "^BenchmarkOK$"), nil, true, dir, false, io.Discard, logger)
 	if ok.Status != statusOK || len(ok.Results) != 1 || ok.Results[0].Metrics["p50-ms"] != 12.5 {
 		t.Errorf("ok: %+v", ok)
 	}
 	if !strings.Contains(ok.Command, "-short") {
 		t.Errorf("short run command %q has no -short", ok.Command)
 	}
-	missing := runSection(t.Context(), sec("missing", "^BenchmarkFailover$"), false, dir, false, io.Discard, logger)
+	missing := runSection(t.Context(), sec("missing", "^BenchmarkFailover$"), nil, false, dir, false, io.Discard, logger)
 	if missing.Status != statusNotRun || missing.Failed || !strings.Contains(missing.Reason, "no benchmark matching ^BenchmarkFailover$") {
 		t.Errorf("missing: %+v", missing)
 	}
-	fails := runSection(t.Context(), sec("fails", "^BenchmarkFails$"), false, dir, false, io.Discard, logger)
+	fails := runSection(t.Context(), sec("fails", "^BenchmarkFails$"), nil, false, dir, false, io.Discard, logger)
 	if fails.Status != statusNotRun || !fails.Failed || !strings.Contains(fails.Reason, "the server did not start") {
 		t.Errorf("fails: %+v", fails)
 	}
-	skips := runSection(t.Context(), sec("skips", "^BenchmarkSkips$"), false, dir, false, io.Discard, logger)
+	skips := runSection(t.Context(), sec("skips", "^BenchmarkSkips$"), nil, false, dir, false, io.Discard, logger)
 	if skips.Status != statusNotRun || skips.Failed || skips.Reason != "skipped: bench_test.go:19: pgbench not installed" {
 		t.Errorf("skips: %+v", skips)
 	}
@@ -123,6 +123,48 @@ func TestRunSection(t *testing.T) {
 	raw, _ := os.ReadFile(filepath.Join(out, "report.json"))
 	if err := json.Unmarshal(raw, &back); err != nil || len(back.Sections) != 3 || back.Sections[1].Status != statusNotRun {
 		t.Errorf("report.json: %v %s", err, raw)
+	}
+}
+
+// TestRunSection_Base: with a baseline, each row measured there sits
+// right after ours, marked, and a baseline without the benchmark is a
+// note, not a failure.
+func TestRunSection_Base(t *testing.T) {
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sec := section{ID: "ok", Title: "ok", Test: goTest{Dir: "testdata/benchmod", Pkg: ".", Bench: "^BenchmarkOK$", Benchtime: "1x", Timeout: "2m"}, Rounds: 2}
+	// The same tree stands in for an older commit: what matters is that
+	// both ran and how their rows are laid out.
+	same := &baseline{Commit: "old", Dir: "."}
+	got := runSection(t.Context(), sec, same, false, t.TempDir(), false, io.Discard, logger)
+	if got.Status != statusOK || len(got.Results) != 2 || got.Results[0].Name != "BenchmarkOK" ||
+		got.Results[1].Name != "BenchmarkOK (base old)" || got.Results[1].Metrics["p50-ms"] != 12.5 || got.BaseNote != "" {
+		t.Errorf("with a baseline: %+v", got)
+	}
+	empty := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(empty, "testdata/benchmod"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(empty, "testdata/benchmod/go.mod"), []byte("module benchmod\n\ngo 1.22\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := &baseline{Commit: "older", Dir: empty}
+	got = runSection(t.Context(), sec, old, false, t.TempDir(), false, io.Discard, logger)
+	if got.Status != statusOK || got.Failed || len(got.Results) != 1 || !strings.Contains(got.BaseNote, "at base older") {
+		t.Errorf("baseline without the benchmark: %+v", got)
+	}
+}
+
+func TestInterleave(t *testing.T) {
+	b := &baseline{Commit: "abc"}
+	got := b.interleave(
+		[]Result{{Name: "new"}, {Name: "kept"}},
+		[]Result{{Name: "gone"}, {Name: "kept"}})
+	var names []string
+	for _, r := range got {
+		names = append(names, r.Name)
+	}
+	if want := "new,kept,kept (base abc),gone (base abc)"; strings.Join(names, ",") != want {
+		t.Errorf("rows %v, want %s", names, want)
 	}
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"dbcloud/internal/atomicfile"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -12,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"dbcloud/internal/atomicfile"
 )
 
 // Section statuses.
@@ -27,8 +28,10 @@ type Report struct {
 	Finished time.Time `json:"finished"`
 	Short    bool      `json:"short"`
 	// Command redoes the whole report, from the module root.
-	Command   string          `json:"command"`
-	Machine   Machine         `json:"machine"`
+	Command string  `json:"command"`
+	Machine Machine `json:"machine"`
+	// Base is the commit every section also ran at (-base), if any.
+	Base      string          `json:"base,omitempty"`
 	LoadStart LoadAverage     `json:"load_average_start"`
 	LoadEnd   LoadAverage     `json:"load_average_end"`
 	Sections  []SectionReport `json:"sections"`
@@ -44,6 +47,8 @@ type SectionReport struct {
 	Rounds  int    `json:"rounds,omitempty"`
 	Status  string `json:"status"`
 	Reason  string `json:"reason,omitempty"`
+	// BaseNote says why the baseline has no or partial rows.
+	BaseNote string `json:"base_note,omitempty"`
 	// Failed is set when the benchmark ran and failed, rather than being
 	// missing; -check fails the run for it.
 	Failed    bool        `json:"failed"`
@@ -89,6 +94,7 @@ func (r *Report) Markdown() string {
 		{"Go", m.Go},
 		{"PostgreSQL", m.PostgreSQL},
 		{"commit", m.Commit},
+		{"baseline", baseRow(r.Base)},
 		{"load average (1, 5, 15 min)", fmt.Sprintf("%s at the start, %s at the end", r.LoadStart, r.LoadEnd)},
 	} {
 		fmt.Fprintf(&b, "| %s | %s |\n", row[0], row[1])
@@ -113,8 +119,18 @@ func (r *Report) Markdown() string {
 		}
 		fmt.Fprintf(&b, "Took %s; load average %s before, %s after.\n\n", time.Duration(s.Seconds*float64(time.Second)).Round(time.Second), s.LoadStart, s.LoadEnd)
 		b.WriteString(table(s))
+		if s.BaseNote != "" {
+			fmt.Fprintf(&b, "\nBaseline: %s\n", oneLine(s.BaseNote))
+		}
 	}
 	return b.String()
+}
+
+func baseRow(commit string) string {
+	if commit == "" {
+		return "none (run with -base REV to measure an older commit beside this one)"
+	}
+	return commit + ": its rows, marked (base " + commit + "), ran in the same rounds as ours, alternating"
 }
 
 // table renders a section's results under its columns; a metric no
