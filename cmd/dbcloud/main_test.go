@@ -218,7 +218,7 @@ func TestFlags(t *testing.T) {
 	t.Run("ErrInvalid", func(t *testing.T) {
 		for _, args := range [][]string{
 			{"--listen", "nope"}, {"--tls-cert", "x"}, {"--sizes", "1/x"}, {"--port-min", "10"}, {"--log-format", "xml"},
-			{"--quota-services", "-1"},
+			{"--quota-services", "-1"}, {"--storage-image-gib", "-4"}, {"--restore-check-interval", "-1h"},
 		} {
 			if err := NewMain(io.Discard).ParseFlags(args); err == nil {
 				t.Errorf("ParseFlags(%v) accepted", args)

@@ -250,6 +250,9 @@ func (c *Config) validate() error {
 	if c.LogMaxAge <= 0 || c.LogMaxBytes <= 0 || c.SnapshotInterval <= 0 || c.SnapshotRetention <= 0 {
 		errs = append(errs, fmt.Errorf("--log-max-age, --log-max-bytes, --snapshot-interval and --snapshot-retention must be above 0"))
 	}
+	if c.StorageImageGiB < 0 || c.RestoreCheckInterval < 0 {
+		errs = append(errs, errors.New("--storage-image-gib and --restore-check-interval must be 0 (off) or more"))
+	}
 	if c.LeaseTTL < 300*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--lease-ttl %v: want at least 300ms", c.LeaseTTL))
 	}
