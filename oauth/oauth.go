@@ -194,43 +194,54 @@ func (s *Server) exchange(ctx context.Context, c Client, form url.Values) (*Toke
 	if code == "" || verifier == "" {
 		return nil, fail("invalid_request", "code and code_verifier are required.")
 	}
-	var out *Tokens
-	var refused error
-	err := s.Cloud.Store.Update(ctx, func(tx dbcloud.Tx) error {
-		t, err := tx.FindUserToken(dbcloud.HashToken(code))
-		if dbcloud.IsNotFound(err) {
-			refused = invalidCode
-			return nil
-		} else if err != nil {
-			return err
-		}
+	return s.redeem(ctx, code, invalidCode, func(tx dbcloud.Tx, t *dbcloud.UserToken) (bool, error) {
 		if t.Kind != dbcloud.TokenCode {
-			refused = invalidCode
-			return nil
+			return false, nil
 		}
 		if t.Used != nil {
 			// A code used twice was stolen or replayed: end what the first
 			// use gave (RFC 6749 section 4.1.2).
-			refused = invalidCode
-			return s.Cloud.RevokeFamily(tx, t.Family)
+			return false, s.Cloud.RevokeFamily(tx, t.Family)
 		}
-		if !t.Live(s.Cloud.Now()) || t.ClientID != c.ID || t.RedirectURI != form.Get("redirect_uri") || !pkceMatches(verifier, t.Challenge) {
-			refused = invalidCode
+		return t.Live(s.Cloud.Now()) && t.ClientID == c.ID && t.RedirectURI == form.Get("redirect_uri") && pkceMatches(verifier, t.Challenge), nil
+	})
+}
+
+// redeem spends a one-time token (an authorization code or a refresh
+// token) for a new pair of the same login, in one transaction. spendable
+// says whether t may be spent, revoking in tx what a replay exposed; a
+// refusal answers refusal, whatever the reason, so a caller learns
+// nothing about which check failed.
+func (s *Server) redeem(ctx context.Context, secret string, refusal *Error, spendable func(dbcloud.Tx, *dbcloud.UserToken) (bool, error)) (*Tokens, error) {
+	var out *Tokens
+	refused := false
+	err := s.Cloud.Store.Update(ctx, func(tx dbcloud.Tx) error {
+		t, err := tx.FindUserToken(dbcloud.HashToken(secret))
+		if dbcloud.IsNotFound(err) {
+			refused = true
 			return nil
+		} else if err != nil {
+			return err
+		}
+		ok, err := spendable(tx, t)
+		if err != nil || !ok {
+			// A revocation is committed with the refusal.
+			refused = !ok
+			return err
 		}
 		now := s.Cloud.Now().UTC()
 		t.Used = &now
 		if err := tx.UpdateUserToken(t); err != nil {
 			return err
 		}
-		out, err = s.issue(tx, t.UserID, c.ID, t.Family)
+		out, err = s.issue(tx, t.UserID, t.ClientID, t.Family)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	if refused != nil {
-		return nil, refused
+	if refused {
+		return nil, refusal
 	}
 	return out, nil
 }
@@ -251,53 +262,24 @@ func (s *Server) refresh(ctx context.Context, c Client, token string) (*Tokens, 
 	if token == "" {
 		return nil, fail("invalid_request", "refresh_token is required.")
 	}
-	var out *Tokens
-	var refused error
-	err := s.Cloud.Store.Update(ctx, func(tx dbcloud.Tx) error {
-		t, err := tx.FindUserToken(dbcloud.HashToken(token))
-		if dbcloud.IsNotFound(err) {
-			refused = invalidRefresh
-			return nil
-		} else if err != nil {
-			return err
-		}
+	return s.redeem(ctx, token, invalidRefresh, func(tx dbcloud.Tx, t *dbcloud.UserToken) (bool, error) {
 		if t.Kind != dbcloud.TokenRefresh || t.ClientID != c.ID {
-			refused = invalidRefresh
-			return nil
+			return false, nil
 		}
 		if t.Used != nil && t.Revoked == nil {
 			// A rotated refresh token came back: someone kept a copy.
 			// End the whole login, the thief's and the owner's.
-			refused = invalidRefresh
-			return s.Cloud.RevokeFamily(tx, t.Family)
+			return false, s.Cloud.RevokeFamily(tx, t.Family)
 		}
 		if !t.Live(s.Cloud.Now()) {
-			refused = invalidRefresh
-			return nil
+			return false, nil
 		}
 		u, err := tx.FindUser(t.UserID)
 		if err != nil {
-			return err
+			return false, err
 		}
-		if u.Disabled != nil {
-			refused = invalidRefresh
-			return nil
-		}
-		now := s.Cloud.Now().UTC()
-		t.Used = &now
-		if err := tx.UpdateUserToken(t); err != nil {
-			return err
-		}
-		out, err = s.issue(tx, t.UserID, c.ID, t.Family)
-		return err
+		return u.Disabled == nil, nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	if refused != nil {
-		return nil, refused
-	}
-	return out, nil
 }
 
 // issue makes an access and a refresh token of the login.
