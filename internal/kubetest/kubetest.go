@@ -144,3 +144,18 @@ func WriteStatus[T client.Object](ctx context.Context, c client.Client, obj T, s
 		return c.Status().Update(ctx, obj)
 	})
 }
+
+// WriteKubeconfig writes a kubeconfig file for a cluster administrator of
+// the apiserver (system:masters), for a process such as `dbcloud serve
+// --runtime kubernetes --kubeconfig FILE`.
+func (e *Env) WriteKubeconfig(path string) error {
+	u, err := e.env.AddUser(envtest.User{Name: "dbcloud-e2e", Groups: []string{"system:masters"}}, e.Config)
+	if err != nil {
+		return err
+	}
+	b, err := u.KubeConfig()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o600)
+}
