@@ -46,6 +46,10 @@ type Observation struct {
 	Running   bool
 	Instances []Instance
 	Metrics   *Metrics
+	// Endpoint, when not nil, is where the service accepts connections as
+	// the runtime assigned it (a Kubernetes load balancer's address),
+	// replacing the one claimed at creation.
+	Endpoint *Endpoint
 	// PoolerEndpoint is where the service's connection pooler accepts
 	// connections; nil when it has none or it does not run.
 	PoolerEndpoint *Endpoint

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -139,7 +141,8 @@ func TestManifests(t *testing.T) {
 	}
 	sa := rest.CopyConfig(env.Config)
 	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:dbcloud-system:dbcloud"}
-	rt, err := kubernetes.NewForConfig(sa, kubernetes.Config{ObjectStore: "dbcloud-archive", PollInterval: 20 * time.Millisecond})
+	rt, err := kubernetes.NewForConfig(sa, kubernetes.Config{ObjectStore: "dbcloud-archive", PollInterval: 20 * time.Millisecond,
+		Expose: kubernetes.ExposeLoadBalancer})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,14 +172,17 @@ func TestManifests(t *testing.T) {
 	if err := rt.DeleteService(ctx, svc); err != nil {
 		t.Fatalf("DeleteService: %v", err)
 	}
+	// The instances' metrics are read through the pod proxy, which no call
+	// above reaches without running pods: ask the authorizer.
+	review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: rt.Namespace(svc.ProjectID), Verb: "get", Resource: "pods", Subresource: "proxy"}}}
+	if err := saClient(t, sa).Create(ctx, review); err != nil || !review.Status.Allowed {
+		t.Errorf("get pods/proxy as the ServiceAccount: %v, allowed %v", err, review.Status.Allowed)
+	}
 
 	// And no more: the ServiceAccount reads no nodes, deletes no namespace,
 	// and cannot grant itself anything.
-	scheme, _ := kubernetes.Scheme()
-	sc, err := client.New(sa, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sc := saClient(t, sa)
 	if err := sc.List(ctx, &corev1.NodeList{}); !apierrors.IsForbidden(err) {
 		t.Errorf("list nodes as the ServiceAccount: %v, want forbidden", err)
 	}
@@ -188,4 +194,14 @@ func TestManifests(t *testing.T) {
 	if err := sc.Create(ctx, cm); !apierrors.IsForbidden(err) {
 		t.Errorf("create a ConfigMap as the ServiceAccount: %v, want forbidden", err)
 	}
+}
+
+func saClient(t *testing.T, sa *rest.Config) client.Client {
+	t.Helper()
+	scheme, _ := kubernetes.Scheme()
+	sc, err := client.New(sa, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc
 }

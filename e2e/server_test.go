@@ -90,6 +90,7 @@ type server struct {
 
 // runtimeDir is where the server's instances live.
 func (s *server) runtimeDir() string {
+	localOnly(s.t, "reads the service's files on this host")
 	if s.runtime != "" {
 		return s.runtime
 	}
@@ -179,12 +180,14 @@ func tail(b []byte, n int) []byte {
 
 func (s *server) start() {
 	s.t.Helper()
+	requireRuntime(s.t)
 	log, err := os.OpenFile(filepath.Join(s.dir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	s.log = log
 	args := append([]string{"serve", "--data-dir", s.dir, "--listen", s.listen, "--rate-limit", "0"}, s.args...)
+	args = append(args, runtimeArgs(s.t, s.args)...)
 	s.cmd = exec.Command(binary, args...)
 	s.cmd.Env = append(os.Environ(), s.env...)
 	s.cmd.Stdout, s.cmd.Stderr = log, log
@@ -372,8 +375,8 @@ func (s *server) waitGone(id string, within time.Duration) {
 
 // connect logs in as a user would: tsdbadmin over TLS verified against the CA.
 func (s *server) connect(ctx context.Context, svc service, password string) (*pgx.Conn, error) {
-	dsn := fmt.Sprintf("postgresql://tsdbadmin:%s@%s:%d/tsdb?sslmode=verify-full&sslrootcert=%s&connect_timeout=5",
-		password, svc.Endpoint.Host, svc.Endpoint.Port, s.boot.CAFile)
+	dsn := fmt.Sprintf("postgresql://tsdbadmin:%s@%s:%d/tsdb?%s&connect_timeout=5",
+		password, svc.Endpoint.Host, svc.Endpoint.Port, s.sslParams())
 	return pgx.Connect(ctx, dsn)
 }
 
@@ -390,6 +393,7 @@ func (s *server) mustConnect(svc service, password string) *pgx.Conn {
 // postmasters lists the live postmasters serving a service's data directory,
 // from the process table, so a duplicate start would show.
 func (s *server) postmasters(id string) []int {
+	localOnly(s.t, "reads postmasters from this host's process table")
 	pgdata := filepath.Join(s.runtimeDir(), "services", id, "0", "pgdata")
 	var pids []int
 	candidates := map[int]int{} // pid -> parent pid

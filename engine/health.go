@@ -217,6 +217,9 @@ func (e *Engine) repair(ctx context.Context, svc *dbcloud.Service, obs *dbcloud.
 		s.Status, s.StatusReason = settled(s, fixed)
 		s.Instances = fixed.Instances
 		s.PoolerEndpoint = fixed.PoolerEndpoint
+		if fixed.Endpoint != nil {
+			s.Endpoint = fixed.Endpoint
+		}
 		return true
 	}, func(tx dbcloud.Tx) error {
 		// Runs before fn: record the repair only if fn will show READY.

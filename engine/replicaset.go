@@ -48,6 +48,9 @@ func (e *Engine) reconcileReplicaSet(ctx context.Context, projectID, id string) 
 	err = e.updateReplicaSet(ctx, set, func(r *dbcloud.ReadReplicaSet) bool {
 		r.ObservedGeneration = max(r.ObservedGeneration, gen)
 		r.PoolerEndpoint = obs.PoolerEndpoint
+		if obs.Endpoint != nil {
+			r.Endpoint = obs.Endpoint
+		}
 		if r.Generation == gen && r.Status != dbcloud.ReplicaSetDeleting {
 			r.Status, r.StatusReason = replicaSetSettled(obs)
 		}
@@ -233,6 +236,9 @@ func (e *Engine) checkReplicaSet(ctx context.Context, rp dbcloud.ReplicaSetProvi
 		}
 		r.Status, r.StatusReason = replicaSetSettled(fixed)
 		r.PoolerEndpoint = fixed.PoolerEndpoint
+		if fixed.Endpoint != nil {
+			r.Endpoint = fixed.Endpoint
+		}
 		return true
 	}, nil)
 }

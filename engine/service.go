@@ -54,6 +54,9 @@ func (e *Engine) reconcileService(ctx context.Context, projectID, id string) err
 		s.VPCEndpoint = vpcEndpoint
 		// So does the pooler's, and it goes when the pooler does.
 		s.PoolerEndpoint = obs.PoolerEndpoint
+		if obs.Endpoint != nil {
+			s.Endpoint = obs.Endpoint
+		}
 		if obs.Metrics != nil {
 			s.Metrics = obs.Metrics
 		}

@@ -26,6 +26,11 @@ type KubeConfig struct {
 	ObjectStore  string
 	// Extensions the image ships, comma-separated (timescaledb, vector).
 	Extensions string
+	// Expose is loadbalancer, nodeport or clusterip (kubernetes.Expose).
+	Expose string
+	// ExposeAnnotations go on the exposing Services, comma-separated
+	// key=value pairs.
+	ExposeAnnotations string
 }
 
 func kubeFlags(fs interface {
@@ -37,6 +42,8 @@ func kubeFlags(fs interface {
 	fs.StringVar(&c.Kube.StorageSize, "kube-storage-size", "10Gi", "volume size of each CloudNativePG instance")
 	fs.StringVar(&c.Kube.StorageClass, "kube-storage-class", "", "storage class of the volumes (empty: the cluster's default)")
 	fs.StringVar(&c.Kube.Extensions, "kube-extensions", "", "comma-separated extensions --kube-image ships, which addons may create (timescaledb, vector); none by default, so addons answer ADDON_UNAVAILABLE")
+	fs.StringVar(&c.Kube.Expose, "kube-expose", string(kubernetes.ExposeLoadBalancer), "how users outside the cluster reach services: loadbalancer (a LoadBalancer Service each; the endpoint is its address once assigned), nodeport (the claimed port as node port on --public-host; --port-min/--port-max inside the node port range) or clusterip (cluster-internal addresses only)")
+	fs.StringVar(&c.Kube.ExposeAnnotations, "kube-expose-annotations", "", "comma-separated key=value annotations of the exposing Services (a provider's internal load balancer, say)")
 	fs.StringVar(&c.Kube.ObjectStore, "kube-object-store", "", "barman-cloud ObjectStore in each project's namespace for WAL archives and backups (empty: none, so no PITR forks)")
 }
 
@@ -54,9 +61,24 @@ func (m *Main) kubernetesRuntime(context.Context) (runtimeProvisioner, dbcloud.N
 			exts[e] = true
 		}
 	}
+	expose, err := kubernetes.ParseExpose(k.Expose)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--kube-expose: %w", err)
+	}
+	annotations := map[string]string{}
+	for _, kv := range strings.Split(k.ExposeAnnotations, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		key, value, ok := strings.Cut(kv, "=")
+		if !ok || strings.TrimSpace(key) == "" {
+			return nil, nil, fmt.Errorf("--kube-expose-annotations: %q is not key=value", kv)
+		}
+		annotations[strings.TrimSpace(key)] = strings.TrimSpace(value)
+	}
 	rt, err := kubernetes.NewForConfig(rc, kubernetes.Config{
 		Extensions: exts, ImageName: k.Image, StorageSize: k.StorageSize, StorageClass: k.StorageClass,
-		ObjectStore: k.ObjectStore, Logger: m.Logger,
+		ObjectStore: k.ObjectStore, Expose: expose, ExposeAnnotations: annotations, Logger: m.Logger,
 	})
 	if err != nil {
 		return nil, nil, err

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -18,5 +21,37 @@ func TestRuntimeFlag(t *testing.T) {
 	}
 	if m.Config.Runtime != "kubernetes" || m.Config.Kube.Kubeconfig != "/etc/kube/config" || m.Config.Kube.ObjectStore != "archive" {
 		t.Fatalf("config %+v", m.Config.Kube)
+	}
+}
+
+// TestKubeExposeFlags: a wrong exposure or annotation stops serve at start,
+// naming the flag, before any service is made.
+func TestKubeExposeFlags(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--kube-expose", "ingress"}, "--kube-expose"},
+		{[]string{"--kube-expose-annotations", "no-value"}, "--kube-expose-annotations"},
+		{[]string{"--kube-expose", "nodeport", "--kube-expose-annotations", "a=b, c=d"}, ""},
+	} {
+		m := NewMain(io.Discard)
+		if err := m.ParseFlags(append([]string{"--runtime", "kubernetes", "--kubeconfig", kubeconfig}, c.args...)); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := m.kubernetesRuntime(context.Background())
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%v: %v, want %q", c.args, err, c.want)
+		}
 	}
 }

@@ -8,6 +8,7 @@ package kubetest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -16,7 +17,11 @@ import (
 	"runtime"
 	"strings"
 
+	apiv1 "github.com/cloudnative-pg/cloudnative-pg/api/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -110,4 +115,47 @@ func moduleDir(root, module string) (string, error) {
 		return "", fmt.Errorf("go mod download %s: %v %s", module, err, m.Error)
 	}
 	return m.Dir, nil
+}
+
+// Healthy sets a Cluster's status as CNPG's operator writes it for a
+// healthy cluster of n instances named NAME-1..NAME-n (phase texts from
+// api/v1's cluster_types.go), with primary as current and target primary.
+func Healthy(c *apiv1.Cluster, primary string, n int) {
+	var pods []string
+	for i := 1; i <= n; i++ {
+		pods = append(pods, fmt.Sprintf("%s-%d", c.Name, i))
+	}
+	c.Status.Phase = apiv1.PhaseHealthy
+	c.Status.Instances, c.Status.ReadyInstances = n, n
+	c.Status.InstancesStatus = map[apiv1.PodStatus][]string{apiv1.PodHealthy: pods}
+	c.Status.CurrentPrimary, c.Status.TargetPrimary = primary, primary
+	c.Status.Conditions = []metav1.Condition{{Type: string(apiv1.ConditionClusterReady), Status: metav1.ConditionTrue,
+		Reason: "ClusterIsReady", Message: "Cluster is Ready", LastTransitionTime: metav1.Now()}}
+}
+
+// WriteStatus updates obj's status subresource with set, as a controller
+// does, retrying on conflicts with whoever else writes obj.
+func WriteStatus[T client.Object](ctx context.Context, c client.Client, obj T, set func(T)) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		set(obj)
+		return c.Status().Update(ctx, obj)
+	})
+}
+
+// WriteKubeconfig writes a kubeconfig file for a cluster administrator of
+// the apiserver (system:masters), for a process such as `dbcloud serve
+// --runtime kubernetes --kubeconfig FILE`.
+func (e *Env) WriteKubeconfig(path string) error {
+	u, err := e.env.AddUser(envtest.User{Name: "dbcloud-e2e", Groups: []string{"system:masters"}}, e.Config)
+	if err != nil {
+		return err
+	}
+	b, err := u.KubeConfig()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o600)
 }

@@ -3,12 +3,15 @@ package kubernetes
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
-	"strings"
+	"strconv"
 	"time"
+
+	"dbcloud/pglog"
 
 	apiv1 "github.com/cloudnative-pg/cloudnative-pg/api/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -57,11 +60,30 @@ type cnpgLogLine struct {
 }
 
 // Logs reads the instances' PostgreSQL records through the pod logs API,
-// newest first, with the local runtime's filters. Node 0 is the current
-// primary, then the others by name. The cursor is the timestamp of the
-// last entry returned; the next page holds older entries. Kubernetes keeps
-// only the current and previous container's log, so older lines are gone.
+// with the local runtime's model (pglog): its filters (pglog.Matcher: the
+// same severities, search folding and exclusive since/until), page size,
+// newest first, and a cursor that is empty exactly when no older entry
+// matches and never skips or repeats an entry. Node 0 is the current
+// primary, then the others by name. Kubernetes keeps only the running
+// container's log (and the previous one's, not read here), so entries
+// older than the container are gone.
 func (rt *Runtime) Logs(ctx context.Context, svc *dbcloud.Service, q dbcloud.LogQuery) (*dbcloud.LogPage, error) {
+	m, err := pglog.NewMatcher(pglog.Query{Since: q.Since, Until: q.Until, Severities: q.Severities, Search: q.Search})
+	if err != nil {
+		return nil, err
+	}
+	// The node filter is part of the scope, as for the local runtime: a
+	// position in one node's entries does not continue a read of all.
+	scope := svc.ID + "/all"
+	if q.Node != nil {
+		scope = svc.ID + "/" + strconv.Itoa(*q.Node)
+	}
+	var after *logKey
+	if q.Cursor != "" {
+		if after, err = decodeLogCursor(scope, q.Cursor); err != nil {
+			return nil, err
+		}
+	}
 	page := &dbcloud.LogPage{}
 	if rt.cfg.Logs == nil {
 		return page, nil
@@ -71,43 +93,109 @@ func (rt *Runtime) Logs(ctx context.Context, svc *dbcloud.Service, q dbcloud.Log
 	if err := rt.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: ClusterName(svc)}, &c); err != nil {
 		return nil, client.IgnoreNotFound(err)
 	}
-	before := q.Until
-	if q.Cursor != "" {
-		t, err := time.Parse(time.RFC3339Nano, q.Cursor)
-		if err != nil {
-			return nil, dbcloud.Errorf(dbcloud.KindInvalid, "cursor is not one this service returned.")
-		}
-		if before == nil || t.Before(*before) {
-			before = &t
-		}
-	}
-	var all []dbcloud.LogEntry
+	var all []keyedEntry
 	for node, inst := range instances(&c.Status) {
 		if q.Node != nil && *q.Node != node {
 			continue
 		}
-		entries, err := rt.podEntries(ctx, ns, inst.ID, q, before)
+		entries, err := rt.podEntries(ctx, ns, inst.ID, node, q.Since, m, after)
 		if err != nil {
 			return nil, err
 		}
 		all = append(all, entries...)
 	}
-	slices.SortStableFunc(all, func(a, b dbcloud.LogEntry) int { return b.Timestamp.Compare(a.Timestamp) })
-	if len(all) > q.Limit && q.Limit > 0 {
-		all = all[:q.Limit]
-		page.Cursor = all[len(all)-1].Timestamp.Format(time.RFC3339Nano)
+	slices.SortFunc(all, func(a, b keyedEntry) int { return a.key.compare(b.key) })
+	limit := q.Limit
+	if limit <= 0 {
+		limit = pglog.MaxEntries
 	}
-	page.Entries = all
+	if len(all) > limit {
+		all = all[:limit]
+		page.Cursor = encodeLogCursor(scope, all[len(all)-1].key)
+	}
+	for _, e := range all {
+		page.Entries = append(page.Entries, e.entry)
+	}
 	return page, nil
 }
 
-func (rt *Runtime) podEntries(ctx context.Context, ns, pod string, q dbcloud.LogQuery, before *time.Time) ([]dbcloud.LogEntry, error) {
-	r, err := rt.cfg.Logs.PodLogs(ctx, ns, pod, q.Since)
+// logKey places an entry in page order: newest first; among entries of
+// one timestamp (PostgreSQL writes milliseconds), by node, then the later
+// line first. Seq counts a node's records of the same timestamp in log
+// order, before any filter, so a key means the same entry on every read
+// while the container's log only grows.
+type logKey struct {
+	T    time.Time
+	Node int
+	Seq  int
+}
+
+// compare is negative when k comes before o in page order.
+func (k logKey) compare(o logKey) int {
+	if c := o.T.Compare(k.T); c != 0 {
+		return c
+	}
+	if k.Node != o.Node {
+		return k.Node - o.Node
+	}
+	return o.Seq - k.Seq
+}
+
+type keyedEntry struct {
+	key   logKey
+	entry dbcloud.LogEntry
+}
+
+// wireLogCursor is a cursor's payload: the scope it belongs to and the
+// last entry's key. It names no file or offset, so unlike the local
+// runtime's it needs no signature: an altered one can only point at
+// another position in the same service's logs.
+type wireLogCursor struct {
+	V     int    `json:"v"`
+	Scope string `json:"s"`
+	T     int64  `json:"t"`
+	Node  int    `json:"n"`
+	Seq   int    `json:"q"`
+}
+
+const logCursorVersion = 1
+
+func encodeLogCursor(scope string, k logKey) string {
+	b, _ := json.Marshal(wireLogCursor{V: logCursorVersion, Scope: scope, T: k.T.UnixNano(), Node: k.Node, Seq: k.Seq}) // plain types
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// decodeLogCursor refuses, with the local runtime's messages, what is not
+// a cursor of this scope.
+func decodeLogCursor(scope, cursor string) (*logKey, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	var w wireLogCursor
+	if err != nil || json.Unmarshal(raw, &w) != nil {
+		return nil, dbcloud.Errorf(dbcloud.KindInvalid,
+			"The cursor is malformed; pass lastCursor of a previous response unchanged.")
+	}
+	if w.V != logCursorVersion {
+		return nil, dbcloud.Errorf(dbcloud.KindInvalid,
+			"The cursor comes from another version of this server; read again without a cursor.")
+	}
+	if w.Scope != scope {
+		return nil, dbcloud.Errorf(dbcloud.KindInvalid,
+			"The cursor was not issued by this server for this service and node filter; pass lastCursor of a previous response unchanged, with the same node.")
+	}
+	return &logKey{T: time.Unix(0, w.T).UTC(), Node: w.Node, Seq: w.Seq}, nil
+}
+
+// podEntries reads one instance's records that m keeps and that come
+// after the cursor's key in page order.
+func (rt *Runtime) podEntries(ctx context.Context, ns, pod string, node int, since *time.Time, m *pglog.Matcher, after *logKey) ([]keyedEntry, error) {
+	r, err := rt.cfg.Logs.PodLogs(ctx, ns, pod, since)
 	if err != nil {
 		return nil, fmt.Errorf("logs of pod %s: %w", pod, err)
 	}
 	defer r.Close()
-	var out []dbcloud.LogEntry
+	var out []keyedEntry
+	var lastT time.Time
+	seq := 0
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -119,28 +207,22 @@ func (rt *Runtime) podEntries(ctx context.Context, ns, pod string, q dbcloud.Log
 		if err != nil {
 			continue
 		}
-		e := dbcloud.LogEntry{Timestamp: ts, Severity: l.Record.Severity, Message: l.Record.Message}
-		if keep(e, q, before) {
-			out = append(out, e)
+		ts = ts.UTC()
+		if ts.Equal(lastT) {
+			seq++
+		} else {
+			lastT, seq = ts, 0
+		}
+		k := logKey{T: ts, Node: node, Seq: seq}
+		if after != nil && k.compare(*after) <= 0 {
+			continue
+		}
+		e := pglog.Entry{Timestamp: ts, Severity: l.Record.Severity, Message: l.Record.Message}
+		if m.Match(e) {
+			out = append(out, keyedEntry{key: k, entry: dbcloud.LogEntry{Timestamp: ts, Severity: e.Severity, Message: e.Message}})
 		}
 	}
 	return out, sc.Err()
-}
-
-func keep(e dbcloud.LogEntry, q dbcloud.LogQuery, before *time.Time) bool {
-	if q.Since != nil && !e.Timestamp.After(*q.Since) || before != nil && !e.Timestamp.Before(*before) {
-		return false
-	}
-	if len(q.Severities) > 0 && !slices.ContainsFunc(q.Severities, func(s string) bool { return strings.EqualFold(s, e.Severity) }) {
-		return false
-	}
-	msg := strings.ToLower(e.Message)
-	for _, s := range q.Search {
-		if !strings.Contains(msg, strings.ToLower(s)) {
-			return false
-		}
-	}
-	return true
 }
 
 // metaItems returns the items of a list as objects to delete.

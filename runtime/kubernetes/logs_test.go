@@ -71,4 +71,74 @@ func TestLogs(t *testing.T) {
 	if _, err := rt.Logs(ctx, svc, dbcloud.LogQuery{Limit: 10, Cursor: "garbage"}); dbcloud.ErrorKindOf(err) != dbcloud.KindInvalid {
 		t.Fatalf("bad cursor: %v", err)
 	}
+	other := 0
+	if _, err := rt.Logs(ctx, svc, dbcloud.LogQuery{Limit: 10, Cursor: page.Cursor, Node: &other}); dbcloud.ErrorKindOf(err) != dbcloud.KindInvalid ||
+		!strings.Contains(err.Error(), "node filter") {
+		t.Fatalf("a cursor of all nodes read for node 0: %v", err)
+	}
+	if _, err := rt.Logs(ctx, svc, dbcloud.LogQuery{Severities: []string{"LOUD"}}); dbcloud.ErrorKindOf(err) != dbcloud.KindInvalid {
+		t.Fatalf("unknown severity: %v", err)
+	}
+	all, err := rt.Logs(ctx, svc, dbcloud.LogQuery{})
+	if err != nil || len(all.Entries) != 3 || all.Cursor != "" {
+		t.Fatalf("no limit (the local runtime's page size): %+v %v", all, err)
+	}
+	since, until := base.Add(1*time.Second), base.Add(3*time.Second)
+	if mid, err := rt.Logs(ctx, svc, dbcloud.LogQuery{Since: &since, Until: &until}); err != nil || len(mid.Entries) != 1 ||
+		mid.Entries[0].Message != "started streaming WAL" {
+		t.Fatalf("since and until are exclusive: %+v %v", mid, err)
+	}
+}
+
+// TestLogCursorsSameMillisecond: PostgreSQL writes milliseconds, so
+// entries share timestamps within a node and across nodes. Paging one
+// entry at a time returns every entry exactly once, newest first, as the
+// local runtime's cursors do.
+func TestLogCursorsSameMillisecond(t *testing.T) {
+	base := time.Date(2026, 11, 23, 11, 0, 0, 0, time.UTC)
+	svc := newService(dbcloud.ServiceSpec{Size: dbcloud.SharedSize, Environment: dbcloud.EnvProd, Replicas: 1, Running: true})
+	name := kubernetes.ClusterName(svc)
+	same := base.Add(time.Second)
+	logs := podLogs{
+		name + "-1": {record(base, "LOG", "p0"), record(same, "LOG", "p1"), record(same, "LOG", "p2"), record(same, "WARNING", "p3")},
+		name + "-2": {record(same, "LOG", "r1"), record(same, "LOG", "r2"), record(base.Add(2*time.Second), "LOG", "r3")},
+	}
+	rt := newRuntime(t, kubernetes.Config{Logs: logs})
+	ctx := testContext(t)
+	if err := rt.Apply(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	writeStatus(t, ctx, rt, svc, healthy(name, name+"-1", 2))
+	walk := func(q dbcloud.LogQuery) []string {
+		t.Helper()
+		var got []string
+		for i := 0; ; i++ {
+			page, err := rt.Logs(ctx, svc, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range page.Entries {
+				got = append(got, e.Message)
+			}
+			if page.Cursor == "" {
+				return got
+			}
+			if i > 20 {
+				t.Fatalf("no end after %v", got)
+			}
+			q.Cursor = page.Cursor
+		}
+	}
+	// Newest first; within a millisecond the primary (node 0) first, and
+	// each node's later line first.
+	want := "r3 p3 p2 p1 r2 r1 p0"
+	for _, limit := range []int{1, 2, 3} {
+		if got := strings.Join(walk(dbcloud.LogQuery{Limit: limit}), " "); got != want {
+			t.Errorf("pages of %d: %s, want %s", limit, got, want)
+		}
+	}
+	// Filters apply before paging, and the positions hold under them.
+	if got := strings.Join(walk(dbcloud.LogQuery{Limit: 1, Severities: []string{"log"}}), " "); got != "r3 p2 p1 r2 r1 p0" {
+		t.Errorf("LOG only: %s", got)
+	}
 }

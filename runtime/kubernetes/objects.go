@@ -223,11 +223,6 @@ func poolerSpec(cluster string, typ apiv1.PoolerType, env dbcloud.Environment) a
 	}
 }
 
-// poolerEndpoint is where a Pooler's Service answers inside the cluster.
-func poolerEndpoint(ns, pooler string) *dbcloud.Endpoint {
-	return &dbcloud.Endpoint{Host: pooler + "." + ns + ".svc", Port: 5432}
-}
-
 func secretFor(ns, cluster, verifier string, labels map[string]string) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: SecretName(cluster), Namespace: ns, Labels: labels},

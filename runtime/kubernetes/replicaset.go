@@ -52,7 +52,30 @@ func (rt *Runtime) ApplyReplicaSet(ctx context.Context, parent *dbcloud.Service,
 	}); err != nil {
 		return err
 	}
-	return rt.ensurePooler(ctx, c, set.Spec.Pooler, replicaSetPoolerType, set.Spec.Environment, replicaSetLabels(set))
+	if err := rt.ensurePooler(ctx, c, set.Spec.Pooler, replicaSetPoolerType, set.Spec.Environment, replicaSetLabels(set)); err != nil {
+		return err
+	}
+	main, pooler := replicaSetExposures(set)
+	if err := rt.ensureExposed(ctx, c, main, true, replicaSetLabels(set)); err != nil {
+		return err
+	}
+	return rt.ensureExposed(ctx, c, pooler, set.Spec.Pooler, replicaSetLabels(set))
+}
+
+// replicaSetExposures are what a read replica set exposes: all its nodes,
+// and its pooler, on the ports claimed for them.
+func replicaSetExposures(set *dbcloud.ReadReplicaSet) (main, pooler exposure) {
+	name := ReplicaClusterName(set)
+	var host string
+	var port int
+	if set.Endpoint != nil {
+		host, port = set.Endpoint.Host, set.Endpoint.Port
+	}
+	main = instancesExposure(name, port)
+	main.host = host
+	pooler = poolerExposure(PoolerName(name), set.PoolerPort)
+	pooler.host = host
+	return main, pooler
 }
 
 // CheckReplicaSet maps the replica Cluster's status.
@@ -70,8 +93,13 @@ func (rt *Runtime) CheckReplicaSet(ctx context.Context, parent *dbcloud.Service,
 		return nil, err
 	}
 	obs := Observe(&c, failed)
-	if obs.Running && set.Spec.Pooler {
-		obs.PoolerEndpoint = poolerEndpoint(ns, PoolerName(c.Name))
+	main, pooler := replicaSetExposures(set)
+	var pe *exposure
+	if set.Spec.Pooler {
+		pe = &pooler
+	}
+	if err := rt.observeEndpoints(ctx, obs, ns, main, pe); err != nil {
+		return nil, err
 	}
 	if failed != "" {
 		return obs, dbcloud.Terminal(dbcloud.Errorf(dbcloud.KindConflict, "%s", obs.Reason))

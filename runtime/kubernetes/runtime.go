@@ -63,7 +63,15 @@ type Config struct {
 	PollInterval time.Duration
 	// WaitTimeout bounds how long Ensure* wait for CNPG (default 15 min).
 	WaitTimeout time.Duration
-	Logger      *slog.Logger
+	// Expose says how users outside the cluster reach services (expose.go);
+	// empty is ExposeClusterIP.
+	Expose Expose
+	// ExposeAnnotations go on every Service made by Expose: a provider's
+	// internal load balancer, for example.
+	ExposeAnnotations map[string]string
+	// Metrics reads the instances' exporters; nil leaves services unmeasured.
+	Metrics PodMetricsReader
+	Logger  *slog.Logger
 }
 
 // Runtime implements dbcloud.Runtime, dbcloud.Provisioner and
@@ -113,6 +121,9 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.WaitTimeout <= 0 {
 		cfg.WaitTimeout = 15 * time.Minute
 	}
+	if cfg.Expose == "" {
+		cfg.Expose = ExposeClusterIP
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -144,6 +155,11 @@ func NewForConfig(rc *rest.Config, cfg Config) (*Runtime, error) {
 			return nil, err
 		}
 	}
+	if cfg.Metrics == nil {
+		if cfg.Metrics, err = newPodMetrics(rc); err != nil {
+			return nil, err
+		}
+	}
 	return New(cfg)
 }
 
@@ -158,6 +174,6 @@ func (rt *Runtime) PortFree(int) bool { return true }
 func ownedLists() []client.ObjectList {
 	return []client.ObjectList{
 		&apiv1.PoolerList{}, &apiv1.ScheduledBackupList{}, &apiv1.BackupList{},
-		&apiv1.ClusterList{}, &corev1.SecretList{},
+		&apiv1.ClusterList{}, &corev1.SecretList{}, &corev1.ServiceList{},
 	}
 }

@@ -127,6 +127,13 @@ func (rt *Runtime) Apply(ctx context.Context, svc *dbcloud.Service) error {
 	if err := rt.ensurePooler(ctx, cluster, svc.Spec.Pooler, apiv1.PoolerTypeRW, svc.Spec.Environment, serviceLabels(svc)); err != nil {
 		return err
 	}
+	main, pooler := serviceExposures(svc)
+	if err := rt.ensureExposed(ctx, cluster, main, true, serviceLabels(svc)); err != nil {
+		return err
+	}
+	if err := rt.ensureExposed(ctx, cluster, pooler, svc.Spec.Pooler, serviceLabels(svc)); err != nil {
+		return err
+	}
 	return rt.ensureScheduledBackup(ctx, cluster, serviceLabels(svc))
 }
 
@@ -281,7 +288,7 @@ func (rt *Runtime) ensureScheduledBackup(ctx context.Context, cluster *apiv1.Clu
 }
 
 // CheckService maps the Cluster's status; it changes nothing.
-func (rt *Runtime) CheckService(ctx context.Context, svc *dbcloud.Service, _ bool) (*dbcloud.Observation, error) {
+func (rt *Runtime) CheckService(ctx context.Context, svc *dbcloud.Service, measure bool) (*dbcloud.Observation, error) {
 	ns := rt.Namespace(svc.ProjectID)
 	var c apiv1.Cluster
 	if err := rt.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: ClusterName(svc)}, &c); err != nil {
@@ -295,13 +302,37 @@ func (rt *Runtime) CheckService(ctx context.Context, svc *dbcloud.Service, _ boo
 		return nil, err
 	}
 	obs := Observe(&c, failed)
-	if obs.Running && svc.Spec.Pooler {
-		obs.PoolerEndpoint = poolerEndpoint(ns, PoolerName(c.Name))
+	main, pooler := serviceExposures(svc)
+	var pe *exposure
+	if svc.Spec.Pooler {
+		pe = &pooler
+	}
+	if err := rt.observeEndpoints(ctx, obs, ns, main, pe); err != nil {
+		return nil, err
+	}
+	if measure && obs.Running {
+		obs.Metrics = rt.measure(ctx, ns, obs)
 	}
 	if failed != "" {
 		return obs, dbcloud.Terminal(dbcloud.Errorf(dbcloud.KindConflict, "%s", obs.Reason))
 	}
 	return obs, nil
+}
+
+// serviceExposures are what a service exposes: its primary on the port
+// claimed at creation, its pooler on the one claimed when it was enabled.
+func serviceExposures(svc *dbcloud.Service) (main, pooler exposure) {
+	name := ClusterName(svc)
+	var host string
+	var port int
+	if svc.Endpoint != nil {
+		host, port = svc.Endpoint.Host, svc.Endpoint.Port
+	}
+	main = primaryExposure(name, port)
+	main.host = host
+	pooler = poolerExposure(PoolerName(name), svc.PoolerPort)
+	pooler.host = host
+	return main, pooler
 }
 
 // DeleteService deletes the service's Cluster and, by label, everything

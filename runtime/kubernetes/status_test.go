@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"dbcloud"
+	"dbcloud/internal/kubetest"
 	"dbcloud/runtime/kubernetes"
 )
 
@@ -39,19 +40,8 @@ func writeStatus(t *testing.T, ctx context.Context, rt *kubernetes.Runtime, svc 
 	}
 }
 
-func healthy(name string, primary string, n int) func(c *apiv1.Cluster) {
-	return func(c *apiv1.Cluster) {
-		var pods []string
-		for i := 1; i <= n; i++ {
-			pods = append(pods, name+"-"+string(rune('0'+i)))
-		}
-		c.Status.Phase = apiv1.PhaseHealthy
-		c.Status.Instances, c.Status.ReadyInstances = n, n
-		c.Status.InstancesStatus = map[apiv1.PodStatus][]string{apiv1.PodHealthy: pods}
-		c.Status.CurrentPrimary, c.Status.TargetPrimary = primary, primary
-		c.Status.Conditions = []metav1.Condition{{Type: string(apiv1.ConditionClusterReady), Status: metav1.ConditionTrue,
-			Reason: "ClusterIsReady", Message: "Cluster is Ready", LastTransitionTime: metav1.Now()}}
-	}
+func healthy(_ string, primary string, n int) func(c *apiv1.Cluster) {
+	return func(c *apiv1.Cluster) { kubetest.Healthy(c, primary, n) }
 }
 
 func TestStatusMapping(t *testing.T) {
