@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"dbcloud/internal/atomicfile"
@@ -67,6 +68,7 @@ func (rt *Runtime) ensureForkData(ctx context.Context, svc *dbcloud.Service, spe
 // socket only, so nobody logs in with the parent's password meanwhile.
 func (rt *Runtime) restoreFork(ctx context.Context, svc *dbcloud.Service, spec postgres.Spec) error {
 	began := time.Now()
+	steps := newStepTimes()
 	src := svc.Fork
 	if err := rt.holdParent(svc.ID, src.ServiceID); err != nil {
 		return err
@@ -89,17 +91,20 @@ func (rt *Runtime) restoreFork(ctx context.Context, svc *dbcloud.Service, spec p
 	if err := os.MkdirAll(spec.Dir, 0o755); err != nil {
 		return err
 	}
+	steps.done("clean")
 	recovery, from, err := rt.restoreData(ctx, svc, spec)
 	if err != nil {
 		return err
 	}
 	copied := time.Since(began)
+	steps.done("copy")
 	if err := rt.instances.WriteServerFile(spec, filepath.Join(spec.PGData(), "recovery.signal"), nil, 0o600); err != nil {
 		return err
 	}
 	if err := rt.instances.Prepare(ctx, spec); err != nil {
 		return fmt.Errorf("fork %s: %w", svc.ID, err)
 	}
+	steps.done("prepare")
 	recovery["listen_addresses"] = ""
 	// Hot standby would refuse to replay WAL of a parent with more
 	// connections or workers than the fork's size allows; nobody needs to
@@ -113,6 +118,7 @@ func (rt *Runtime) restoreFork(ctx context.Context, svc *dbcloud.Service, spec p
 		return dbcloud.Errorf(dbcloud.KindUnavailable,
 			"Recovering the fork from service %s (%s) failed; the operator's logs have the details.", src.ServiceID, from)
 	}
+	steps.done("recover")
 	var inRecovery bool
 	conn, err := rt.instances.Connect(ctx, spec, "postgres")
 	if err != nil {
@@ -129,9 +135,11 @@ func (rt *Runtime) restoreFork(ctx context.Context, svc *dbcloud.Service, spec p
 	if err := rt.setVerifier(ctx, spec, svc.PasswordVerifier); err != nil {
 		return err
 	}
+	steps.done("password")
 	if err := rt.instances.Stop(ctx, spec, 30*time.Second); err != nil {
 		return err
 	}
+	steps.done("stop")
 	if err := os.RemoveAll(filepath.Join(spec.Dir, restoreWALDir)); err != nil {
 		return err
 	}
@@ -142,7 +150,7 @@ func (rt *Runtime) restoreFork(ctx context.Context, svc *dbcloud.Service, spec p
 		return err
 	}
 	rt.cfg.Logger.Info("fork restored", "service", svc.ID, "parent", src.ServiceID, "strategy", src.Strategy,
-		"from", from, "copy_ms", copied.Milliseconds(), "ms", time.Since(began).Milliseconds())
+		"from", from, "copy_ms", copied.Milliseconds(), "steps", steps.String(), "ms", time.Since(began).Milliseconds())
 	return rt.backups.Release(rt.serviceDir(src.ServiceID), svc.ID)
 }
 
@@ -302,3 +310,21 @@ func (rt *Runtime) archiveMarker(ctx context.Context, parent postgres.Spec, arch
 	}
 	return backup.WaitArchived(ctx, archive, segment, archiveWait)
 }
+
+// stepTimes records how long each step of a long operation took, for its
+// log line: where the time of a fork goes is what makes it slow or fast.
+type stepTimes struct {
+	last  time.Time
+	steps []string
+}
+
+func newStepTimes() *stepTimes { return &stepTimes{last: time.Now()} }
+
+// done ends the step named name.
+func (s *stepTimes) done(name string) {
+	now := time.Now()
+	s.steps = append(s.steps, fmt.Sprintf("%s=%dms", name, now.Sub(s.last).Milliseconds()))
+	s.last = now
+}
+
+func (s *stepTimes) String() string { return strings.Join(s.steps, " ") }
