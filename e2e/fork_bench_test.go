@@ -312,6 +312,9 @@ func serverLogPhases(b *testing.B, s *server, id string) string {
 		if e["msg"] == "request" {
 			continue
 		}
+		if v, ok := e["steps"]; ok {
+			phases = append(phases, fmt.Sprintf("%s steps: %v", e["msg"], v))
+		}
 		for _, k := range []string{"ms", "copy_ms", "duration_ms"} {
 			if v, ok := e[k]; ok {
 				phases = append(phases, fmt.Sprintf("%s %s=%v", e["msg"], k, v))
