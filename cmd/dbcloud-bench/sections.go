@@ -55,7 +55,7 @@ func sections() []section {
 			About: "A parent loaded with 1 GiB or 10 GiB of table data (wide rows by INSERT ... SELECT from generate_series), " +
 				"forked NOW and LAST_SNAPSHOT, each timed from the POST to READY, right after a `cp -a` of the parent's data " +
 				"directory on the same disk; medians of the rounds. Rows: on a btrfs image dbcloud makes with " +
-				"--storage-image-gib (btrfs-image), where a NOW fork snapshots the parent's volume and copies are clones, " +
+				"--storage-image-gib (btrfs-image), where copies are clones, " +
 				"for both sizes; on the host's filesystem (host) for 1 GiB (FORK_BENCH_HOST_10GIB=1 adds 10 GiB). " +
 				"Short mode: 32 MiB and one round (a smoke test, not a measurement).",
 		},
