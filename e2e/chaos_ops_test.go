@@ -98,7 +98,7 @@ func (c *chaosRun) pick(rng *rand.Rand, busy map[string]bool) chaosOp {
 	where := func(f func(*chaos.Service) bool) []*chaos.Service {
 		var out []*chaos.Service
 		for _, s := range live {
-			if f(s) && (evenBusy || !busy[s.ID]) {
+			if f(s) && (evenBusy || !busy[s.ID]) && !c.reserved[s.ID] {
 				out = append(out, s)
 			}
 		}

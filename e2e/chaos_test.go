@@ -50,7 +50,7 @@ func TestChaos(t *testing.T) {
 		t.Skip("-chaos.rounds is 0")
 	}
 	s := newServer(t)
-	runChaos(t, *chaosRounds, []*server{s}, "", "")
+	runChaos(t, *chaosRounds, []*server{s}, chaosSetup{})
 }
 
 // TestChaos_DiskFull is TestChaos with dbcloud's data directory on a
@@ -64,7 +64,7 @@ func TestChaos_DiskFull(t *testing.T) {
 	}
 	dir := mountImage(t, "ext4", "8G")
 	s := newServerIn(t, dir)
-	runChaos(t, *chaosDiskRounds, []*server{s}, "", dir)
+	runChaos(t, *chaosDiskRounds, []*server{s}, chaosSetup{diskDir: dir})
 }
 
 // TestChaos_TwoPlanes is TestChaos with two control planes on one
@@ -79,13 +79,26 @@ func TestChaos_TwoPlanes(t *testing.T) {
 	p := newPlanes(t)
 	a := p.plane("plane-a", nil)
 	b := p.plane("plane-b", a)
-	runChaos(t, *chaosPlanesRounds, []*server{a, b}, p.dsn, "")
+	runChaos(t, *chaosPlanesRounds, []*server{a, b}, chaosSetup{dsn: p.dsn})
+}
+
+// chaosSetup is what a chaos test adds to TestChaos's rounds.
+type chaosSetup struct {
+	// dsn is the PostgreSQL store several planes share ("": one plane
+	// on SQLite).
+	dsn string
+	// diskDir, when set, is the filesystem under dbcloud that each round
+	// fills for a moment.
+	diskDir string
+	// quotaMB, when set, is the storage limit of a shared service; each
+	// round a tenant writes past it (chaos_quota_test.go).
+	quotaMB int64
 }
 
 // runChaos runs rounds against the planes (one, or several on the store
-// at dsn) and reports the violations. With diskDir, the filesystem mounted
-// there is filled for a moment of each round.
-func runChaos(t *testing.T, nRounds int, planes []*server, dsn, diskDir string) {
+// at setup.dsn) and reports the violations.
+func runChaos(t *testing.T, nRounds int, planes []*server, setup chaosSetup) {
+	dsn, diskDir := setup.dsn, setup.diskDir
 	seed := *chaosSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano()%1_000_000_000) + 1
@@ -99,7 +112,7 @@ func runChaos(t *testing.T, nRounds int, planes []*server, dsn, diskDir string) 
 	begin := time.Now()
 	s := planes[0]
 	c := &chaosRun{t: t, s: s, planes: planes, dsn: dsn, seed: seed, m: chaos.NewModel(), seen: map[string]bool{},
-		client: s.client, maxLive: *chaosServices, diskDir: diskDir}
+		client: s.client, maxLive: *chaosServices, diskDir: diskDir, quotaMB: setup.quotaMB, reserved: map[string]bool{}}
 	for _, p := range planes {
 		c.bases = append(c.bases, p.baseURL)
 	}
@@ -150,6 +163,11 @@ type chaosRun struct {
 	// diskDir, when set, is the filesystem under dbcloud that each round
 	// fills for a moment.
 	diskDir string
+	// quotaMB, when set, is a shared service's storage limit, which a
+	// tenant writes past in each round; reserved are the services the
+	// round's operations leave alone meanwhile (guarded by mu).
+	quotaMB  int64
+	reserved map[string]bool
 	// client, bases and boot are the servers', copied once: the harness
 	// rewrites their fields on every start while requests are in flight.
 	// (Planes share a CA, so one client trusts all.)
@@ -214,6 +232,11 @@ func (c *chaosRun) round(r int) bool {
 		fullAt = time.Duration(killRng.IntN(4000)) * time.Millisecond
 		fullFor = time.Duration(500+killRng.IntN(3000)) * time.Millisecond
 	}
+	quotaAt, quotaPick := time.Duration(-1), uint64(0)
+	if c.quotaMB > 0 { // drawn after the others, for the same reason
+		quotaAt = time.Duration(killRng.IntN(3000)) * time.Millisecond
+		quotaPick = killRng.Uint64()
+	}
 	plan := fmt.Sprintf("round %d: %d operations; kill dbcloud at %v", r, nOps, killAt)
 	if len(c.planes) > 1 {
 		plan = fmt.Sprintf("round %d: %d operations; kill plane %d at %v", r, nOps, victim, killAt)
@@ -226,6 +249,9 @@ func (c *chaosRun) round(r int) bool {
 	}
 	if fullAt >= 0 {
 		plan += fmt.Sprintf(", the disk full at %v for %v", fullAt, fullFor)
+	}
+	if quotaAt >= 0 {
+		plan += fmt.Sprintf(", a tenant writes past its limit from %v", quotaAt)
 	}
 	t.Log(plan)
 
@@ -262,6 +288,10 @@ func (c *chaosRun) round(r int) bool {
 			t.Logf("round %d: the disk has room again", r)
 		}})
 	}
+	var fill *quotaFill
+	if quotaAt >= 0 {
+		events = append(events, event{quotaAt, func() { fill = c.startFill(r, quotaPick) }})
+	}
 	slices.SortFunc(events, func(a, b event) int { return int(a.at - b.at) })
 	for _, e := range events {
 		// Not a wait for a condition: this is the moment the seed chose.
@@ -272,6 +302,13 @@ func (c *chaosRun) round(r int) bool {
 	stopWriter()
 	<-writerDone
 
+	if fill != nil {
+		<-fill.done
+		if fill.svc == nil {
+			fill = nil
+		}
+	}
+
 	v := c.settle()
 	c.mu.Lock()
 	v, c.immediate = append(c.immediate, v...), nil
@@ -281,6 +318,13 @@ func (c *chaosRun) round(r int) bool {
 			c.seen[x.String()] = true
 			c.violations = append(c.violations, fmt.Sprintf("round %d: %s", r, x))
 			t.Logf("round %d: VIOLATION %s", r, x)
+		}
+	}
+	if fill != nil && len(v) == 0 {
+		for _, x := range c.checkFill(r, fill) {
+			c.violations = append(c.violations, fmt.Sprintf("round %d: %s", r, x))
+			t.Logf("round %d: VIOLATION %s", r, x)
+			v = append(v, chaos.Violation{Invariant: chaos.StorageLimit, Detail: x})
 		}
 	}
 	c.mu.Lock()

@@ -50,13 +50,14 @@ func sections() []section {
 		},
 		{
 			ID: "fork", Title: "Forks beside cp -a",
-			Test:    goTest{Pkg: "./e2e/", Bench: "^BenchmarkFork_1GiB$", Benchtime: "1x", Timeout: "60m"},
+			Test:    goTest{Pkg: "./e2e/", Bench: "^BenchmarkFork$", Benchtime: "1x", Timeout: "120m"},
 			Columns: cols("parent-MB", "parent MB", "now-s", "NOW s", "last-snapshot-s", "LAST_SNAPSHOT s", "cp-s", "cp -a s", "now/cp", "NOW/cp", "last/cp", "LAST_SNAPSHOT/cp", "last/now", "LAST_SNAPSHOT/NOW", "cp-sync-s", "cp -a + sync s", "rounds", "rounds"),
-			About: "A parent loaded by pgbench -i -s 65 (about 1 GiB), forked NOW (online backup of the running parent) " +
-				"and LAST_SNAPSHOT, each timed from the POST to READY, right after a `cp -a` of the parent's data " +
-				"directory on the same disk; medians of the rounds. Two rows: on the host's filesystem (host), and on a btrfs " +
-				"image dbcloud makes with --storage-image-gib (btrfs-image), where copies are clones. " +
-				"Short mode: -s 2 and one round (a smoke test, not a measurement).",
+			About: "A parent loaded with 1 GiB or 10 GiB of table data (wide rows by INSERT ... SELECT from generate_series), " +
+				"forked NOW and LAST_SNAPSHOT, each timed from the POST to READY, right after a `cp -a` of the parent's data " +
+				"directory on the same disk; medians of the rounds. Rows: on a btrfs image dbcloud makes with " +
+				"--storage-image-gib (btrfs-image), where copies are clones, " +
+				"for both sizes; on the host's filesystem (host) for 1 GiB (FORK_BENCH_HOST_10GIB=1 adds 10 GiB). " +
+				"Short mode: 32 MiB and one round (a smoke test, not a measurement).",
 		},
 		{
 			ID: "snapshot-space", Title: "A week of snapshots on disk",

@@ -20,6 +20,10 @@ const (
 	Agrees Invariant = "store-agrees"
 	// DataIntact: every acknowledged row is there, with its content.
 	DataIntact Invariant = "data-intact"
+	// StorageLimit: a service past its storage limit is read-only with a
+	// reason, the others are not, and it is writable again once its tenant
+	// deleted data (checked by the e2e test itself, which does the deleting).
+	StorageLimit Invariant = "storage-limit"
 )
 
 // Violation is one broken invariant.

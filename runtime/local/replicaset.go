@@ -120,11 +120,32 @@ func (rt *Runtime) replicaSetBase(parent *dbcloud.Service, set *dbcloud.ReadRepl
 // replicaSetCert makes the set's directory and returns its certificate,
 // issued once.
 // It is the parent's identity's, as the set's processes are.
-func (rt *Runtime) replicaSetCert(svc *dbcloud.Service, upstream postgres.Spec) (cert, key []byte, err error) {
+func (rt *Runtime) replicaSetCert(ctx context.Context, parent *dbcloud.Service, set *dbcloud.ReadReplicaSet, svc *dbcloud.Service, upstream postgres.Spec) (cert, key []byte, err error) {
+	if err := rt.makeReplicaSetVolume(ctx, parent, set); err != nil {
+		return nil, nil, err
+	}
 	if err := rt.makeServiceDir(svc.ID, upstream.Owner); err != nil {
 		return nil, nil, err
 	}
 	return rt.serverCert(svc)
+}
+
+// makeReplicaSetVolume makes the set's directory a volume (where the
+// filesystem has quotas), so that its nodes cannot fill the disk that
+// other tenants share. Each node is a physical copy of the parent, so
+// its limit is the parent's (not the set's size's: a small set of a large
+// parent must hold the parent's data) once per node: what the parent may
+// keep beside its WAL archive and snapshots, which nodes do not have,
+// leaves room for WAL a lagging node keeps. A change of the node count or
+// of the parent's size moves the limit at the next ensure. A set made
+// before sets had volumes keeps its plain directory, unlimited.
+func (rt *Runtime) makeReplicaSetVolume(ctx context.Context, parent *dbcloud.Service, set *dbcloud.ReadReplicaSet) error {
+	dir := rt.serviceDir(set.ID)
+	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
+		return err
+	}
+	nodes := int64(max(1, set.Spec.Nodes))
+	return rt.volumes.Create(ctx, dir, 0o700, nodes*hardLimit(rt.cfg.StorageLimits.Of(parent.Spec.Size)))
 }
 
 // EnsureReplicaSet makes the set's nodes, endpoint and pooler match its
@@ -139,7 +160,7 @@ func (rt *Runtime) ensureReplicaSet(ctx context.Context, parent *dbcloud.Service
 	if err != nil {
 		return nil, err
 	}
-	cert, key, err := rt.replicaSetCert(svc, upstream)
+	cert, key, err := rt.replicaSetCert(ctx, parent, set, svc, upstream)
 	if err != nil {
 		return nil, err
 	}

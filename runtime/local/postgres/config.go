@@ -222,7 +222,7 @@ func RenderConfig(s Spec, osUser string) (postgresqlConf, hbaConf, identConf str
 			writeSetting(&b, name, quoteValue(settings[name]))
 		}
 	}
-	return b.String(), renderHBA(), renderIdent(osUser, serverUser)
+	return b.String(), renderHBA(s.Sealed), renderIdent(osUser, serverUser)
 }
 
 // preloadLibraries returns the size's shared_preload_libraries with the
@@ -246,7 +246,18 @@ func preloadLibraries(fromSize string) string {
 // pooler's clients over it with their own SCRAM passwords, and everyone
 // else only over TLS with SCRAM; plain TCP is rejected by an explicit line
 // so the client is told why.
-func renderHBA() string {
+func renderHBA(sealed bool) string {
+	if sealed {
+		return `# Written by dbcloud; rewritten on every change, do not edit.
+# Sealed: the roles' passwords are not yet this service's own.
+# TYPE  DATABASE     USER      ADDRESS       METHOD
+local   all          postgres                peer map=` + identMap + `
+local   replication  postgres                peer map=` + identMap + `
+local   all          all                     reject
+host    all          all       0.0.0.0/0     reject
+host    all          all       ::/0          reject
+`
+	}
 	return `# Written by dbcloud; rewritten on every change, do not edit.
 # TYPE  DATABASE     USER      ADDRESS       METHOD
 local   all          postgres                peer map=` + identMap + `

@@ -115,6 +115,29 @@ func TestRenderConfig(t *testing.T) {
 			}
 		}
 	})
+	t.Run("Sealed", func(t *testing.T) {
+		// A fork's first start: nobody in over TCP, nor by password over
+		// the socket, while its roles have the parent's passwords; only
+		// dbcloud by peer identity. The same conf, so opening it is a reload.
+		s := goldenSpec()
+		s.Sealed = true
+		conf, hba, _ := RenderConfig(s, "root")
+		if conf != goldenConf {
+			t.Error("sealing changed postgresql.conf")
+		}
+		for _, line := range strings.Split(hba, "\n") {
+			f := strings.Fields(line)
+			if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+				continue
+			}
+			if method := f[len(f)-1]; f[0] != "local" && method != "reject" || f[0] == "local" && method != "reject" && !strings.HasPrefix(method, "map=") {
+				t.Errorf("sealed pg_hba.conf lets in more than dbcloud: %q", line)
+			}
+		}
+		if !strings.Contains(hba, "local   all          postgres                peer map=") {
+			t.Errorf("sealed pg_hba.conf keeps dbcloud out:\n%s", hba)
+		}
+	})
 	t.Run("Deterministic", func(t *testing.T) {
 		a, _, _ := RenderConfig(goldenSpec(), "root")
 		for range 20 {

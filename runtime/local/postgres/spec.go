@@ -52,6 +52,12 @@ type Spec struct {
 	// written to a file, by the one start that recovers a fork: they
 	// vanish with that postmaster instead of lingering in the config.
 	RecoverySettings map[string]string
+	// Sealed renders a pg_hba.conf that lets in nobody over TCP, only
+	// dbcloud and the server's own processes over the unix socket: a
+	// fork's first start, when its roles still have its parent's
+	// passwords. The next Prepare or Reload without it opens it (a reload,
+	// no restart: pg_hba.conf is read again on SIGHUP).
+	Sealed bool
 }
 
 func (s Spec) PGData() string { return filepath.Join(s.Dir, "pgdata") }

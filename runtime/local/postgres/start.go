@@ -154,9 +154,11 @@ func (m *Instances) spawnPostmaster(dir, logPath string, args []string, s Spec, 
 // what pg_ctl -w checks, but every 5 ms instead of every 100 ms.
 func (m *Instances) waitReady(ctx context.Context, s Spec, pid int, c *proc.Child) error {
 	bound, standbyReady := readyTimeout, true
-	if len(s.RecoverySettings) > 0 {
+	if len(s.RecoverySettings) > 0 || s.Sealed {
 		// A fork's recovery reports "standby" as soon as it starts, with
-		// or without hot standby; it is done when promoted ("ready").
+		// or without hot standby; it is done when promoted ("ready"). A
+		// sealed start is a fork's crash recovery from its backup label:
+		// it replays what the backup needs before it is ready.
 		bound, standbyReady = recoveryTimeout, false
 	}
 	ctx, cancel := context.WithTimeout(ctx, bound)
