@@ -2,36 +2,25 @@ package http_test
 
 import (
 	"encoding/base64"
-	"fmt"
 	"io"
 	stdhttp "net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
-	"dbcloud"
 	"dbcloud/http"
 )
 
-// benchEnv is an API over the SQLite store with n services in project a.
+// benchEnv is an API over the SQLite store with n services in project a,
+// copies of one READY service with metrics (as BenchmarkAPI seeds them:
+// creating them through the domain would hit the instance quota and take
+// minutes). It returns the ID of that template service.
 func benchEnv(b *testing.B, n int) (*env, string) {
 	b.Helper()
 	e := newEnv(b, "sqlite", noLimits)
-	e.cloud.Config.Quotas.Services = n
-	p, err := e.cloud.Authenticate(b.Context(), e.a.AccessKey, e.a.SecretKey)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx := dbcloud.NewContextWithPrincipal(b.Context(), p)
-	var id string
-	for i := range n {
-		v, err := e.cloud.CreateService(ctx, e.a.ProjectID, dbcloud.ServiceCreate{Name: fmt.Sprintf("svc-%d", i)})
-		if err != nil {
-			b.Fatal(err)
-		}
-		id = v.Service.ID
-	}
-	return e, id
+	tmpl := seedTemplate(b, e)
+	seedServices(b, e, tmpl, n)
+	return e, tmpl.ID
 }
 
 func (e *env) authHeader() string {

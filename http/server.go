@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -92,6 +93,8 @@ type Handler struct {
 	logger *slog.Logger
 	mux    *http.ServeMux
 	limits *limiters
+	// encoded keeps encoded service reads (encoded.go).
+	encoded encodedCache
 	// ready reports whether the server can take requests (for /readyz).
 	ready atomic.Bool
 	// stop is closed when the server shuts down, to end event streams,
@@ -246,6 +249,13 @@ func (h *Handler) api(rt Route) http.Handler {
 func writeResult(w http.ResponseWriter, status int, out any) {
 	if out == nil {
 		writeRaw(w, status, nil)
+		return
+	}
+	if b, ok := out.(encodedBody); ok {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		w.WriteHeader(status)
+		w.Write(b)
 		return
 	}
 	writeJSON(w, status, out)

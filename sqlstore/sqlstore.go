@@ -84,6 +84,11 @@ type Store struct {
 	// '?'-text, so rebinding costs one map lookup per statement.
 	rebound sync.Map // string -> string
 
+	// revStmt reads a revision counter; prepared once (per connection,
+	// by database/sql) because it runs on every cached read.
+	revMu   sync.Mutex
+	revStmt *sql.Stmt
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -128,7 +133,11 @@ func (s *Store) run(ctx context.Context, db *sql.DB, opts *sql.TxOptions, forUpd
 	// After Commit this is a no-op; on an error or a panic in fn it undoes
 	// everything fn wrote.
 	defer func() { _ = sqlTx.Rollback() }()
-	if err := fn(&tx{ctx: ctx, tx: sqlTx, s: s, forUpdate: forUpdate}); err != nil {
+	t := &tx{ctx: ctx, tx: sqlTx, s: s, forUpdate: forUpdate}
+	if err := fn(t); err != nil {
+		return err
+	}
+	if err := t.bumpRevisions(); err != nil {
 		return err
 	}
 	if err := sqlTx.Commit(); err != nil {
@@ -137,10 +146,44 @@ func (s *Store) run(ctx context.Context, db *sql.DB, opts *sql.TxOptions, forUpd
 	return nil
 }
 
+// Revision returns the change counter of scope (dbcloud.Revisions), read
+// outside any transaction: one indexed row, so it costs far less than
+// reading what it counts.
+func (s *Store) Revision(ctx context.Context, scope string) (int64, error) {
+	stmt, err := s.revisionStmt(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var rev int64
+	err = stmt.QueryRowContext(ctx, scope).Scan(&rev)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	} else if err != nil {
+		return 0, fmt.Errorf("read revision %s: %w", scope, err)
+	}
+	return rev, nil
+}
+
+func (s *Store) revisionStmt(ctx context.Context) (*sql.Stmt, error) {
+	s.revMu.Lock()
+	defer s.revMu.Unlock()
+	if s.revStmt == nil {
+		stmt, err := s.readDB.PrepareContext(ctx, s.rebind(`SELECT rev FROM revisions WHERE scope = ?`))
+		if err != nil {
+			return nil, fmt.Errorf("prepare revision query: %w", s.formatError(err))
+		}
+		s.revStmt = stmt
+	}
+	return s.revStmt, nil
+}
+
 // Close closes the database pools. It is safe to call more than once.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
+		if s.revStmt != nil {
+			errs = append(errs, s.revStmt.Close())
+		}
 		if s.readDB != s.db {
 			errs = append(errs, s.readDB.Close())
 		}
