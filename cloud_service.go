@@ -85,12 +85,7 @@ func (c *Cloud) ServicesRevision(ctx context.Context, projectID string) (rev int
 	if err := c.authorize(ctx, projectID); err != nil {
 		return 0, false, err
 	}
-	revs := c.revisions()
-	if revs == nil {
-		return 0, false, nil
-	}
-	rev, err = revs.Revision(ctx, RevisionServices(projectID))
-	return rev, err == nil, err
+	return c.revision(ctx, RevisionServices(projectID))
 }
 
 // GetService returns a service, or a read replica set shown as a service.

@@ -83,13 +83,12 @@ func (p *Principal) clone() *Principal {
 // which check's answer may be kept (check runs after the counter is read,
 // so what it read is never older than the counter says).
 func (c *Cloud) cachedCredential(ctx context.Context, key string, secret []byte, check func() (*Principal, error)) (*Principal, error) {
-	revs := c.revisions()
-	if revs == nil {
-		return check()
-	}
-	rev, err := revs.Revision(ctx, RevisionCredentials)
+	rev, ok, err := c.revision(ctx, RevisionCredentials)
 	if err != nil {
 		return nil, err
+	}
+	if !ok {
+		return check()
 	}
 	if p := c.credentials.get(key, rev, secret); p != nil {
 		return p, nil

@@ -206,6 +206,16 @@ func (h *Handler) unrouted(w http.ResponseWriter, r *http.Request) {
 // idempotency, and the encoding of its result or error.
 func (h *Handler) api(rt Route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if pid := r.PathValue("project_id"); pid != "" && r.Method == http.MethodGet {
+			// The counters that authentication and a cached read of the
+			// project's services check, in one store read for both.
+			ctx, err := h.cloud.WithRevisions(r.Context(), dbcloud.RevisionCredentials, dbcloud.RevisionServices(pid))
+			if err != nil {
+				writeError(w, r, h.logger, err)
+				return
+			}
+			r = r.WithContext(ctx)
+		}
 		ctx := r.Context()
 		p, secret, err := h.authenticate(r)
 		if err != nil {

@@ -86,8 +86,8 @@ type Store struct {
 
 	// revStmt reads a revision counter; prepared once (per connection,
 	// by database/sql) because it runs on every cached read.
-	revMu   sync.Mutex
-	revStmt *sql.Stmt
+	revMu    sync.Mutex
+	revStmts map[int]*sql.Stmt // by number of scopes
 
 	closeOnce sync.Once
 	closeErr  error
@@ -146,44 +146,76 @@ func (s *Store) run(ctx context.Context, db *sql.DB, opts *sql.TxOptions, forUpd
 	return nil
 }
 
-// Revision returns the change counter of scope (dbcloud.Revisions), read
-// outside any transaction: one indexed row, so it costs far less than
-// reading what it counts.
-func (s *Store) Revision(ctx context.Context, scope string) (int64, error) {
-	stmt, err := s.revisionStmt(ctx)
+// Revisions returns the change counters of scopes, in their order
+// (dbcloud.Revisions), read in one query outside any transaction: a few
+// indexed rows, so it costs far less than reading what they count.
+func (s *Store) Revisions(ctx context.Context, scopes ...string) ([]int64, error) {
+	stmt, err := s.revisionStmt(ctx, len(scopes))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	var rev int64
-	err = stmt.QueryRowContext(ctx, scope).Scan(&rev)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, nil
-	} else if err != nil {
-		return 0, fmt.Errorf("read revision %s: %w", scope, err)
+	args := make([]any, len(scopes))
+	for i, sc := range scopes {
+		args[i] = sc
 	}
-	return rev, nil
+	rows, err := stmt.QueryContext(ctx, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read revisions: %w", err)
+	}
+	defer rows.Close()
+	out := make([]int64, len(scopes))
+	for rows.Next() {
+		var (
+			scope string
+			rev   int64
+		)
+		if err := rows.Scan(&scope, &rev); err != nil {
+			return nil, fmt.Errorf("read revisions: %w", err)
+		}
+		for i, sc := range scopes {
+			if sc == scope {
+				out[i] = rev
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read revisions: %w", err)
+	}
+	return out, nil
 }
 
-func (s *Store) revisionStmt(ctx context.Context) (*sql.Stmt, error) {
+// revisionStmt returns the prepared query of n counters; prepared once
+// (per connection, by database/sql) because it runs on every cached read.
+func (s *Store) revisionStmt(ctx context.Context, n int) (*sql.Stmt, error) {
 	s.revMu.Lock()
 	defer s.revMu.Unlock()
-	if s.revStmt == nil {
-		stmt, err := s.readDB.PrepareContext(ctx, s.rebind(`SELECT rev FROM revisions WHERE scope = ?`))
-		if err != nil {
-			return nil, fmt.Errorf("prepare revision query: %w", s.formatError(err))
-		}
-		s.revStmt = stmt
+	if stmt := s.revStmts[n]; stmt != nil {
+		return stmt, nil
 	}
-	return s.revStmt, nil
+	if n < 1 {
+		return nil, fmt.Errorf("read revisions: no scope")
+	}
+	q := `SELECT scope, rev FROM revisions WHERE scope IN (?` + strings.Repeat(", ?", n-1) + `)`
+	stmt, err := s.readDB.PrepareContext(ctx, s.rebind(q))
+	if err != nil {
+		return nil, fmt.Errorf("prepare revision query: %w", s.formatError(err))
+	}
+	if s.revStmts == nil {
+		s.revStmts = map[int]*sql.Stmt{}
+	}
+	s.revStmts[n] = stmt
+	return stmt, nil
 }
 
 // Close closes the database pools. It is safe to call more than once.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
-		if s.revStmt != nil {
-			errs = append(errs, s.revStmt.Close())
+		s.revMu.Lock()
+		for _, stmt := range s.revStmts {
+			errs = append(errs, stmt.Close())
 		}
+		s.revMu.Unlock()
 		if s.readDB != s.db {
 			errs = append(errs, s.readDB.Close())
 		}
