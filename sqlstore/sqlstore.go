@@ -158,27 +158,12 @@ func (s *Store) Revisions(ctx context.Context, scopes ...string) ([]int64, error
 	for i, sc := range scopes {
 		args[i] = sc
 	}
-	rows, err := stmt.QueryContext(ctx, args...)
-	if err != nil {
-		return nil, fmt.Errorf("read revisions: %w", err)
-	}
-	defer rows.Close()
 	out := make([]int64, len(scopes))
-	for rows.Next() {
-		var (
-			scope string
-			rev   int64
-		)
-		if err := rows.Scan(&scope, &rev); err != nil {
-			return nil, fmt.Errorf("read revisions: %w", err)
-		}
-		for i, sc := range scopes {
-			if sc == scope {
-				out[i] = rev
-			}
-		}
+	dest := make([]any, len(scopes))
+	for i := range out {
+		dest[i] = &out[i]
 	}
-	if err := rows.Err(); err != nil {
+	if err := stmt.QueryRowContext(ctx, args...).Scan(dest...); err != nil {
 		return nil, fmt.Errorf("read revisions: %w", err)
 	}
 	return out, nil
@@ -195,7 +180,11 @@ func (s *Store) revisionStmt(ctx context.Context, n int) (*sql.Stmt, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("read revisions: no scope")
 	}
-	q := `SELECT scope, rev FROM revisions WHERE scope IN (?` + strings.Repeat(", ?", n-1) + `)`
+	// One row of scalar subqueries, not WHERE scope IN (...): SQLite
+	// builds a temporary index for an IN list, which cost more than the
+	// lookups themselves on every request.
+	one := `COALESCE((SELECT rev FROM revisions WHERE scope = ?), 0)`
+	q := `SELECT ` + one + strings.Repeat(", "+one, n-1)
 	stmt, err := s.readDB.PrepareContext(ctx, s.rebind(q))
 	if err != nil {
 		return nil, fmt.Errorf("prepare revision query: %w", s.formatError(err))
