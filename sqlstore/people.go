@@ -179,11 +179,15 @@ func (t *tx) UpdateUserToken(u *dbcloud.UserToken) error {
 
 // DeleteUserTokensBefore deletes the tokens that expired before then.
 func (t *tx) DeleteUserTokensBefore(then time.Time) (int, error) {
-	t.touch(dbcloud.RevisionCredentials)
 	res, err := t.exec(`DELETE FROM user_tokens WHERE expires < ?`, formatTime(then))
 	if err != nil {
 		return 0, fmt.Errorf("delete expired tokens: %w", err)
 	}
 	n, err := res.RowsAffected()
+	if n > 0 {
+		// Only when something went: the periodic purge then leaves
+		// every verified credential kept.
+		t.touch(dbcloud.RevisionCredentials)
+	}
 	return int(n), err
 }
