@@ -7,4 +7,4 @@
 CREATE TABLE revisions (
     scope TEXT PRIMARY KEY,
     rev   INTEGER NOT NULL
-) STRICT;
+) STRICT, WITHOUT ROWID;
