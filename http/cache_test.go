@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"dbcloud"
 	"dbcloud/http"
@@ -173,4 +174,17 @@ func TestReadCache_ReadYourWrites(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReadCache_TokenExpiry: a token kept verified still expires on time,
+// though nothing in the store changed.
+func TestReadCache_TokenExpiry(t *testing.T) {
+	e := newEnv(t, "sqlite", noLimits)
+	tok := userToken(t, e, bootstrapUser(t, e)) // valid for an hour
+	path := e.pa() + "/services"
+	e.want(200, "", req{Method: "GET", Path: path, Bearer: tok})
+	e.want(200, "", req{Method: "GET", Path: path, Bearer: tok}) // from the cache
+	later := time.Now().Add(2 * time.Hour)
+	e.cloud.Now = func() time.Time { return later }
+	e.want(401, "UNAUTHORIZED", req{Method: "GET", Path: path, Bearer: tok})
 }
