@@ -102,6 +102,8 @@ type Cloud struct {
 	// PasswordParams, when set, replaces the Argon2id costs of user
 	// passwords (tests make them cheap).
 	PasswordParams *identity.PasswordParams
+	// credentials keeps verified credentials (credentials.go).
+	credentials credentialCache
 	// dummy is a password hash nobody's password matches, made once, which
 	// SignIn verifies for unknown users so they cost what known ones do.
 	dummy struct {
@@ -240,19 +242,31 @@ func claim(ctx context.Context, kind, id string) {
 
 // Authenticate checks an access key and secret. Failures are indistinguishable
 // to the caller, and the secret is compared in constant time.
+//
+// A key that passed is kept verified until anything authentication reads
+// changes in the store (credentialCache), so most requests cost one read
+// of a counter instead of four lookups.
 func (c *Cloud) Authenticate(ctx context.Context, accessKey, secret string) (*Principal, error) {
+	hash := HashSecret(secret)
+	return c.cachedCredential(ctx, "key/"+accessKey, hash, func() (*Principal, error) {
+		return c.checkKey(ctx, accessKey, hash)
+	})
+}
+
+// checkKey is Authenticate's full check, against the store.
+func (c *Cloud) checkKey(ctx context.Context, accessKey string, hash []byte) (*Principal, error) {
 	unauthorized := Errorf(KindUnauthorized, "Invalid or revoked API key.")
 	var p Principal
 	err := c.Store.View(ctx, func(tx Tx) error {
 		k, err := tx.FindAPIKey(accessKey)
 		if IsNotFound(err) {
-			// Hash anyway so that unknown keys take as long as wrong secrets.
-			HashSecret(secret)
+			// The secret was hashed before the lookup, so unknown keys
+			// take as long as wrong secrets.
 			return unauthorized
 		} else if err != nil {
 			return err
 		}
-		if subtle.ConstantTimeCompare(HashSecret(secret), k.SecretHash) != 1 || k.Revoked != nil {
+		if subtle.ConstantTimeCompare(hash, k.SecretHash) != 1 || k.Revoked != nil {
 			return unauthorized
 		}
 		p.Key = k

@@ -72,6 +72,22 @@ func (c *Cloud) ListServices(ctx context.Context, projectID string) ([]*ServiceV
 	return out, err
 }
 
+// ServicesRevision returns the change counter of the project's services
+// and read replica sets (RevisionServices), after authorising the caller
+// to read them, so that a transport may answer from what it read and
+// encoded before, at the same counter, instead of reading it again. ok is
+// false when the store keeps no counters: then nothing may be kept.
+//
+// Read the counter before what it covers: a write that lands in between is
+// then in what was read, but the counter read is older, so what is kept
+// is merely thrown away once too often, never answered stale.
+func (c *Cloud) ServicesRevision(ctx context.Context, projectID string) (rev int64, ok bool, err error) {
+	if err := c.authorize(ctx, projectID); err != nil {
+		return 0, false, err
+	}
+	return c.revision(ctx, RevisionServices(projectID))
+}
+
 // GetService returns a service, or a read replica set shown as a service.
 func (c *Cloud) GetService(ctx context.Context, projectID, id string) (*ServiceView, error) {
 	var v *ServiceView

@@ -131,11 +131,35 @@ func (c *Cloud) SignOutEverywhere(ctx context.Context) error {
 // AuthenticateToken checks a user's access token (API) or session token
 // (console) and returns the user as the caller, with a role in each
 // project the user belongs to.
+//
+// As for keys, a token that passed is kept verified until anything
+// authentication reads changes in the store; its expiry is checked on
+// every request.
 func (c *Cloud) AuthenticateToken(ctx context.Context, kind, secret string) (*Principal, error) {
-	unauthorized := Errorf(KindUnauthorized, "Invalid, expired or revoked token; sign in again.")
+	hash := HashToken(secret)
+	p, err := c.cachedCredential(ctx, "token/"+kind+"/"+string(hash), nil, func() (*Principal, error) {
+		return c.checkToken(ctx, kind, hash)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !p.Token.Live(c.now()) {
+		return nil, tokenRefused()
+	}
+	return p, nil
+}
+
+// tokenRefused is the one answer to every token that does not pass.
+func tokenRefused() error {
+	return Errorf(KindUnauthorized, "Invalid, expired or revoked token; sign in again.")
+}
+
+// checkToken is AuthenticateToken's full check, against the store.
+func (c *Cloud) checkToken(ctx context.Context, kind string, hash []byte) (*Principal, error) {
+	unauthorized := tokenRefused()
 	var p Principal
 	err := c.Store.View(ctx, func(tx Tx) error {
-		t, err := tx.FindUserToken(HashToken(secret))
+		t, err := tx.FindUserToken(hash)
 		if IsNotFound(err) {
 			return unauthorized
 		} else if err != nil {

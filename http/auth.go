@@ -1,6 +1,7 @@
 package http
 
 import (
+	"context"
 	"encoding/base64"
 	"net"
 	"net/http"
@@ -21,10 +22,10 @@ import (
 // answered 429 instead of 401. Only failures are judged: a valid key is
 // never refused because others at the same address (a NAT, a CI runner)
 // failed.
-func (h *Handler) authenticate(r *http.Request) (*dbcloud.Principal, string, error) {
+func (h *Handler) authenticate(ctx context.Context, r *http.Request) (*dbcloud.Principal, string, error) {
 	ip := clientIP(r)
 	if token, ok := bearerToken(r.Header.Get("Authorization")); ok {
-		p, err := h.cloud.AuthenticateToken(r.Context(), dbcloud.TokenAccess, token)
+		p, err := h.cloud.AuthenticateToken(ctx, dbcloud.TokenAccess, token)
 		if dbcloud.ErrorKindOf(err) == dbcloud.KindUnauthorized {
 			return nil, "", h.limits.authFailed(ip, err)
 		}
@@ -35,7 +36,7 @@ func (h *Handler) authenticate(r *http.Request) (*dbcloud.Principal, string, err
 		return nil, "", h.limits.authFailed(ip, dbcloud.Errorf(dbcloud.KindUnauthorized,
 			"Send an API key as Authorization: Basic base64(ACCESS_KEY:SECRET_KEY) or Bearer ACCESS_KEY:SECRET_KEY."))
 	}
-	p, err := h.cloud.Authenticate(r.Context(), access, secret)
+	p, err := h.cloud.Authenticate(ctx, access, secret)
 	if err != nil {
 		if dbcloud.ErrorKindOf(err) == dbcloud.KindUnauthorized {
 			return nil, "", h.limits.authFailed(ip, err)

@@ -49,14 +49,20 @@ var storeKinds = []string{"sqlite", "postgres"}
 
 func openStore(t testing.TB, kind string) dbcloud.Store {
 	t.Helper()
+	s, _ := openStoreDSN(t, kind)
+	return s
+}
+
+// openStoreDSN is openStore that also returns where the store is (a file
+// or a PostgreSQL DSN), so that a test can open a second handle on it.
+func openStoreDSN(t testing.TB, kind string) (s dbcloud.Store, dsn string) {
+	t.Helper()
 	ctx := context.Background()
-	var (
-		s   dbcloud.Store
-		err error
-	)
+	var err error
 	switch kind {
 	case "sqlite":
-		s, err = sqlite.Open(ctx, filepath.Join(t.TempDir(), "dbcloud.db"))
+		dsn = filepath.Join(t.TempDir(), "dbcloud.db")
+		s, err = sqlite.Open(ctx, dsn)
 	case "postgres":
 		pg.once.Do(func() {
 			if pg.dir, pg.err = os.MkdirTemp("", "dbcloud-http-pg-"); pg.err == nil {
@@ -70,8 +76,8 @@ func openStore(t testing.TB, kind string) dbcloud.Store {
 		pg.n++
 		name := fmt.Sprintf("http_test_%d", pg.n)
 		pg.mu.Unlock()
-		dsn, derr := pg.srv.CreateDatabase(ctx, name)
-		if derr != nil {
+		var derr error
+		if dsn, derr = pg.srv.CreateDatabase(ctx, name); derr != nil {
 			t.Fatalf("create database: %v", derr)
 		}
 		s, err = postgres.Open(ctx, dsn)
@@ -80,7 +86,7 @@ func openStore(t testing.TB, kind string) dbcloud.Store {
 		t.Fatalf("open %s store: %v", kind, err)
 	}
 	t.Cleanup(func() { s.Close() })
-	return s
+	return s, dsn
 }
 
 // testRuntime stands in for the runtime in these HTTP tests, which are
@@ -142,11 +148,14 @@ type env struct {
 	srv     *httptest.Server
 	router  routers.Router
 	a, b    *dbcloud.NewAPIKey
+	// dsn is where the store is (openStoreDSN).
+	dsn string
 }
 
 func newEnv(t testing.TB, kind string, cfg http.Config) *env {
 	t.Helper()
-	e := &env{t: t, store: openStore(t, kind), runtime: &testRuntime{passwords: map[string]string{}}}
+	e := &env{t: t, runtime: &testRuntime{passwords: map[string]string{}}}
+	e.store, e.dsn = openStoreDSN(t, kind)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	// As dbcloud serve opens the store: changes are recorded as events.
 	e.cloud = dbcloud.NewCloud(dbcloud.NewEventStore(e.store), e.runtime, dbcloud.DefaultConfig(), logger)

@@ -232,15 +232,18 @@ func (h *Handler) deletePeering(w http.ResponseWriter, r *http.Request) (int, an
 }
 
 func (h *Handler) listServices(w http.ResponseWriter, r *http.Request) (int, any, error) {
-	vs, err := h.cloud.ListServices(r.Context(), r.PathValue("project_id"))
-	if err != nil {
-		return 0, nil, err
-	}
-	out := make([]*serviceJSON, len(vs))
-	for i, v := range vs {
-		out[i] = toService(v)
-	}
-	return http.StatusOK, out, nil
+	pid := r.PathValue("project_id")
+	return h.encodedRead(r, encodedKey{project: pid}, func() (any, error) {
+		vs, err := h.cloud.ListServices(r.Context(), pid)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]*serviceJSON, len(vs))
+		for i, v := range vs {
+			out[i] = toService(v)
+		}
+		return out, nil
+	})
 }
 
 func (h *Handler) createService(w http.ResponseWriter, r *http.Request) (int, any, error) {
@@ -266,11 +269,14 @@ func serviceResult(v *dbcloud.ServiceView, err error) (int, any, error) {
 }
 
 func (h *Handler) getService(w http.ResponseWriter, r *http.Request) (int, any, error) {
-	v, err := h.cloud.GetService(r.Context(), r.PathValue("project_id"), r.PathValue("service_id"))
-	if err != nil {
-		return 0, nil, err
-	}
-	return http.StatusOK, toService(v), nil
+	pid, id := r.PathValue("project_id"), r.PathValue("service_id")
+	return h.encodedRead(r, encodedKey{project: pid, service: id}, func() (any, error) {
+		v, err := h.cloud.GetService(r.Context(), pid, id)
+		if err != nil {
+			return nil, err
+		}
+		return toService(v), nil
+	})
 }
 
 func (h *Handler) renameService(w http.ResponseWriter, r *http.Request) (int, any, error) {

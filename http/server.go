@@ -3,6 +3,7 @@
 package http
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -12,6 +13,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -92,6 +94,8 @@ type Handler struct {
 	logger *slog.Logger
 	mux    *http.ServeMux
 	limits *limiters
+	// encoded keeps encoded service reads (encoded.go).
+	encoded encodedCache
 	// ready reports whether the server can take requests (for /readyz).
 	ready atomic.Bool
 	// stop is closed when the server shuts down, to end event streams,
@@ -204,7 +208,16 @@ func (h *Handler) unrouted(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) api(rt Route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
-		p, secret, err := h.authenticate(r)
+		if pid := r.PathValue("project_id"); pid != "" && r.Method == http.MethodGet {
+			// The counters that authentication and a cached read of the
+			// project's services check, in one store read for both.
+			var err error
+			if ctx, err = h.cloud.WithRevisions(ctx, dbcloud.RevisionCredentials, dbcloud.RevisionServices(pid)); err != nil {
+				writeError(w, r, h.logger, err)
+				return
+			}
+		}
+		p, secret, err := h.authenticate(ctx, r)
 		if err != nil {
 			writeError(w, r, h.logger, err)
 			return
@@ -223,7 +236,11 @@ func (h *Handler) api(rt Route) http.Handler {
 		}
 		oplog := &dbcloud.OperationLog{}
 		r = r.WithContext(dbcloud.NewContextWithOperationLog(dbcloud.NewContextWithPrincipal(ctx, p), oplog))
-		r.Body = io.NopCloser(strings.NewReader(string(body)))
+		if len(body) > 0 {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		} else {
+			r.Body = http.NoBody
+		}
 
 		if key := r.Header.Get("Idempotency-Key"); key != "" && (r.Method == http.MethodPost || r.Method == http.MethodDelete) {
 			h.idempotent(w, r, rt, p, secret, key, body)
@@ -248,11 +265,21 @@ func writeResult(w http.ResponseWriter, status int, out any) {
 		writeRaw(w, status, nil)
 		return
 	}
+	if b, ok := out.(encodedBody); ok {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		w.WriteHeader(status)
+		w.Write(b)
+		return
+	}
 	writeJSON(w, status, out)
 }
 
 // readBody enforces the size limit and media type and returns the body.
 func readBody(r *http.Request, wantBody bool) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil // the server's body of a request without one
+	}
 	if r.ContentLength > MaxBodyBytes {
 		return nil, &transportError{http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE", "The request body is over the limit of 1 MiB."}
 	}

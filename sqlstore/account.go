@@ -14,6 +14,7 @@ import (
 
 // InsertUser adds a user; ErrDuplicate if the ID or e-mail exists.
 func (t *tx) InsertUser(u *dbcloud.User) error {
+	t.touch(dbcloud.RevisionCredentials)
 	doc, err := encode(u)
 	if err != nil {
 		return err
@@ -81,6 +82,7 @@ func (t *tx) listUsers(query string, args ...any) ([]*dbcloud.User, error) {
 
 // UpdateUser replaces a user; ErrNotFound if missing.
 func (t *tx) UpdateUser(u *dbcloud.User) error {
+	t.touch(dbcloud.RevisionCredentials)
 	doc, err := encode(u)
 	if err != nil {
 		return err
@@ -95,6 +97,7 @@ func (t *tx) UpdateUser(u *dbcloud.User) error {
 
 // InsertProject adds a project; ErrDuplicate if the ID exists.
 func (t *tx) InsertProject(p *dbcloud.Project) error {
+	t.touch(dbcloud.RevisionCredentials)
 	doc, err := encode(p)
 	if err != nil {
 		return err
@@ -127,6 +130,7 @@ func (t *tx) ListProjects() ([]*dbcloud.Project, error) {
 
 // UpdateProject replaces a project's document; ErrNotFound if it is gone.
 func (t *tx) UpdateProject(p *dbcloud.Project) error {
+	t.touch(dbcloud.RevisionCredentials)
 	doc, err := encode(p)
 	if err != nil {
 		return err
@@ -155,6 +159,7 @@ func (t *tx) LockProject(id string) error {
 
 // InsertAPIKey adds a key; ErrDuplicate if the access key exists.
 func (t *tx) InsertAPIKey(k *dbcloud.APIKey) error {
+	t.touch(dbcloud.RevisionCredentials)
 	doc, err := encode(k)
 	if err != nil {
 		return err
@@ -215,6 +220,7 @@ func (t *tx) listAPIKeys(query string, args ...any) ([]*dbcloud.APIKey, error) {
 
 // UpdateAPIKey replaces a key, found by access key; ErrNotFound if missing.
 func (t *tx) UpdateAPIKey(k *dbcloud.APIKey) error {
+	t.touch(dbcloud.RevisionCredentials)
 	doc, err := encode(k)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 
 // InsertMembership adds a membership; ErrDuplicate if the user is a member.
 func (t *tx) InsertMembership(m *dbcloud.Membership) error {
+	t.touch(dbcloud.RevisionCredentials)
 	err := t.insert(`INSERT INTO memberships (project_id, user_id, role, created) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING`,
 		m.ProjectID, m.UserID, string(m.Role), formatTime(m.Created))
 	if err != nil {
@@ -76,6 +77,7 @@ func (t *tx) listMemberships(query string, args ...any) ([]*dbcloud.Membership, 
 
 // UpdateMembership changes a member's role; ErrNotFound if missing.
 func (t *tx) UpdateMembership(m *dbcloud.Membership) error {
+	t.touch(dbcloud.RevisionCredentials)
 	err := t.change(`UPDATE memberships SET role = ? WHERE project_id = ? AND user_id = ?`, string(m.Role), m.ProjectID, m.UserID)
 	if err != nil {
 		return fmt.Errorf("update membership %s/%s: %w", m.ProjectID, m.UserID, err)
@@ -85,6 +87,7 @@ func (t *tx) UpdateMembership(m *dbcloud.Membership) error {
 
 // DeleteMembership removes a member; ErrNotFound if missing.
 func (t *tx) DeleteMembership(projectID, userID string) error {
+	t.touch(dbcloud.RevisionCredentials)
 	if err := t.change(`DELETE FROM memberships WHERE project_id = ? AND user_id = ?`, projectID, userID); err != nil {
 		return fmt.Errorf("delete membership %s/%s: %w", projectID, userID, err)
 	}
@@ -95,6 +98,7 @@ func (t *tx) DeleteMembership(projectID, userID string) error {
 
 // InsertUserToken adds a token; ErrDuplicate if its hash exists.
 func (t *tx) InsertUserToken(u *dbcloud.UserToken) error {
+	t.touch(dbcloud.RevisionCredentials)
 	doc, err := encode(u)
 	if err != nil {
 		return err
@@ -162,6 +166,7 @@ func (t *tx) listUserTokens(query string, args ...any) ([]*dbcloud.UserToken, er
 
 // UpdateUserToken replaces a token's doc; ErrNotFound if missing.
 func (t *tx) UpdateUserToken(u *dbcloud.UserToken) error {
+	t.touch(dbcloud.RevisionCredentials)
 	doc, err := encode(u)
 	if err != nil {
 		return err
@@ -179,5 +184,10 @@ func (t *tx) DeleteUserTokensBefore(then time.Time) (int, error) {
 		return 0, fmt.Errorf("delete expired tokens: %w", err)
 	}
 	n, err := res.RowsAffected()
+	if n > 0 {
+		// Only when something went: the periodic purge then leaves
+		// every verified credential kept.
+		t.touch(dbcloud.RevisionCredentials)
+	}
 	return int(n), err
 }

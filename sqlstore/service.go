@@ -8,6 +8,7 @@ import (
 
 // InsertService adds a service; ErrDuplicate if the ID exists in any project.
 func (t *tx) InsertService(s *dbcloud.Service) error {
+	t.touch(dbcloud.RevisionServices(s.ProjectID))
 	doc, err := encode(s)
 	if err != nil {
 		return err
@@ -41,6 +42,7 @@ func (t *tx) ListServices(projectID string) ([]*dbcloud.Service, error) {
 
 // UpdateService replaces a service; ErrNotFound if it is missing.
 func (t *tx) UpdateService(s *dbcloud.Service) error {
+	t.touch(dbcloud.RevisionServices(s.ProjectID))
 	doc, err := encode(s)
 	if err != nil {
 		return err
@@ -55,6 +57,7 @@ func (t *tx) UpdateService(s *dbcloud.Service) error {
 
 // DeleteService removes a service; ErrNotFound if it is missing.
 func (t *tx) DeleteService(projectID, id string) error {
+	t.touch(dbcloud.RevisionServices(projectID))
 	if err := t.change(`DELETE FROM services WHERE id = ? AND project_id = ?`, id, projectID); err != nil {
 		return fmt.Errorf("delete service %s: %w", id, err)
 	}
@@ -63,6 +66,7 @@ func (t *tx) DeleteService(projectID, id string) error {
 
 // InsertReplicaSet adds a read replica set; ErrDuplicate if the ID exists.
 func (t *tx) InsertReplicaSet(r *dbcloud.ReadReplicaSet) error {
+	t.touch(dbcloud.RevisionServices(r.ProjectID))
 	doc, err := encode(r)
 	if err != nil {
 		return err
@@ -107,6 +111,7 @@ func (t *tx) ListReplicaSets(projectID, serviceID string) ([]*dbcloud.ReadReplic
 
 // UpdateReplicaSet replaces a read replica set; ErrNotFound if it is missing.
 func (t *tx) UpdateReplicaSet(r *dbcloud.ReadReplicaSet) error {
+	t.touch(dbcloud.RevisionServices(r.ProjectID))
 	doc, err := encode(r)
 	if err != nil {
 		return err
@@ -121,6 +126,7 @@ func (t *tx) UpdateReplicaSet(r *dbcloud.ReadReplicaSet) error {
 
 // DeleteReplicaSet removes a read replica set; ErrNotFound if it is missing.
 func (t *tx) DeleteReplicaSet(projectID, id string) error {
+	t.touch(dbcloud.RevisionServices(projectID))
 	if err := t.change(`DELETE FROM replica_sets WHERE id = ? AND project_id = ?`, id, projectID); err != nil {
 		return fmt.Errorf("delete replica set %s: %w", id, err)
 	}

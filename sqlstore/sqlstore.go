@@ -84,6 +84,11 @@ type Store struct {
 	// '?'-text, so rebinding costs one map lookup per statement.
 	rebound sync.Map // string -> string
 
+	// revStmt reads a revision counter; prepared once (per connection,
+	// by database/sql) because it runs on every cached read.
+	revMu    sync.Mutex
+	revStmts map[int]*sql.Stmt // by number of scopes
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -128,7 +133,11 @@ func (s *Store) run(ctx context.Context, db *sql.DB, opts *sql.TxOptions, forUpd
 	// After Commit this is a no-op; on an error or a panic in fn it undoes
 	// everything fn wrote.
 	defer func() { _ = sqlTx.Rollback() }()
-	if err := fn(&tx{ctx: ctx, tx: sqlTx, s: s, forUpdate: forUpdate}); err != nil {
+	t := &tx{ctx: ctx, tx: sqlTx, s: s, forUpdate: forUpdate}
+	if err := fn(t); err != nil {
+		return err
+	}
+	if err := t.bumpRevisions(); err != nil {
 		return err
 	}
 	if err := sqlTx.Commit(); err != nil {
@@ -137,10 +146,65 @@ func (s *Store) run(ctx context.Context, db *sql.DB, opts *sql.TxOptions, forUpd
 	return nil
 }
 
+// Revisions returns the change counters of scopes, in their order
+// (dbcloud.Revisions), read in one query outside any transaction: a few
+// indexed rows, so it costs far less than reading what they count.
+func (s *Store) Revisions(ctx context.Context, scopes ...string) ([]int64, error) {
+	stmt, err := s.revisionStmt(ctx, len(scopes))
+	if err != nil {
+		return nil, err
+	}
+	args := make([]any, len(scopes))
+	for i, sc := range scopes {
+		args[i] = sc
+	}
+	out := make([]int64, len(scopes))
+	dest := make([]any, len(scopes))
+	for i := range out {
+		dest[i] = &out[i]
+	}
+	if err := stmt.QueryRowContext(ctx, args...).Scan(dest...); err != nil {
+		return nil, fmt.Errorf("read revisions: %w", err)
+	}
+	return out, nil
+}
+
+// revisionStmt returns the prepared query of n counters; prepared once
+// (per connection, by database/sql) because it runs on every cached read.
+func (s *Store) revisionStmt(ctx context.Context, n int) (*sql.Stmt, error) {
+	s.revMu.Lock()
+	defer s.revMu.Unlock()
+	if stmt := s.revStmts[n]; stmt != nil {
+		return stmt, nil
+	}
+	if n < 1 {
+		return nil, fmt.Errorf("read revisions: no scope")
+	}
+	// One row of scalar subqueries, not WHERE scope IN (...): SQLite
+	// builds a temporary index for an IN list, which cost more than the
+	// lookups themselves on every request.
+	one := `COALESCE((SELECT rev FROM revisions WHERE scope = ?), 0)`
+	q := `SELECT ` + one + strings.Repeat(", "+one, n-1)
+	stmt, err := s.readDB.PrepareContext(ctx, s.rebind(q))
+	if err != nil {
+		return nil, fmt.Errorf("prepare revision query: %w", s.formatError(err))
+	}
+	if s.revStmts == nil {
+		s.revStmts = map[int]*sql.Stmt{}
+	}
+	s.revStmts[n] = stmt
+	return stmt, nil
+}
+
 // Close closes the database pools. It is safe to call more than once.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
+		s.revMu.Lock()
+		for _, stmt := range s.revStmts {
+			errs = append(errs, stmt.Close())
+		}
+		s.revMu.Unlock()
 		if s.readDB != s.db {
 			errs = append(errs, s.readDB.Close())
 		}

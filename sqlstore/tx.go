@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"dbcloud"
@@ -21,6 +22,39 @@ type tx struct {
 	// forUpdate ends the queries of finders: the dialect's row lock in
 	// write transactions, "" in read-only ones.
 	forUpdate string
+	// touched holds the revision scopes (dbcloud.Revisions) this
+	// transaction wrote to; their counters grow just before it commits.
+	touched map[string]struct{}
+}
+
+// touch records a write to what scope covers.
+func (t *tx) touch(scope string) {
+	if t.touched == nil {
+		t.touched = map[string]struct{}{}
+	}
+	t.touched[scope] = struct{}{}
+}
+
+// bumpRevisions grows the counter of every scope the transaction touched,
+// in sorted order: the counter rows are locked last and always in the same
+// order, so two transactions never wait on each other's counters in a
+// cycle, whatever order they wrote their other rows in.
+func (t *tx) bumpRevisions() error {
+	if len(t.touched) == 0 {
+		return nil
+	}
+	scopes := make([]string, 0, len(t.touched))
+	for s := range t.touched {
+		scopes = append(scopes, s)
+	}
+	slices.Sort(scopes)
+	for _, s := range scopes {
+		if _, err := t.exec(`INSERT INTO revisions (scope, rev) VALUES (?, 1)
+			ON CONFLICT (scope) DO UPDATE SET rev = revisions.rev + 1`, s); err != nil {
+			return fmt.Errorf("count change of %s: %w", s, err)
+		}
+	}
+	return nil
 }
 
 // timeLayout is RFC 3339 in UTC with all nine fractional digits, so that the

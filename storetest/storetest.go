@@ -53,6 +53,7 @@ func RunStoreTests(t *testing.T, newDB NewDB) {
 		{"View", testView},
 		{"Concurrency", testConcurrency},
 		{"Reopen", testReopen},
+		{"Revision", testRevision},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
