@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"time"
 )
@@ -986,6 +987,10 @@ func (c *Cloud) insertChildOperation(ctx context.Context, tx Tx, projectID, pare
 // transaction; concurrent requests may take some of them first.
 const portCandidates = 4
 
+// portAttempts bounds how often a request probes again after concurrent
+// requests took every port it probed.
+const portAttempts = 8
+
 // errPortsTaken says that every probed port was claimed by another request
 // meanwhile; the request probes again.
 var errPortsTaken = errors.New("every probed port was claimed meanwhile")
@@ -995,21 +1000,25 @@ var errPortsTaken = errors.New("every probed port was claimed meanwhile")
 // before fn's store transaction, never inside it; fn claims the first that
 // is still free (claimEndpoint).
 func (c *Cloud) withFreePorts(ctx context.Context, fn func(ports []int) error) error {
-	for attempt := 0; ; attempt++ {
+	for attempt := 1; ; attempt++ {
 		ports, err := c.freePorts(ctx)
 		if err != nil {
 			return err
 		}
 		err = fn(ports)
-		if !errors.Is(err, errPortsTaken) || attempt == 4 {
-			if errors.Is(err, errPortsTaken) {
-				return fmt.Errorf("claim a port: %w", err)
-			}
+		if !errors.Is(err, errPortsTaken) {
 			return err
+		}
+		if attempt == portAttempts {
+			// Nothing was made; the caller can simply ask again.
+			return Errorf(KindUnavailable, "Every free port this request probed was taken by concurrent requests; try again.")
 		}
 	}
 }
 
+// freePorts probes from a random place in the range, wrapping around, so
+// that concurrent requests (on this plane or another) mostly probe
+// different ports instead of all racing for the lowest free ones.
 func (c *Cloud) freePorts(ctx context.Context) ([]int, error) {
 	var used map[int]string
 	err := c.Store.View(ctx, func(tx Tx) (err error) {
@@ -1019,8 +1028,14 @@ func (c *Cloud) freePorts(ctx context.Context) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
+	span := c.Config.PortMax - c.Config.PortMin + 1
+	if span <= 0 {
+		return nil, nil
+	}
+	start := rand.IntN(span)
 	var out []int
-	for p := c.Config.PortMin; p <= c.Config.PortMax && len(out) < portCandidates; p++ {
+	for i := 0; i < span && len(out) < portCandidates; i++ {
+		p := c.Config.PortMin + (start+i)%span
 		if _, taken := used[p]; !taken && c.Runtime.PortFree(p) {
 			out = append(out, p)
 		}
