@@ -69,6 +69,10 @@ const (
 	// it looks (preparations of another plane cannot wake it).
 	poolClaimWait = 20 * time.Second
 	poolClaimPoll = 10 * time.Millisecond
+	// poolStartGrace is how long a create that found the pool empty waits
+	// for a refill to begin before it prepares a cluster inline: the loop
+	// starts at once when woken, unless its last preparation failed.
+	poolStartGrace = time.Second
 	// prepareMemory is what one preparation is counted to use, initdb's
 	// bootstrap backend or the preparation postmaster (shared_buffers 16MB)
 	// with its backends, with room to spare: PoolMemoryShare is divided by
@@ -230,6 +234,13 @@ func (m *Instances) noteTake(ready int) {
 	m.kickRefill()
 }
 
+// inBurst says whether the pool's target is raised by a burst.
+func (m *Instances) inBurst() bool {
+	m.poolMu.Lock()
+	defer m.poolMu.Unlock()
+	return m.burstTarget > 0
+}
+
 // refillLoop keeps the pool at its target: it prepares clusters, several
 // at once when more than one is missing (prepareSlots bounds how many),
 // and otherwise sleeps until a take wakes it or poolRecheck passes. After
@@ -276,8 +287,12 @@ func (m *Instances) refillLoop(ctx context.Context) {
 				backoff = min(2*backoff, poolBackoffMax)
 			}
 		case <-m.refill:
-			if len(m.readyEntries()) > 0 {
+			// In a burst, or with nothing left, creates wait for the
+			// refill: it starts at once.
+			if len(m.readyEntries()) > 0 && !m.inBurst() {
 				notBefore = later(notBefore, time.Now().Add(poolRefillDelay))
+			} else {
+				notBefore = time.Time{}
 			}
 		case <-time.After(wait):
 		}
@@ -412,7 +427,8 @@ func randomName() string {
 // when dst is on another filesystem (rename cannot cross), so the caller
 // prepares one inline.
 func (m *Instances) claimEntry(ctx context.Context, dst string, pgdataOnly bool) (string, error) {
-	deadline := time.Now().Add(poolClaimWait)
+	begin := time.Now()
+	deadline := begin.Add(poolClaimWait)
 	first := true
 	for {
 		ready, preparing := m.poolEntries()
@@ -445,8 +461,11 @@ func (m *Instances) claimEntry(ctx context.Context, dst string, pgdataOnly bool)
 				return "", fmt.Errorf("take pool entry %s: %w", name, err)
 			}
 		}
-		// Without a pool of its own (PoolSize 0) a plane does not wait.
-		if preparing == 0 || m.PoolSize == 0 || time.Now().After(deadline) {
+		// Without a pool of its own (PoolSize 0) a plane does not wait;
+		// with one, it gives the refill it just woke poolStartGrace to
+		// begin.
+		idle := preparing == 0 && time.Since(begin) > poolStartGrace
+		if idle || m.PoolSize == 0 || time.Now().After(deadline) {
 			return "", nil
 		}
 		select {
