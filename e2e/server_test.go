@@ -501,6 +501,8 @@ func stopPostmasters(t testing.TB, dir string) {
 		users = append(users, "dbc-"+svc.Name())
 	}
 	records, _ := filepath.Glob(filepath.Join(dir, "runtime", "identities", "*"))
+	claims, _ := filepath.Glob(filepath.Join(dir, "runtime", "services", "*", "claimed", "identity"))
+	records = append(records, claims...)
 	for _, f := range records {
 		if key, err := os.ReadFile(f); err == nil {
 			users = append(users, "dbc-"+strings.TrimSpace(string(key)))

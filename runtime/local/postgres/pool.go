@@ -249,7 +249,9 @@ func (m *Instances) inBurst() bool {
 // by a burst is refilled at once, since creates wait for it.
 func (m *Instances) refillLoop(ctx context.Context) {
 	backoff := poolBackoffMin
-	var notBefore time.Time
+	// notBefore postpones the refill after a take; retryAt after a failed
+	// preparation, which no take cuts short.
+	var notBefore, retryAt time.Time
 	inFlight := 0
 	done := make(chan error)
 	defer func() {
@@ -263,7 +265,7 @@ func (m *Instances) refillLoop(ctx context.Context) {
 		missing := m.PoolTarget() - ready - inFlight
 		wait := poolRecheck
 		if missing > 0 && inFlight < m.prepareSlots() {
-			if d := time.Until(notBefore); d > 0 {
+			if d := time.Until(later(notBefore, retryAt)); d > 0 {
 				wait = d
 			} else {
 				inFlight++
@@ -283,7 +285,7 @@ func (m *Instances) refillLoop(ctx context.Context) {
 				return
 			default:
 				m.Logger.Error("prepare pool cluster", "error", err, "retry_in", backoff.String())
-				notBefore = time.Now().Add(backoff)
+				retryAt = time.Now().Add(backoff)
 				backoff = min(2*backoff, poolBackoffMax)
 			}
 		case <-m.refill:
