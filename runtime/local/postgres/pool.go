@@ -218,15 +218,15 @@ func (m *Instances) kickRefill() {
 }
 
 // noteTake tells the pool that a create took (or wanted) a prepared
-// cluster when ready were left before it. A take from a pool that is not
-// full means creates come faster than the pool refills: the target
+// cluster when ready were left before it. A take from a pool already half
+// empty means creates come faster than the pool refills: the target
 // doubles, up to PoolMaxSize, so the refill prepares ahead of the burst;
 // it shrinks back after poolIdle without takes (refillLoop).
 func (m *Instances) noteTake(ready int) {
 	m.poolMu.Lock()
 	defer m.poolMu.Unlock()
 	m.lastTake = time.Now()
-	if target := m.targetLocked(); ready < target && target < m.PoolMaxSize {
+	if target := m.targetLocked(); ready <= target/2 && target < m.PoolMaxSize {
 		m.burstTarget = min(max(2*target, 1), m.PoolMaxSize)
 		m.Logger.Info("creates come faster than the pool refills; preparing ahead",
 			"ready", ready, "target", m.burstTarget, "max", m.PoolMaxSize)
@@ -234,19 +234,18 @@ func (m *Instances) noteTake(ready int) {
 	m.kickRefill()
 }
 
-// inBurst says whether the pool's target is raised by a burst.
-func (m *Instances) inBurst() bool {
-	m.poolMu.Lock()
-	defer m.poolMu.Unlock()
-	return m.burstTarget > 0
+// urgent says whether creates may soon wait for the refill: the pool is
+// down to half its target or less.
+func (m *Instances) urgent() bool {
+	return len(m.readyEntries()) <= m.PoolTarget()/2
 }
 
 // refillLoop keeps the pool at its target: it prepares clusters, several
 // at once when more than one is missing (prepareSlots bounds how many),
 // and otherwise sleeps until a take wakes it or poolRecheck passes. After
-// a take that left ready clusters it waits poolRefillDelay, so the refill
-// does not compete with the instance starting right then; a pool emptied
-// by a burst is refilled at once, since creates wait for it.
+// a take that left more than half the target it waits poolRefillDelay, so
+// the refill does not compete with the instance starting right then; a
+// pool drained further is refilled at once, since creates may wait for it.
 func (m *Instances) refillLoop(ctx context.Context) {
 	backoff := poolBackoffMin
 	// notBefore postpones the refill after a take; retryAt after a failed
@@ -289,12 +288,12 @@ func (m *Instances) refillLoop(ctx context.Context) {
 				backoff = min(2*backoff, poolBackoffMax)
 			}
 		case <-m.refill:
-			// In a burst, or with nothing left, creates wait for the
-			// refill: it starts at once.
-			if len(m.readyEntries()) > 0 && !m.inBurst() {
-				notBefore = later(notBefore, time.Now().Add(poolRefillDelay))
-			} else {
+			// With half the target or less left, creates may soon wait
+			// for the refill: it starts at once.
+			if m.urgent() {
 				notBefore = time.Time{}
+			} else {
+				notBefore = later(notBefore, time.Now().Add(poolRefillDelay))
 			}
 		case <-time.After(wait):
 		}
