@@ -347,7 +347,7 @@ func (m *Instances) makeDataDir(ctx context.Context, s Spec) (string, error) {
 	if err := os.Mkdir(work, 0o755); err != nil {
 		return "", err
 	}
-	if err := m.prepareCluster(ctx, work, s.Owner); err != nil {
+	if err := m.prepareCluster(ctx, work, s.Owner, 0); err != nil {
 		return "", err
 	}
 	if err := os.Rename(filepath.Join(work, "pgdata"), s.PGData()); err != nil {

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -78,6 +79,8 @@ const (
 	// with its backends, with room to spare: PoolMemoryShare is divided by
 	// it.
 	prepareMemory = 64 << 20
+	// prepareNice is the nice value of a preparation no create waits for.
+	prepareNice = 10
 )
 
 // Open removes half-made pool entries left by a crash and starts the
@@ -267,8 +270,14 @@ func (m *Instances) refillLoop(ctx context.Context) {
 			if d := time.Until(later(notBefore, retryAt)); d > 0 {
 				wait = d
 			} else {
+				// Background work unless creates may soon wait for it:
+				// the instances that creates start come first.
+				nice := 0
+				if !m.urgent() {
+					nice = prepareNice
+				}
 				inFlight++
-				go func() { done <- m.addToPool(ctx) }()
+				go func() { done <- m.addToPool(ctx, nice) }()
 				continue
 			}
 		}
@@ -343,12 +352,13 @@ func (m *Instances) shrinkIfIdle(ctx context.Context) {
 	m.Logger.Info("pool idle; back to its size", "size", m.PoolSize)
 }
 
-// addToPool prepares one cluster in a .tmp- entry and publishes it. With
+// addToPool prepares one cluster in a .tmp- entry and publishes it, at
+// nice (0: normal priority) when no create is about to wait for it. With
 // Identities, the entry has an OS identity of its own, made first (so a
 // crash leaves the .tmp- entry that names it, and cleanPool removes both),
 // and the cluster is made as it: a create that takes it needs neither a
 // new OS user nor a chown.
-func (m *Instances) addToPool(ctx context.Context) (err error) {
+func (m *Instances) addToPool(ctx context.Context, nice int) (err error) {
 	begin := time.Now()
 	name := randomName()
 	work := filepath.Join(m.PoolDir, poolTmpPrefix+name)
@@ -373,7 +383,7 @@ func (m *Instances) addToPool(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	if err := m.prepareCluster(ctx, work, owner); err != nil {
+	if err := m.prepareCluster(ctx, work, owner, nice); err != nil {
 		return err
 	}
 	if err := os.Rename(work, filepath.Join(m.PoolDir, poolReadyPrefix+name)); err != nil {
@@ -533,7 +543,7 @@ func (m *Instances) takeFromPool(ctx context.Context, pgdata string) (string, er
 // owner is the OS identity the cluster is made as: nil (the Instances'
 // own) for the pool, whose clusters are given to their service's identity
 // when taken (ownTree), or the service's when made inline.
-func (m *Instances) prepareCluster(ctx context.Context, work string, owner *osuser.Identity) error {
+func (m *Instances) prepareCluster(ctx context.Context, work string, owner *osuser.Identity, nice int) error {
 	pgdata := filepath.Join(work, "pgdata")
 	// A throwaway spec gives the preparation run the same peer mapping as
 	// the instance will have.
@@ -563,11 +573,18 @@ func (m *Instances) prepareCluster(ctx context.Context, work string, owner *osus
 	// that backend writing into a directory being removed.
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: m.Owner(s), Setpgid: true}
 	initdb.Cancel = func() error { return syscall.Kill(-initdb.Process.Pid, syscall.SIGKILL) }
-	if out, err := initdb.CombinedOutput(); err != nil {
+	var out bytes.Buffer
+	initdb.Stdout, initdb.Stderr = &out, &out
+	err := initdb.Start()
+	if err == nil {
+		lowerPriority(initdb.Process.Pid, nice)
+		err = initdb.Wait()
+	}
+	if err != nil {
 		if initdb.Process != nil {
 			_ = syscall.Kill(-initdb.Process.Pid, syscall.SIGKILL)
 		}
-		return fmt.Errorf("initdb %s: %w: %s", pgdata, err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("initdb %s: %w: %s", pgdata, err, strings.TrimSpace(out.String()))
 	}
 
 	logPath := filepath.Join(work, "prepare.log")
@@ -586,6 +603,7 @@ func (m *Instances) prepareCluster(ctx context.Context, work string, owner *osus
 	if err != nil {
 		return err
 	}
+	lowerPriority(c.PID, nice)
 	// Stopped whatever happens below, even when ctx is cancelled.
 	stopErr := func() error {
 		_ = syscall.Kill(c.PID, syscall.SIGINT)
@@ -616,6 +634,16 @@ func (m *Instances) prepareCluster(ctx context.Context, work string, owner *osus
 		return fmt.Errorf("stop preparation postmaster: %w%s", err, proc.LogTail(logPath, logStart))
 	}
 	return syncfs(work)
+}
+
+// lowerPriority sets the nice value of the process group led by pid (a
+// preparation's initdb or postmaster, and what they fork) when nice is
+// above 0. Best effort: a preparation at normal priority is only slower
+// for the creates around it.
+func lowerPriority(pid, nice int) {
+	if nice > 0 {
+		_ = syscall.Setpriority(syscall.PRIO_PGRP, pid, nice)
+	}
 }
 
 // removeWorkDir removes a preparation directory, first killing any server
