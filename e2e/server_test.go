@@ -496,12 +496,34 @@ func stopPostmasters(t testing.TB, dir string) {
 	for _, f := range append(pidFiles, scratch...) {
 		stopByPIDFile(f)
 	}
-	// The OS users of services the test did not delete (dbcloud makes one
-	// per service, named dbc-<id>).
+	// The OS users of services the test did not delete: dbc-<id>, or the
+	// one the service took with its cluster from the pool, recorded in
+	// identities/<id>; and those of the pool's entries, dbc-p-<entry>.
+	var users []string
 	svcs, _ := os.ReadDir(filepath.Join(dir, "runtime", "services"))
 	for _, svc := range svcs {
-		exec.Command("userdel", "dbc-"+svc.Name()).Run()
-		exec.Command("groupdel", "dbc-"+svc.Name()).Run()
+		users = append(users, "dbc-"+svc.Name())
+	}
+	records, _ := filepath.Glob(filepath.Join(dir, "runtime", "identities", "*"))
+	claims, _ := filepath.Glob(filepath.Join(dir, "runtime", "services", "*", "claimed", "identity"))
+	records = append(records, claims...)
+	for _, f := range records {
+		if key, err := os.ReadFile(f); err == nil {
+			users = append(users, "dbc-"+strings.TrimSpace(string(key)))
+		}
+	}
+	entries, _ := os.ReadDir(filepath.Join(dir, "runtime", "pool"))
+	for _, e := range entries {
+		for _, prefix := range []string{".tmp-gone-", ".tmp-", "ready-"} {
+			if name, ok := strings.CutPrefix(e.Name(), prefix); ok {
+				users = append(users, "dbc-p-"+name)
+				break
+			}
+		}
+	}
+	for _, u := range users {
+		exec.Command("userdel", u).Run()
+		exec.Command("groupdel", u).Run()
 	}
 }
 

@@ -53,9 +53,13 @@ type Config struct {
 	LogFormat  string
 	Quotas     dbcloud.Quotas
 	PoolSize   int
-	Overcommit float64
-	NodeID     string
-	RuntimeDir string
+	// PoolMaxSize and PoolMemoryShare bound the pool's growth in a burst
+	// of creates (runtime/local/postgres.Instances).
+	PoolMaxSize     int
+	PoolMemoryShare float64
+	Overcommit      float64
+	NodeID          string
+	RuntimeDir      string
 	// LeaseTTL is how long a plane's lease on a resource outlives its last
 	// renewal: the takeover time when a plane dies (docs/multi-plane.md).
 	LeaseTTL time.Duration
@@ -104,7 +108,7 @@ func DefaultConfig() Config {
 		PGBinDir: pgbin.Dir(), Regions: strings.Join(d.Regions, ","), Sizes: sizesString(d.Sizes),
 		PortMin: d.PortMin, PortMax: d.PortMax, RateLimit: h.RateLimit, RateBurst: h.RateBurst,
 		AdminName: "admin", AdminEmail: "admin@example.com", LogFormat: "json", Quotas: d.Quotas,
-		PoolSize: 2, Overcommit: 4, VPCBlock: netip.MustParsePrefix("127.77.0.0/16"),
+		PoolSize: 2, PoolMaxSize: postgres.DefaultPoolMaxSize, PoolMemoryShare: postgres.DefaultPoolMemoryShare, Overcommit: 4, VPCBlock: netip.MustParsePrefix("127.77.0.0/16"),
 		SnapshotInterval: local.DefaultSnapshotInterval, SnapshotRetention: local.DefaultSnapshotRetention,
 		StorageLimits: dbcloud.DefaultStorageLimits, LogMaxAge: 7 * 24 * time.Hour, LogMaxBytes: 1 << 30, HTTP: http.DefaultServerConfig(),
 		LeaseTTL: engine.DefaultLeaseTTL, Metrics: DefaultMetricsConfig(), RestoreCheckInterval: time.Hour,
@@ -175,6 +179,8 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&c.AdminEmail, "admin-email", c.AdminEmail, "e-mail of the admin user created with the store")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: json or text")
 	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "prepared PostgreSQL clusters kept ready for creates")
+	fs.IntVar(&c.PoolMaxSize, "pool-max-size", c.PoolMaxSize, "prepared clusters the pool may grow to while creates come faster than it refills (stopped clusters: about 40 MB of disk and an OS user each); it shrinks back to --pool-size after 2 minutes without creates")
+	fs.Float64Var(&c.PoolMemoryShare, "pool-memory-share", c.PoolMemoryShare, "share of MemAvailable the pool's preparations under way may use together, each counted at 64 MiB (and at most one per CPU)")
 	fs.Float64Var(&c.Overcommit, "overcommit", c.Overcommit, "how many times the host's CPU and memory all running instances may reserve together")
 	fs.DurationVar(&c.HTTP.ReadTimeout, "http-read-timeout", c.HTTP.ReadTimeout, "longest time to read a request, body included")
 	fs.DurationVar(&c.HTTP.WriteTimeout, "http-write-timeout", c.HTTP.WriteTimeout, "longest time to write a response")
@@ -258,6 +264,9 @@ func (c *Config) validate() error {
 	}
 	if c.PoolSize < 0 || c.Overcommit <= 0 {
 		errs = append(errs, fmt.Errorf("--pool-size must be 0 or more and --overcommit above 0"))
+	}
+	if c.PoolMaxSize < 0 || c.PoolMemoryShare <= 0 || c.PoolMemoryShare > 1 {
+		errs = append(errs, fmt.Errorf("--pool-max-size must be 0 or more and --pool-memory-share above 0 and at most 1"))
 	}
 	if c.Runtime != "" && c.Runtime != "local" && c.Runtime != "kubernetes" {
 		errs = append(errs, fmt.Errorf("--runtime %q: want local or kubernetes", c.Runtime))
@@ -404,7 +413,8 @@ func (m *Main) localRuntime(ctx context.Context) (runtimeProvisioner, dbcloud.Ne
 	}
 	m.runtime, err = local.New(local.Config{
 		BinDir: c.PGBinDir, DataDir: runtimeDir, Host: c.PublicHost, CA: m.ca,
-		PoolSize: c.PoolSize, Overcommit: c.Overcommit, Logger: m.Logger,
+		PoolSize: c.PoolSize, PoolMaxSize: c.PoolMaxSize, PoolMemoryShare: c.PoolMemoryShare,
+		Overcommit: c.Overcommit, Logger: m.Logger,
 		SnapshotInterval: c.SnapshotInterval, SnapshotRetention: c.SnapshotRetention,
 		LogRetention: local.LogRetention{MaxAge: c.LogMaxAge, MaxBytes: c.LogMaxBytes},
 		PgBouncer:    c.PgBouncer, StorageImageGiB: c.StorageImageGiB, StorageLimits: c.StorageLimits,

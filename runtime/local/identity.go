@@ -8,9 +8,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
+	"dbcloud"
 	"dbcloud/internal/atomicfile"
 	"dbcloud/runtime/local/internal/osuser"
+	"dbcloud/runtime/local/postgres"
 )
 
 // Each service runs as an OS user and group of its own (osuser), made on
@@ -23,6 +26,60 @@ import (
 // 0600. dbcloud itself, root, reaches each superuser by peer identity;
 // the service's user maps to no superuser (postgres.RenderConfig).
 
+//
+// A new service takes its identity with its cluster from the pool of
+// prepared clusters (postgres.Instances.Claim): each entry is made as an
+// identity of its own, named for the entry (dbc-p-<entry>), so a create
+// runs neither useradd nor a chown of the cluster. Which identity is the
+// service's is recorded in DATA/identities/<id> (root's) from the claim
+// until the identity is removed with the service; without a record, it is
+// dbc-<id>, made on the service's first ensure when the pool had nothing
+// (and for services from before the pool made identities).
+//
+// The claim is one rename of the whole entry to the service's claimed/
+// directory, so no two services ever get the same entry. A crash after it
+// is finished by the next ensure (or delete): the entry's identity file
+// says whose it is (finishClaim).
+
+// identityPath is the record of the service's identity key.
+func (rt *Runtime) identityPath(id string) string {
+	return filepath.Join(rt.cfg.DataDir, "identities", id)
+}
+
+// claimDir is where a pool entry claimed for the service goes, whole,
+// until its cluster is moved to the primary's data directory.
+func (rt *Runtime) claimDir(id string) string {
+	return filepath.Join(rt.serviceDir(id), "claimed")
+}
+
+// ownerKey is the osuser key of the service's identity: the recorded one
+// (recorded now, if a claim was cut short before), else the service's ID.
+func (rt *Runtime) ownerKey(id string) (string, error) {
+	raw, err := os.ReadFile(rt.identityPath(id))
+	if err == nil {
+		return strings.TrimSpace(string(raw)), nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	raw, err = os.ReadFile(filepath.Join(rt.claimDir(id), postgres.PoolIdentityFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return id, nil
+	} else if err != nil {
+		return "", err
+	}
+	key := strings.TrimSpace(string(raw))
+	return key, rt.recordOwner(id, key)
+}
+
+// recordOwner writes the record of the service's identity key, durably.
+func (rt *Runtime) recordOwner(id, key string) error {
+	if err := os.MkdirAll(filepath.Dir(rt.identityPath(id)), 0o700); err != nil {
+		return err
+	}
+	return atomicfile.Write(rt.identityPath(id), []byte(key+"\n"), 0o600)
+}
+
 // lookupOwner returns the identity of the service with id, nil when
 // services run as dbcloud's default user (dbcloud is not root) or the
 // service has none yet.
@@ -30,24 +87,91 @@ func (rt *Runtime) lookupOwner(id string) (*osuser.Identity, error) {
 	if rt.users == nil {
 		return nil, nil
 	}
-	who, ok, err := rt.users.Lookup(id)
+	key, err := rt.ownerKey(id)
+	if err != nil {
+		return nil, err
+	}
+	who, ok, err := rt.users.Lookup(key)
 	if err != nil || !ok {
 		return nil, err
 	}
 	return &who, nil
 }
 
-// ensureOwner returns the identity of the service with id, making it if it
-// does not exist.
-func (rt *Runtime) ensureOwner(ctx context.Context, id string) (*osuser.Identity, error) {
+// ensureOwner returns the identity of the service, making it if it does
+// not exist: a new service (not a fork, whose data comes from its parent)
+// claims a prepared cluster and its identity from the pool, else
+// dbc-<id> is made.
+func (rt *Runtime) ensureOwner(ctx context.Context, svc *dbcloud.Service) (*osuser.Identity, error) {
 	if rt.users == nil {
 		return nil, nil
 	}
-	who, err := rt.users.Ensure(ctx, id)
+	key, err := rt.ownerKey(svc.ID)
 	if err != nil {
-		return nil, fmt.Errorf("OS user of service %s: %w", id, err)
+		return nil, err
+	}
+	if key == svc.ID && svc.Fork == nil {
+		_, exists, err := rt.users.Lookup(key)
+		if err != nil {
+			return nil, err
+		}
+		if !exists {
+			if key, err = rt.claim(ctx, svc.ID); err != nil {
+				return nil, err
+			}
+		}
+	}
+	who, err := rt.users.Ensure(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("OS user of service %s: %w", svc.ID, err)
 	}
 	return &who, nil
+}
+
+// claim takes a prepared cluster and its identity from the pool for a new
+// service and records the identity; it returns the service's ID (its own
+// identity, to be made) when the pool has none, or the service already
+// has data (its instance directory exists).
+func (rt *Runtime) claim(ctx context.Context, id string) (string, error) {
+	// An entry claimed already but naming no identity (made before pool
+	// entries had one) is used as it is: finishClaim moves its cluster and
+	// Prepare gives it to dbc-<id>.
+	for _, dir := range []string{filepath.Join(rt.serviceDir(id), "0"), rt.claimDir(id)} {
+		if _, err := os.Stat(dir); err == nil {
+			return id, nil
+		}
+	}
+	key, ok, err := rt.instances.Claim(ctx, rt.claimDir(id))
+	if err != nil || !ok || key == "" {
+		return id, err
+	}
+	return key, rt.recordOwner(id, key)
+}
+
+// finishClaim moves the cluster of a claimed pool entry to the primary's
+// data directory, unless it has one, and removes what else the entry
+// held (its preparation's config and log).
+func (rt *Runtime) finishClaim(id string) error {
+	dir := rt.claimDir(id)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	inst := filepath.Join(rt.serviceDir(id), "0")
+	pgdata := filepath.Join(inst, "pgdata")
+	if _, err := os.Lstat(pgdata); errors.Is(err, fs.ErrNotExist) {
+		// The instance's directory is made as Prepare makes it; Prepare
+		// sets its mode and group again.
+		if err := os.MkdirAll(inst, 0o700); err != nil {
+			return err
+		}
+		if err := os.Rename(filepath.Join(dir, "pgdata"), pgdata); err != nil {
+			return fmt.Errorf("move the claimed cluster of %s: %w", id, err)
+		}
+		if err := atomicfile.SyncDir(inst); err != nil {
+			return err
+		}
+	}
+	return os.RemoveAll(dir)
 }
 
 // makeServiceDir makes DATA/services/<id> root's and enterable only by
@@ -78,6 +202,14 @@ func (rt *Runtime) removeOwner(ctx context.Context, id string) error {
 	if rt.users == nil {
 		return nil
 	}
+	key, err := rt.ownerKey(id)
+	if err != nil {
+		return err
+	}
+	// A claim cut short leaves its cluster here, the identity's.
+	if err := os.RemoveAll(rt.claimDir(id)); err != nil {
+		return err
+	}
 	dir := rt.serviceDir(id)
 	if err := os.Lchown(dir, 0, 0); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
@@ -85,7 +217,13 @@ func (rt *Runtime) removeOwner(ctx context.Context, id string) error {
 	if err := os.Chmod(dir, 0o700); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	return rt.users.Remove(ctx, id)
+	if err := rt.users.Remove(ctx, key); err != nil {
+		return err
+	}
+	if err := os.Remove(rt.identityPath(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // proxyBinary returns a copy of the dbcloud binary that every service's

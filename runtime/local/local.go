@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"dbcloud"
@@ -46,6 +47,10 @@ type Config struct {
 	CA *tlsca.CA
 	// PoolSize is how many prepared clusters wait for creates.
 	PoolSize int
+	// PoolMaxSize and PoolMemoryShare bound the pool's growth during a
+	// burst of creates (postgres.Instances); zero takes the defaults.
+	PoolMaxSize     int
+	PoolMemoryShare float64
 	// Overcommit is how many times the host's CPU and memory the sizes of
 	// all running instances may add up to (the domain admits against it):
 	// idle PostgreSQL uses far less than its size.
@@ -152,17 +157,23 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	sup := proc.NewSupervisor()
 	cgroups := cgroup.NewHierarchy(cfg.Logger)
+	var users *osuser.Manager
+	// The pool makes an identity with each prepared cluster (identity.go).
+	var identities postgres.Identities
+	if os.Geteuid() == 0 {
+		users = osuser.New(osuser.DefaultPrefix, osuser.SystemTools(), cfg.Logger)
+		identities = users
+	}
 	instances, err := postgres.NewInstances(postgres.Config{
 		BinDir: cfg.BinDir, PoolDir: filepath.Join(dir, "pool"), PoolSize: cfg.PoolSize,
+		PoolMaxSize: cfg.PoolMaxSize, PoolMemoryShare: cfg.PoolMemoryShare, Identities: identities,
 		Logger: cfg.Logger, Supervisor: sup, Cgroups: cgroups,
 	})
 	if err != nil {
 		return nil, err
 	}
-	var users *osuser.Manager
 	proxyExe := ""
-	if os.Geteuid() == 0 {
-		users = osuser.New(osuser.DefaultPrefix, osuser.SystemTools(), cfg.Logger)
+	if users != nil {
 		exe, err := os.Executable()
 		if err != nil {
 			return nil, fmt.Errorf("local runtime: %w", err)
@@ -307,15 +318,18 @@ func (rt *Runtime) instanceBase(svc *dbcloud.Service) (postgres.Spec, error) {
 // preparedBase is instanceBase with the service's directory made and its
 // certificate in the spec.
 func (rt *Runtime) preparedBase(ctx context.Context, svc *dbcloud.Service) (postgres.Spec, error) {
-	// The service's OS identity comes first: everything below is its.
-	if _, err := rt.ensureOwner(ctx, svc.ID); err != nil {
+	// The volume first, so that a cluster claimed from the pool is
+	// renamed into it; then the service's OS identity: everything below
+	// is its.
+	if err := rt.makeServiceVolume(ctx, svc, rt.serviceDir(svc.ID)); err != nil {
 		return postgres.Spec{}, err
 	}
+	if _, err := rt.ensureOwner(ctx, svc); err != nil {
+		return postgres.Spec{}, err
+	}
+	stepDone(ctx, "os_user")
 	base, err := rt.instanceBase(svc)
 	if err != nil {
-		return postgres.Spec{}, err
-	}
-	if err := rt.makeServiceVolume(ctx, svc, rt.serviceDir(svc.ID)); err != nil {
 		return postgres.Spec{}, err
 	}
 	// The service directory is traversable by the service's user so its
@@ -325,9 +339,14 @@ func (rt *Runtime) preparedBase(ctx context.Context, svc *dbcloud.Service) (post
 	if err := rt.makeServiceDir(svc.ID, base.Owner); err != nil {
 		return postgres.Spec{}, err
 	}
+	if err := rt.finishClaim(svc.ID); err != nil {
+		return postgres.Spec{}, err
+	}
+	stepDone(ctx, "service_dir")
 	if base.CertPEM, base.KeyPEM, err = rt.serverCert(svc); err != nil {
 		return postgres.Spec{}, err
 	}
+	stepDone(ctx, "tls_cert")
 	return base, nil
 }
 
@@ -391,7 +410,11 @@ func certValid(certPEM []byte, margin time.Duration, hosts []string) bool {
 
 // EnsureService makes the service's primary match its spec.
 func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*dbcloud.Observation, error) {
+	ctx, steps := withSteps(ctx)
 	obs, err := rt.ensureService(ctx, svc)
+	if err == nil {
+		rt.cfg.Logger.Info("service ensured", append([]any{"service", svc.ID}, steps.logAttrs()...)...)
+	}
 	return obs, userError(err)
 }
 
@@ -421,6 +444,7 @@ func (rt *Runtime) ensureService(ctx context.Context, svc *dbcloud.Service) (*db
 	if err := rt.instances.Ensure(ctx, spec); err != nil {
 		return nil, err
 	}
+	stepDone(ctx, "instance")
 	if err := rt.servePrimary(ctx, svc, spec, obs); err != nil {
 		return nil, err
 	}
@@ -444,14 +468,25 @@ func userError(err error) error {
 // servePrimary is the end of every ensure of a running service, HA or
 // not: the password and addons on the running primary (slots of deleted
 // read replica sets dropped), its endpoints checked, its pooler, and what
-// obs reports of it.
+// obs reports of it. Its usage is left to the next health check, within a
+// second or so: measuring here (a walk of the data directory and another
+// session) would delay every READY for numbers nobody has waited for.
 func (rt *Runtime) servePrimary(ctx context.Context, svc *dbcloud.Service, primary postgres.Spec, obs *dbcloud.Observation) error {
-	if err := rt.setVerifier(ctx, primary, svc.PasswordVerifier); err != nil {
+	// One superuser session for both: each new session forks a backend
+	// under the instance's CPU quota.
+	conn, err := rt.instances.Connect(ctx, primary, "postgres")
+	if err != nil {
+		return fmt.Errorf("set password on %s: %w", primary.ID, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if err := setVerifierOn(ctx, conn, primary, svc.PasswordVerifier); err != nil {
 		return err
 	}
-	if err := rt.dropStaleSlots(ctx, primary); err != nil {
+	stepDone(ctx, "password")
+	if err := rt.dropStaleSlots(ctx, conn, primary); err != nil {
 		return err
 	}
+	stepDone(ctx, "slots")
 	for _, a := range svc.Spec.Addons {
 		ext := a.Extension()
 		if err := rt.instances.Exec(ctx, primary, "tsdb", "CREATE EXTENSION IF NOT EXISTS "+postgres.QuoteIdent(ext)+" SCHEMA public"); err != nil {
@@ -466,12 +501,12 @@ func (rt *Runtime) servePrimary(ctx context.Context, svc *dbcloud.Service, prima
 			return err
 		}
 	}
-	var err error
+	stepDone(ctx, "endpoint")
 	if obs.PoolerEndpoint, err = rt.ensurePooler(ctx, svc, primary, primary, svc.PoolerPort); err != nil {
 		return err
 	}
+	stepDone(ctx, "pooler")
 	obs.Running = true
-	obs.Metrics = rt.metrics(ctx, svc, primary)
 	return nil
 }
 
@@ -593,13 +628,35 @@ func (rt *Runtime) SetPassword(ctx context.Context, svc *dbcloud.Service, verifi
 // setVerifier sends the SCRAM verifier, never a plaintext password, so the
 // password reaches neither PostgreSQL's logs nor any process list.
 func (rt *Runtime) setVerifier(ctx context.Context, spec postgres.Spec, verifier string) error {
-	if !strings.HasPrefix(verifier, "SCRAM-SHA-256$") {
-		return dbcloud.Terminal(fmt.Errorf("instance %s: stored password is not a SCRAM verifier", spec.ID))
+	if err := checkVerifier(spec, verifier); err != nil {
+		return err
 	}
-	if err := rt.instances.Exec(ctx, spec, "postgres", "ALTER ROLE tsdbadmin PASSWORD "+postgres.QuoteLiteral(verifier)); err != nil {
+	if err := rt.instances.Exec(ctx, spec, "postgres", alterPassword(verifier)); err != nil {
 		return fmt.Errorf("set password on %s: %w", spec.ID, err)
 	}
 	return nil
+}
+
+// setVerifierOn is setVerifier on a superuser session the caller has.
+func setVerifierOn(ctx context.Context, conn *pgx.Conn, spec postgres.Spec, verifier string) error {
+	if err := checkVerifier(spec, verifier); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, alterPassword(verifier)); err != nil {
+		return fmt.Errorf("set password on %s: %w", spec.ID, err)
+	}
+	return nil
+}
+
+func checkVerifier(spec postgres.Spec, verifier string) error {
+	if !strings.HasPrefix(verifier, "SCRAM-SHA-256$") {
+		return dbcloud.Terminal(fmt.Errorf("instance %s: stored password is not a SCRAM verifier", spec.ID))
+	}
+	return nil
+}
+
+func alterPassword(verifier string) string {
+	return "ALTER ROLE tsdbadmin PASSWORD " + postgres.QuoteLiteral(verifier)
 }
 
 // checkEndpoint proves the endpoint serves TLS with the service's

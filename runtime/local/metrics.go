@@ -82,7 +82,7 @@ func (rt *Runtime) databaseMetrics(ctx context.Context, svc *dbcloud.Service, sp
 // PoolReady is how many prepared clusters wait for creates now, and
 // PoolTarget how many the pool is refilled to.
 func (rt *Runtime) PoolReady() int  { return rt.instances.PoolReady() }
-func (rt *Runtime) PoolTarget() int { return rt.cfg.PoolSize }
+func (rt *Runtime) PoolTarget() int { return rt.instances.PoolTarget() }
 
 // xactSample is the last transaction count of a service, for rates.
 type xactSample struct {

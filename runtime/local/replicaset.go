@@ -16,6 +16,8 @@ import (
 
 	"dbcloud/runtime/local/postgres"
 
+	"github.com/jackc/pgx/v5"
+
 	"dbcloud"
 )
 
@@ -333,12 +335,7 @@ func (rt *Runtime) nodeTargets(st *replicaSetState, nodes []int) []string {
 // dropStaleSlots drops the slots of read replica nodes whose set is gone:
 // a set deleted while its parent was stopped could not drop them, and a
 // slot nobody reads from keeps WAL on the primary for ever.
-func (rt *Runtime) dropStaleSlots(ctx context.Context, primary postgres.Spec) error {
-	conn, err := rt.instances.Connect(ctx, primary, "postgres")
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
+func (rt *Runtime) dropStaleSlots(ctx context.Context, conn *pgx.Conn, primary postgres.Spec) error {
 	rows, err := conn.Query(ctx, `SELECT slot_name::text FROM pg_replication_slots WHERE slot_name LIKE 'dbcloud\_rs\_%' AND NOT active`)
 	if err != nil {
 		return err

@@ -18,6 +18,7 @@ import (
 
 	"dbcloud/internal/atomicfile"
 	"dbcloud/runtime/local/internal/cgroup"
+	"dbcloud/runtime/local/internal/osuser"
 	"dbcloud/runtime/local/internal/proc"
 )
 
@@ -73,7 +74,20 @@ type Instances struct {
 	PoolDir string
 	// PoolSize is how many prepared clusters to keep; 0 disables the pool.
 	PoolSize int
-	Logger   *slog.Logger
+	// PoolMaxSize is how many the pool may grow to while creates come
+	// faster than it refills (a burst); it shrinks back after poolIdle.
+	// Prepared clusters are stopped: each costs about 40 MB of disk (and
+	// an OS user, with Identities), no memory.
+	PoolMaxSize int
+	// PoolMemoryShare bounds the preparations under way at once: each is
+	// counted at prepareMemory, and together they stay within this share
+	// of MemAvailable (and at one per CPU).
+	PoolMemoryShare float64
+	// Identities, when set, gives each pool entry an OS identity of its
+	// own, made with the entry (see Claim); nil when dbcloud does not run
+	// services as identities of their own.
+	Identities Identities
+	Logger     *slog.Logger
 
 	cred      *syscall.Credential // nil: PostgreSQL runs as the current user
 	osUser    string              // the OS user dbcloud runs as, which the ident map names
@@ -86,8 +100,25 @@ type Instances struct {
 	locks map[string]*sync.Mutex // per instance Dir
 
 	refill chan struct{} // wakes the pool loop after a take
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	poolMu sync.Mutex
+	// burstTarget is the pool's target while a burst lasts (0: PoolSize),
+	// lastTake when a create last took a cluster.
+	burstTarget int
+	lastTake    time.Time
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+}
+
+// Defaults of the pool's burst bounds.
+const (
+	DefaultPoolMaxSize     = 8
+	DefaultPoolMemoryShare = 0.1
+)
+
+// Identities makes and removes OS identities by key (osuser.Manager).
+type Identities interface {
+	Ensure(ctx context.Context, key string) (osuser.Identity, error)
+	Remove(ctx context.Context, key string) error
 }
 
 // Config says where the PostgreSQL binaries and the pool are and what the
@@ -96,7 +127,13 @@ type Config struct {
 	BinDir   string
 	PoolDir  string
 	PoolSize int
-	Logger   *slog.Logger
+	// PoolMaxSize (default DefaultPoolMaxSize, at least PoolSize) and
+	// PoolMemoryShare (default DefaultPoolMemoryShare) bound the pool's
+	// growth in a burst of creates (see Instances).
+	PoolMaxSize     int
+	PoolMemoryShare float64
+	Identities      Identities
+	Logger          *slog.Logger
 	// Supervisor starts and reaps the postmasters; Cgroups confines them.
 	// Either may be nil for a private one.
 	Supervisor *proc.Supervisor
@@ -119,8 +156,21 @@ func NewInstances(cfg Config) (*Instances, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pool dir: %w", err)
 	}
-	if cfg.PoolSize < 0 {
-		return nil, fmt.Errorf("pool size %d must not be negative", cfg.PoolSize)
+	if cfg.PoolSize < 0 || cfg.PoolMaxSize < 0 || cfg.PoolMemoryShare < 0 || cfg.PoolMemoryShare > 1 {
+		return nil, fmt.Errorf("pool size %d and max size %d must not be negative, memory share %v within 0 and 1",
+			cfg.PoolSize, cfg.PoolMaxSize, cfg.PoolMemoryShare)
+	}
+	if cfg.PoolMaxSize == 0 {
+		cfg.PoolMaxSize = DefaultPoolMaxSize
+	}
+	if cfg.PoolMemoryShare == 0 {
+		cfg.PoolMemoryShare = DefaultPoolMemoryShare
+	}
+	// A pool of 0 stays off; otherwise a burst may grow it to at least
+	// its size.
+	maxSize := 0
+	if cfg.PoolSize > 0 {
+		maxSize = max(cfg.PoolMaxSize, cfg.PoolSize)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -136,16 +186,19 @@ func NewInstances(cfg Config) (*Instances, error) {
 		return nil, err
 	}
 	return &Instances{
-		BinDir:   cfg.BinDir,
-		PoolDir:  poolDir,
-		PoolSize: cfg.PoolSize,
-		Logger:   cfg.Logger,
-		cred:     cred,
-		osUser:   CurrentOSUser(),
-		sup:      cfg.Supervisor,
-		cgroups:  cfg.Cgroups,
-		locks:    map[string]*sync.Mutex{},
-		refill:   make(chan struct{}, 1),
+		BinDir:          cfg.BinDir,
+		PoolDir:         poolDir,
+		PoolSize:        cfg.PoolSize,
+		PoolMaxSize:     maxSize,
+		PoolMemoryShare: cfg.PoolMemoryShare,
+		Identities:      cfg.Identities,
+		Logger:          cfg.Logger,
+		cred:            cred,
+		osUser:          CurrentOSUser(),
+		sup:             cfg.Supervisor,
+		cgroups:         cfg.Cgroups,
+		locks:           map[string]*sync.Mutex{},
+		refill:          make(chan struct{}, 1),
 	}, nil
 }
 
@@ -214,8 +267,9 @@ func (m *Instances) prepare(ctx context.Context, s Spec) error {
 	if err := m.checkTraversable(s, s.Dir); err != nil {
 		return err
 	}
+	taken := ""
 	if _, err := os.Lstat(s.PGData()); errors.Is(err, fs.ErrNotExist) {
-		if err := m.makeDataDir(ctx, s); err != nil {
+		if taken, err = m.makeDataDir(ctx, s); err != nil {
 			return err
 		}
 	} else if err != nil {
@@ -225,6 +279,13 @@ func (m *Instances) prepare(ctx context.Context, s Spec) error {
 	// before it had an identity of its own becomes its OS user's.
 	if err := m.ownTree(s, s.PGData()); err != nil {
 		return err
+	}
+	if taken != "" && m.Identities != nil {
+		// Its files are the service's now; the identity it was made as
+		// goes with the rest of its pool entry.
+		if err := m.removeEntry(ctx, taken); err != nil {
+			m.Logger.Warn("remove the OS user of a taken pool entry", "entry", taken, "error", err)
+		}
 	}
 	// Left by a crash during an inline preparation that an earlier Prepare
 	// did not get to redo (the data directory came from elsewhere since).
@@ -264,34 +325,37 @@ func (m *Instances) makeInstanceRoot(s Spec) error {
 }
 
 // makeDataDir puts a fresh cluster at Dir/pgdata: from the pool if it has
-// one, else made now.
-func (m *Instances) makeDataDir(ctx context.Context, s Spec) error {
+// one (it returns the name of the entry taken), else made now.
+func (m *Instances) makeDataDir(ctx context.Context, s Spec) (string, error) {
 	start := time.Now()
-	took, err := m.takeFromPool(s.PGData())
+	taken, err := m.takeFromPool(ctx, s.PGData())
 	if err != nil {
-		return err
+		return "", err
 	}
-	if took {
+	if taken != "" {
 		m.Logger.Info("instance data directory taken from pool", "instance", s.ID, "ms", time.Since(start).Milliseconds())
-		return nil
+		return taken, nil
 	}
 	// Inline: prepare in Dir/.prepare, which shares Dir's filesystem, and
 	// rename into place only when complete, so a crash leaves no half-made
 	// pgdata (the next Prepare starts over).
 	work := filepath.Join(s.Dir, ".prepare")
 	if err := removeWorkDir(work); err != nil {
-		return err
+		return "", err
 	}
 	defer removeWorkDir(work)
-	if err := m.prepareCluster(ctx, work, s.Owner); err != nil {
-		return err
+	if err := os.Mkdir(work, 0o755); err != nil {
+		return "", err
+	}
+	if err := m.prepareCluster(ctx, work, s.Owner, 0); err != nil {
+		return "", err
 	}
 	if err := os.Rename(filepath.Join(work, "pgdata"), s.PGData()); err != nil {
-		return err
+		return "", err
 	}
 	if err := atomicfile.SyncDir(s.Dir); err != nil {
-		return err
+		return "", err
 	}
 	m.Logger.Info("instance data directory prepared inline (pool empty)", "instance", s.ID, "ms", time.Since(start).Milliseconds())
-	return nil
+	return "", nil
 }

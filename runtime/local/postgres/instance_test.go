@@ -548,7 +548,7 @@ func BenchmarkCreateFromPool(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		if err := m.addToPool(ctx); err != nil {
+		if err := m.addToPool(ctx, 0); err != nil {
 			b.Fatal(err)
 		}
 		s := mustSpec(b, base, fmt.Sprintf("bench%d", i))

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"syscall"
@@ -32,6 +34,9 @@ import (
 const (
 	poolTmpPrefix   = ".tmp-"
 	poolReadyPrefix = "ready-"
+	// poolGonePrefix marks a ready entry being removed (the pool shrinks):
+	// renamed first, so no create takes it meanwhile.
+	poolGonePrefix = poolTmpPrefix + "gone-"
 	// poolLockFile is held by the one process that prepares and cleans
 	// up pool entries.
 	poolLockFile = ".lock"
@@ -57,6 +62,25 @@ const (
 	// busy for half a second, and the instance that took the cluster is
 	// starting and logging in its application right then.
 	poolRefillDelay = 500 * time.Millisecond
+	// poolIdle is how long after the last take a pool grown by a burst
+	// shrinks back to PoolSize.
+	poolIdle = 2 * time.Minute
+	// poolClaimWait bounds how long a create waits for a cluster being
+	// prepared rather than preparing one inline; poolClaimPoll is how often
+	// it looks (preparations of another plane cannot wake it).
+	poolClaimWait = 20 * time.Second
+	poolClaimPoll = 10 * time.Millisecond
+	// poolStartGrace is how long a create that found the pool empty waits
+	// for a refill to begin before it prepares a cluster inline: the loop
+	// starts at once when woken, unless its last preparation failed.
+	poolStartGrace = time.Second
+	// prepareMemory is what one preparation is counted to use, initdb's
+	// bootstrap backend or the preparation postmaster (shared_buffers 16MB)
+	// with its backends, with room to spare: PoolMemoryShare is divided by
+	// it.
+	prepareMemory = 64 << 20
+	// prepareNice is the nice value of a preparation no create waits for.
+	prepareNice = 10
 )
 
 // Open removes half-made pool entries left by a crash and starts the
@@ -162,7 +186,7 @@ func (m *Instances) cleanPool() error {
 		}
 		if stale {
 			m.Logger.Info("removing unusable pool entry", "entry", name)
-			if err := removeWorkDir(filepath.Join(m.PoolDir, name)); err != nil {
+			if err := m.removeEntry(context.Background(), name); err != nil {
 				return err
 			}
 		}
@@ -172,19 +196,22 @@ func (m *Instances) cleanPool() error {
 
 // readyEntries lists the complete pool entries, oldest name first.
 func (m *Instances) readyEntries() []string {
-	entries, _ := os.ReadDir(m.PoolDir)
-	var ready []string
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), poolReadyPrefix) && e.IsDir() {
-			ready = append(ready, e.Name())
-		}
-	}
-	sort.Strings(ready)
+	ready, _ := m.poolEntries()
 	return ready
 }
 
 // PoolReady is how many prepared clusters wait for creates now.
 func (m *Instances) PoolReady() int { return len(m.readyEntries()) }
+
+// PoolTarget is how many prepared clusters the pool is refilled to now:
+// PoolSize, or more during a burst of creates (up to PoolMaxSize).
+func (m *Instances) PoolTarget() int {
+	m.poolMu.Lock()
+	defer m.poolMu.Unlock()
+	return m.targetLocked()
+}
+
+func (m *Instances) targetLocked() int { return max(m.PoolSize, m.burstTarget) }
 
 func (m *Instances) kickRefill() {
 	select {
@@ -193,54 +220,170 @@ func (m *Instances) kickRefill() {
 	}
 }
 
-// refillLoop prepares clusters one at a time until the pool is full, then
-// sleeps until a take wakes it (or poolRecheck passes).
+// noteTake tells the pool that a create took (or wanted) a prepared
+// cluster when ready were left before it. A take from a pool already half
+// empty means creates come faster than the pool refills: the target
+// doubles, up to PoolMaxSize, so the refill prepares ahead of the burst;
+// it shrinks back after poolIdle without takes (refillLoop).
+func (m *Instances) noteTake(ready int) {
+	m.poolMu.Lock()
+	defer m.poolMu.Unlock()
+	m.lastTake = time.Now()
+	if target := m.targetLocked(); ready <= target/2 && target < m.PoolMaxSize {
+		m.burstTarget = min(max(2*target, 1), m.PoolMaxSize)
+		m.Logger.Info("creates come faster than the pool refills; preparing ahead",
+			"ready", ready, "target", m.burstTarget, "max", m.PoolMaxSize)
+	}
+	m.kickRefill()
+}
+
+// urgent says whether creates may soon wait for the refill: the pool is
+// down to half its target or less.
+func (m *Instances) urgent() bool {
+	return len(m.readyEntries()) <= m.PoolTarget()/2
+}
+
+// refillLoop keeps the pool at its target: it prepares clusters, several
+// at once when more than one is missing (prepareSlots bounds how many),
+// and otherwise sleeps until a take wakes it or poolRecheck passes. After
+// a take that left more than half the target it waits poolRefillDelay, so
+// the refill does not compete with the instance starting right then; a
+// pool drained further is refilled at once, since creates may wait for it.
 func (m *Instances) refillLoop(ctx context.Context) {
 	backoff := poolBackoffMin
+	// notBefore postpones the refill after a take; retryAt after a failed
+	// preparation, which no take cuts short.
+	var notBefore, retryAt time.Time
+	inFlight := 0
+	done := make(chan error)
+	defer func() {
+		for ; inFlight > 0; inFlight-- {
+			<-done
+		}
+	}()
 	for {
-		if len(m.readyEntries()) < m.PoolSize {
-			err := m.addToPool(ctx)
-			if err == nil {
-				backoff = poolBackoffMin
+		m.shrinkIfIdle(ctx)
+		ready := len(m.readyEntries())
+		missing := m.PoolTarget() - ready - inFlight
+		wait := poolRecheck
+		if missing > 0 && inFlight < m.prepareSlots() {
+			if d := time.Until(later(notBefore, retryAt)); d > 0 {
+				wait = d
+			} else {
+				// Background work unless creates may soon wait for it:
+				// the instances that creates start come first.
+				nice := 0
+				if !m.urgent() {
+					nice = prepareNice
+				}
+				inFlight++
+				go func() { done <- m.addToPool(ctx, nice) }()
 				continue
 			}
-			if ctx.Err() != nil {
-				return
-			}
-			m.Logger.Error("prepare pool cluster", "error", err, "retry_in", backoff.String())
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, poolBackoffMax)
-			continue
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-m.refill:
-			select {
-			case <-ctx.Done():
+		case err := <-done:
+			inFlight--
+			switch {
+			case err == nil:
+				backoff = poolBackoffMin
+			case ctx.Err() != nil:
 				return
-			case <-time.After(poolRefillDelay):
+			default:
+				m.Logger.Error("prepare pool cluster", "error", err, "retry_in", backoff.String())
+				retryAt = time.Now().Add(backoff)
+				backoff = min(2*backoff, poolBackoffMax)
 			}
-		case <-time.After(poolRecheck):
+		case <-m.refill:
+			// With half the target or less left, creates may soon wait
+			// for the refill: it starts at once.
+			if m.urgent() {
+				notBefore = time.Time{}
+			} else {
+				notBefore = later(notBefore, time.Now().Add(poolRefillDelay))
+			}
+		case <-time.After(wait):
 		}
 	}
 }
 
-// addToPool prepares one cluster in a .tmp- entry and publishes it.
-func (m *Instances) addToPool(ctx context.Context) (err error) {
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// prepareSlots is how many clusters may be prepared at once: one per CPU
+// (initdb keeps a core busy), and no more than fit in PoolMemoryShare of
+// the memory available now, at prepareMemory each; always at least one.
+func (m *Instances) prepareSlots() int {
+	slots := runtime.NumCPU()
+	if avail, err := memAvailable(); err == nil && m.PoolMemoryShare > 0 {
+		slots = min(slots, int(m.PoolMemoryShare*float64(avail)/prepareMemory))
+	}
+	return max(1, slots)
+}
+
+// shrinkIfIdle returns the target to PoolSize once no create took a
+// cluster for poolIdle, and removes the clusters (and OS users) prepared
+// beyond it: the newest first, so the oldest go to creates.
+func (m *Instances) shrinkIfIdle(ctx context.Context) {
+	m.poolMu.Lock()
+	if m.burstTarget == 0 || time.Since(m.lastTake) < poolIdle {
+		m.poolMu.Unlock()
+		return
+	}
+	m.burstTarget = 0
+	m.poolMu.Unlock()
+	ready := m.readyEntries()
+	for i := len(ready) - 1; i >= m.PoolSize; i-- {
+		// Renamed first, so that no create takes it while it goes.
+		gone := poolGonePrefix + strings.TrimPrefix(ready[i], poolReadyPrefix)
+		if err := os.Rename(filepath.Join(m.PoolDir, ready[i]), filepath.Join(m.PoolDir, gone)); err != nil {
+			continue // taken meanwhile
+		}
+		if err := m.removeEntry(ctx, gone); err != nil {
+			m.Logger.Warn("remove surplus pool entry", "entry", gone, "error", err)
+		}
+	}
+	m.Logger.Info("pool idle; back to its size", "size", m.PoolSize)
+}
+
+// addToPool prepares one cluster in a .tmp- entry and publishes it, at
+// nice (0: normal priority) when no create is about to wait for it. With
+// Identities, the entry has an OS identity of its own, made first (so a
+// crash leaves the .tmp- entry that names it, and cleanPool removes both),
+// and the cluster is made as it: a create that takes it needs neither a
+// new OS user nor a chown.
+func (m *Instances) addToPool(ctx context.Context, nice int) (err error) {
 	begin := time.Now()
 	name := randomName()
 	work := filepath.Join(m.PoolDir, poolTmpPrefix+name)
 	defer func() {
 		if err != nil {
-			_ = removeWorkDir(work)
+			_ = m.removeEntry(context.WithoutCancel(ctx), poolTmpPrefix+name)
 		}
 	}()
-	if err := m.prepareCluster(ctx, work, nil); err != nil {
+	if err := os.Mkdir(work, 0o755); err != nil {
+		return err
+	}
+	var owner *osuser.Identity
+	if m.Identities != nil {
+		key := PoolIdentityKey(name)
+		who, err := m.Identities.Ensure(ctx, key)
+		if err != nil {
+			return fmt.Errorf("OS user of pool entry %s: %w", name, err)
+		}
+		owner = &who
+		// Named inside the entry too, which a claim renames whole.
+		if err := atomicfile.Write(filepath.Join(work, PoolIdentityFile), []byte(key+"\n"), 0o644, atomicfile.NoDirSync()); err != nil {
+			return err
+		}
+	}
+	if err := m.prepareCluster(ctx, work, owner, nice); err != nil {
 		return err
 	}
 	if err := os.Rename(work, filepath.Join(m.PoolDir, poolReadyPrefix+name)); err != nil {
@@ -253,6 +396,31 @@ func (m *Instances) addToPool(ctx context.Context) (err error) {
 	return nil
 }
 
+// PoolIdentityFile, in a pool entry made with Identities, holds the osuser
+// key of its identity.
+const PoolIdentityFile = "identity"
+
+// PoolIdentityKey is the osuser key of the OS identity of the pool entry
+// named name (its random part): "p-" and the name, which no service ID
+// (letters and digits only) can equal.
+func PoolIdentityKey(name string) string { return "p-" + name }
+
+// removeEntry removes a pool entry (by its name in PoolDir) and, with
+// Identities, its OS identity, once nothing of the entry runs any more.
+func (m *Instances) removeEntry(ctx context.Context, name string) error {
+	if err := removeWorkDir(filepath.Join(m.PoolDir, name)); err != nil {
+		return err
+	}
+	if m.Identities == nil {
+		return nil
+	}
+	key := name
+	for _, prefix := range []string{poolGonePrefix, poolTmpPrefix, poolReadyPrefix} {
+		key = strings.TrimPrefix(key, prefix)
+	}
+	return m.Identities.Remove(ctx, PoolIdentityKey(key))
+}
+
 func randomName() string {
 	b := make([]byte, 8)
 	if _, err := rand.Read(b); err != nil {
@@ -261,40 +429,112 @@ func randomName() string {
 	return hex.EncodeToString(b)
 }
 
-// takeFromPool renames a prepared cluster to pgdata. It reports false when
-// the pool is empty, or on another filesystem (rename cannot cross), so the
-// caller prepares one inline.
-func (m *Instances) takeFromPool(pgdata string) (bool, error) {
-	for _, name := range m.readyEntries() {
-		entry := filepath.Join(m.PoolDir, name)
-		err := os.Rename(filepath.Join(entry, "pgdata"), pgdata)
-		switch {
-		case err == nil:
-			if err := atomicfile.SyncDir(filepath.Dir(pgdata)); err != nil {
-				return true, err
+// claimEntry takes a ready entry out of the pool by renaming it (or its
+// pgdata, with pgdataOnly) to dst, and returns its name. When the pool is
+// empty but clusters are being prepared (.tmp- entries exist, by this
+// plane or the one keeping the pool), it waits for one up to poolClaimWait:
+// a preparation under way finishes sooner than one begun now, and does
+// not compete with it for the CPU. It reports "" when there is none, or
+// when dst is on another filesystem (rename cannot cross), so the caller
+// prepares one inline.
+func (m *Instances) claimEntry(ctx context.Context, dst string, pgdataOnly bool) (string, error) {
+	begin := time.Now()
+	deadline := begin.Add(poolClaimWait)
+	first := true
+	for {
+		ready, preparing := m.poolEntries()
+		if first {
+			m.noteTake(len(ready))
+			first = false
+		}
+		for _, name := range ready {
+			src := filepath.Join(m.PoolDir, name)
+			if pgdataOnly {
+				src = filepath.Join(src, "pgdata")
 			}
-			if err := os.RemoveAll(entry); err != nil {
-				m.Logger.Warn("remove taken pool entry", "entry", name, "error", err)
+			err := os.Rename(src, dst)
+			switch {
+			case err == nil:
+				if err := atomicfile.SyncDir(filepath.Dir(dst)); err != nil {
+					return name, err
+				}
+				m.kickRefill()
+				return name, nil
+			case errors.Is(err, fs.ErrNotExist):
+				continue // taken concurrently
+			case errors.Is(err, syscall.EXDEV):
+				m.exdevWarn.Do(func() {
+					m.Logger.Warn("pool dir is on another filesystem than the instances; preparing clusters inline",
+						"pool_dir", m.PoolDir, "instance_dir", filepath.Dir(dst))
+				})
+				return "", nil
+			default:
+				return "", fmt.Errorf("take pool entry %s: %w", name, err)
 			}
-			m.kickRefill()
-			return true, nil
-		case errors.Is(err, fs.ErrNotExist):
-			continue // taken concurrently
-		case errors.Is(err, syscall.EXDEV):
-			m.exdevWarn.Do(func() {
-				m.Logger.Warn("pool dir is on another filesystem than the instances; preparing clusters inline",
-					"pool_dir", m.PoolDir, "instance_dir", filepath.Dir(pgdata))
-			})
-			return false, nil
-		default:
-			return false, fmt.Errorf("take pool entry %s: %w", name, err)
+		}
+		// Without a pool of its own (PoolSize 0) a plane does not wait;
+		// with one, it gives the refill it just woke poolStartGrace to
+		// begin.
+		idle := preparing == 0 && time.Since(begin) > poolStartGrace
+		if idle || m.PoolSize == 0 || time.Now().After(deadline) {
+			return "", nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(poolClaimPoll):
 		}
 	}
-	m.kickRefill()
-	return false, nil
 }
 
-// prepareCluster makes work/pgdata a stopped, synced cluster with the
+// poolEntries lists the complete entries, oldest name first, and counts
+// those being prepared.
+func (m *Instances) poolEntries() (ready []string, preparing int) {
+	entries, _ := os.ReadDir(m.PoolDir)
+	for _, e := range entries {
+		switch {
+		case strings.HasPrefix(e.Name(), poolReadyPrefix) && e.IsDir():
+			ready = append(ready, e.Name())
+		case strings.HasPrefix(e.Name(), poolTmpPrefix) && !strings.HasPrefix(e.Name(), poolGonePrefix):
+			preparing++
+		}
+	}
+	sort.Strings(ready)
+	return ready, preparing
+}
+
+// Claim takes a prepared cluster for a new service: it renames a whole
+// ready entry to dst (which must not exist, on the pool's filesystem), so
+// dst/pgdata is the cluster, and returns the osuser key of the OS identity
+// its files belong to ("" without Identities). ok is false when there is
+// none to take (see claimEntry); the caller then makes the identity and
+// Prepare the cluster as before.
+func (m *Instances) Claim(ctx context.Context, dst string) (key string, ok bool, err error) {
+	name, err := m.claimEntry(ctx, dst, false)
+	if err != nil || name == "" {
+		return "", false, err
+	}
+	if m.Identities != nil {
+		key = PoolIdentityKey(strings.TrimPrefix(name, poolReadyPrefix))
+	}
+	m.Logger.Info("pool entry claimed", "entry", name, "dir", dst)
+	return key, true, nil
+}
+
+// takeFromPool renames a prepared cluster to pgdata (see claimEntry). It
+// returns the name of the entry taken, "" for none.
+func (m *Instances) takeFromPool(ctx context.Context, pgdata string) (string, error) {
+	name, err := m.claimEntry(ctx, pgdata, true)
+	if err != nil || name == "" {
+		return "", err
+	}
+	if err := os.RemoveAll(filepath.Join(m.PoolDir, name)); err != nil {
+		m.Logger.Warn("remove taken pool entry", "entry", name, "error", err)
+	}
+	return name, nil
+}
+
+// prepareCluster makes work/pgdata (work exists) a stopped, synced cluster with the
 // tsdbadmin role (no password yet) and the tsdb database: initdb without
 // fsync (each cluster gets its own system identifier), one start on a
 // unix socket only, the SQL, a fast shutdown, and one syncfs instead of
@@ -303,10 +543,7 @@ func (m *Instances) takeFromPool(pgdata string) (bool, error) {
 // owner is the OS identity the cluster is made as: nil (the Instances'
 // own) for the pool, whose clusters are given to their service's identity
 // when taken (ownTree), or the service's when made inline.
-func (m *Instances) prepareCluster(ctx context.Context, work string, owner *osuser.Identity) error {
-	if err := os.Mkdir(work, 0o755); err != nil {
-		return err
-	}
+func (m *Instances) prepareCluster(ctx context.Context, work string, owner *osuser.Identity, nice int) error {
 	pgdata := filepath.Join(work, "pgdata")
 	// A throwaway spec gives the preparation run the same peer mapping as
 	// the instance will have.
@@ -336,11 +573,18 @@ func (m *Instances) prepareCluster(ctx context.Context, work string, owner *osus
 	// that backend writing into a directory being removed.
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: m.Owner(s), Setpgid: true}
 	initdb.Cancel = func() error { return syscall.Kill(-initdb.Process.Pid, syscall.SIGKILL) }
-	if out, err := initdb.CombinedOutput(); err != nil {
+	var out bytes.Buffer
+	initdb.Stdout, initdb.Stderr = &out, &out
+	err := initdb.Start()
+	if err == nil {
+		lowerPriority(initdb.Process.Pid, nice)
+		err = initdb.Wait()
+	}
+	if err != nil {
 		if initdb.Process != nil {
 			_ = syscall.Kill(-initdb.Process.Pid, syscall.SIGKILL)
 		}
-		return fmt.Errorf("initdb %s: %w: %s", pgdata, err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("initdb %s: %w: %s", pgdata, err, strings.TrimSpace(out.String()))
 	}
 
 	logPath := filepath.Join(work, "prepare.log")
@@ -359,6 +603,7 @@ func (m *Instances) prepareCluster(ctx context.Context, work string, owner *osus
 	if err != nil {
 		return err
 	}
+	lowerPriority(c.PID, nice)
 	// Stopped whatever happens below, even when ctx is cancelled.
 	stopErr := func() error {
 		_ = syscall.Kill(c.PID, syscall.SIGINT)
@@ -389,6 +634,16 @@ func (m *Instances) prepareCluster(ctx context.Context, work string, owner *osus
 		return fmt.Errorf("stop preparation postmaster: %w%s", err, proc.LogTail(logPath, logStart))
 	}
 	return syncfs(work)
+}
+
+// lowerPriority sets the nice value of the process group led by pid (a
+// preparation's initdb or postmaster, and what they fork) when nice is
+// above 0. Best effort: a preparation at normal priority is only slower
+// for the creates around it.
+func lowerPriority(pid, nice int) {
+	if nice > 0 {
+		_ = syscall.Setpriority(syscall.PRIO_PGRP, pid, nice)
+	}
 }
 
 // removeWorkDir removes a preparation directory, first killing any server

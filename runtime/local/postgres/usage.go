@@ -69,18 +69,8 @@ func dirSize(dir string) (int64, error) {
 // does not exist yet).
 func HostCapacity(dir string) (cpuMillis int, memBytes, diskFreeBytes int64, err error) {
 	cpuMillis = runtime.NumCPU() * 1000
-	meminfo, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
+	if memBytes, err = meminfo("MemTotal"); err != nil {
 		return 0, 0, 0, fmt.Errorf("host capacity: %w", err)
-	}
-	for _, line := range strings.Split(string(meminfo), "\n") {
-		if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				return 0, 0, 0, fmt.Errorf("host capacity: parse MemTotal %q: %w", v, err)
-			}
-			memBytes = kb * 1024
-		}
 	}
 	dir, err = filepath.Abs(dir)
 	if err != nil {
@@ -98,4 +88,26 @@ func HostCapacity(dir string) (cpuMillis int, memBytes, diskFreeBytes int64, err
 		return 0, 0, 0, fmt.Errorf("host capacity: statfs %s: %w", dir, err)
 	}
 	return cpuMillis, memBytes, int64(st.Bavail) * int64(st.Bsize), nil
+}
+
+// memAvailable is the kernel's estimate of the memory available for new
+// work without swapping.
+func memAvailable() (int64, error) { return meminfo("MemAvailable") }
+
+// meminfo reads one field of /proc/meminfo, in bytes.
+func meminfo(field string) (int64, error) {
+	raw, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("parse %s %q: %w", field, v, err)
+			}
+			return kb * 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("no %s in /proc/meminfo", field)
 }

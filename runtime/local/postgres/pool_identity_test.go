@@ -1,0 +1,94 @@
+package postgres
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"dbcloud/internal/pgbin"
+	"dbcloud/runtime/local/internal/localtest"
+	"dbcloud/runtime/local/internal/osuser"
+)
+
+// TestPool_ClaimTakesClusterAndIdentity: with Identities, each pool entry
+// is prepared as an OS user of its own, and Claim hands a create the
+// cluster with that user, already its owner, in one rename; a second take
+// from a pool that is not full grows the target (a burst) and waits for the
+// cluster being prepared instead of reporting none.
+func TestPool_ClaimTakesClusterAndIdentity(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("making OS users needs root")
+	}
+	ctx := t.Context()
+	base := localtest.Base(t)
+	logger := localtest.Logger(t)
+	users := osuser.New("dbct"+strconv.Itoa(os.Getpid()%100000)+"-", osuser.SystemTools(), logger)
+	m, err := NewInstances(Config{BinDir: pgbin.Dir(), PoolDir: filepath.Join(base, "pool"), PoolSize: 1,
+		PoolMaxSize: 4, Identities: users, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claimed []string
+	t.Cleanup(func() {
+		ctx := context.Background()
+		m.Close()
+		// What the pool still holds goes with its users, as on a shrink.
+		entries, _ := os.ReadDir(m.PoolDir)
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), poolReadyPrefix) {
+				if err := m.removeEntry(ctx, e.Name()); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+		for _, key := range claimed {
+			if err := users.Remove(ctx, key); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	if err := m.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); m.PoolReady() < 1; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("pool not filled within 60 s")
+		}
+	}
+	for i := range 2 {
+		dst := filepath.Join(base, "svc"+strconv.Itoa(i))
+		key, ok, err := m.Claim(ctx, dst)
+		if err != nil || !ok {
+			t.Fatalf("claim %d: %v %v", i, ok, err)
+		}
+		claimed = append(claimed, key)
+		who, found, err := users.Lookup(key)
+		if err != nil || !found {
+			t.Fatalf("claim %d: identity %q: %v %v", i, key, found, err)
+		}
+		fi, err := os.Stat(filepath.Join(dst, "pgdata", "PG_VERSION"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != who.UID {
+			t.Errorf("claim %d: cluster owned by uid %d, want its identity's %d", i, st.Uid, who.UID)
+		}
+		if raw, err := os.ReadFile(filepath.Join(dst, PoolIdentityFile)); err != nil || strings.TrimSpace(string(raw)) != key {
+			t.Errorf("claim %d: identity file %q %v, want %q", i, raw, err, key)
+		}
+		if i == 0 && m.PoolTarget() != 1 {
+			t.Errorf("a take from a full pool changed the target to %d", m.PoolTarget())
+		}
+	}
+	if claimed[0] == claimed[1] {
+		t.Errorf("two claims got the same identity %s", claimed[0])
+	}
+	if got := m.PoolTarget(); got != 2 {
+		t.Errorf("target after a take from a pool not full: %d, want 2 (doubled)", got)
+	}
+}
