@@ -44,7 +44,8 @@ func BenchmarkDensity(b *testing.B) {
 	// Shared services reserve 500 millicores each: 200 of them need the
 	// host's 2 cores overcommitted 50 times (they are idle).
 	args := []string{"--port-min", strconv.Itoa(lo), "--port-max", strconv.Itoa(hi),
-		"--overcommit", "60", "--quota-services", strconv.Itoa(top + 10), "--pool-size", "4"}
+		"--overcommit", "60", "--quota-services", strconv.Itoa(top + 10), "--pool-size", "4",
+		"--quota-instances", "0", "--quota-cpu-millis", "0", "--quota-memory-gbs", "0", "--quota-storage-gbs", "0"}
 	pprofDir := os.Getenv(pprofDirEnv)
 	var pprofURL string
 	if pprofDir != "" {
