@@ -107,3 +107,49 @@ func parseAppName(app string) (dbcloud.ReplicationLag, bool) {
 	}
 	return dbcloud.ReplicationLag{}, false
 }
+
+// storageMaxAge is the longest a service's storage goes unmeasured while
+// its WAL stands still.
+const storageMaxAge = time.Minute
+
+// storageSample is a service's last storage measurement and the WAL
+// position it was taken at.
+type storageSample struct {
+	used int64
+	wal  int64
+	at   time.Time
+}
+
+// measureStorage is what the service keeps on disk (serviceStorage). That
+// takes a stat of every file of the data directory, the archive and the
+// snapshots, which at hundreds of services was most of the health loop's
+// CPU; so it is measured again only when it can have grown: when the
+// primary's WAL moved since the last measurement (every logged change,
+// and so every archived segment and snapshot, moves it), when the service
+// was near its limit, when the database could not be asked, or a minute
+// after the last measurement (writes that bypass the WAL, to unlogged
+// tables or temporary files, are seen within that minute).
+func (rt *Runtime) measureStorage(ctx context.Context, id string, primary postgres.Spec, db *dbcloud.DatabaseMetrics) (int64, error) {
+	now := time.Now()
+	rt.mu.Lock()
+	last, ok := rt.storage[id]
+	near := rt.storageNear[id]
+	rt.mu.Unlock()
+	if ok && !near && db != nil && db.WALBytes == last.wal && now.Sub(last.at) < storageMaxAge {
+		return last.used, nil
+	}
+	used, err := rt.serviceStorage(ctx, id, func() (int64, error) { return rt.instances.DataSize(primary) })
+	if err != nil {
+		return 0, err
+	}
+	if db != nil {
+		rt.mu.Lock()
+		rt.storage[id] = storageSample{used: used, wal: db.WALBytes, at: now}
+		rt.mu.Unlock()
+	} else {
+		rt.mu.Lock()
+		delete(rt.storage, id)
+		rt.mu.Unlock()
+	}
+	return used, nil
+}

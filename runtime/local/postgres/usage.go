@@ -27,6 +27,19 @@ type Usage struct {
 // Usage reads the instance's CPU time and memory working set from its
 // cgroups (zero without cgroups) and sums the file sizes in Dir/pgdata.
 func (m *Instances) Usage(s Spec) (Usage, error) {
+	u, err := m.CgroupUsage(s)
+	if err != nil {
+		return Usage{}, err
+	}
+	if u.StorageBytes, err = m.DataSize(s); err != nil {
+		return Usage{}, err
+	}
+	return u, nil
+}
+
+// CgroupUsage is Usage without the storage: a few small cgroup files, where
+// the data directory's size takes a stat of each of its files.
+func (m *Instances) CgroupUsage(s Spec) (Usage, error) {
 	var u Usage
 	if cg := m.cgroups.Of(s.ID); cg != nil && cg.Exists() {
 		cpu, mem, err := cg.Usage()
@@ -35,12 +48,16 @@ func (m *Instances) Usage(s Spec) (Usage, error) {
 		}
 		u.CPUNanos, u.MemoryBytes = cpu, mem
 	}
+	return u, nil
+}
+
+// DataSize sums the file sizes in Dir/pgdata.
+func (m *Instances) DataSize(s Spec) (int64, error) {
 	size, err := dirSize(s.PGData())
 	if err != nil {
-		return Usage{}, fmt.Errorf("usage of instance %s: %w", s.ID, err)
+		return 0, fmt.Errorf("usage of instance %s: %w", s.ID, err)
 	}
-	u.StorageBytes = size
-	return u, nil
+	return size, nil
 }
 
 // dirSize sums the sizes of the regular files under dir. Files that vanish
