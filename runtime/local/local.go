@@ -102,6 +102,7 @@ type Runtime struct {
 	// storage limit, whose next measurement is made fresh.
 	storageNear map[string]bool
 	storage     map[string]storageSample // last storage measurement per service (metrics.go)
+	quiet       map[string]time.Time     // until when each service has no backup work due (backup_due.go)
 	cursorKey   []byte                   // signs log cursors; read from its file once
 
 	stopLogs context.CancelFunc // ends the log retention loop
@@ -197,6 +198,7 @@ func New(cfg Config) (*Runtime, error) {
 		downSince:   map[string]time.Time{},
 		storageNear: map[string]bool{},
 		storage:     map[string]storageSample{},
+		quiet:       map[string]time.Time{},
 	}, nil
 }
 
@@ -557,6 +559,7 @@ func (rt *Runtime) DeleteService(ctx context.Context, svc *dbcloud.Service) erro
 	delete(rt.downSince, svc.ID)
 	delete(rt.storageNear, svc.ID)
 	delete(rt.storage, svc.ID)
+	delete(rt.quiet, svc.ID)
 	rt.mu.Unlock()
 	// A fork deleted before its restore finished releases its own hold on
 	// its parent.
