@@ -87,8 +87,14 @@ func BenchmarkDensity(b *testing.B) {
 			b.ReportMetric(float64(list.Count)/(3*apiRound.Seconds()), p+"list-req/s")
 			b.ReportMetric(mem, p+"median-MB/service")
 			b.ReportMetric(float64(before-availAt[len(availAt)-1])/float64(n)/(1<<20), p+"host-MB/service")
-			b.Logf("%d services: control plane idle CPU %.4f cores; GET p50 %.2f ms p99 %.2f ms; list p50 %.2f ms p99 %.2f ms; median %0.f MB per service",
-				n, cpu, loadgen.Ms(get.P50), loadgen.Ms(get.P99), loadgen.Ms(list.P50), loadgen.Ms(list.P99), mem)
+			line := fmt.Sprintf("%d services: control plane idle CPU %.4f cores; GET p50 %.2f ms p99 %.2f ms; list p50 %.2f ms p99 %.2f ms; median %0.f MB per service; MemAvailable %d MiB lower than at the start",
+				n, cpu, loadgen.Ms(get.P50), loadgen.Ms(get.P99), loadgen.Ms(list.P50), loadgen.Ms(list.P99), mem, (before-availAt[len(availAt)-1])>>20)
+			b.Log(line)
+			if pprofDir != "" {
+				// Also at once: the report comes only after the cleanup
+				// of hundreds of services, minutes later.
+				os.WriteFile(filepath.Join(pprofDir, fmt.Sprintf("density-%d.txt", n)), []byte(line+"\n"), 0o644)
+			}
 		}
 		// The services added in the last step, over the MemAvailable they
 		// took: free of what the server and its pool hold anyway.
