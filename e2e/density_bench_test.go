@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -77,6 +78,7 @@ func BenchmarkDensity(b *testing.B) {
 			get, list := d.apiLatency(b, apiRound)
 			mem := d.medianMemory(b)
 			availAt = append(availAt, memAvailable())
+			detect, repair := d.repairTime(b)
 			p := fmt.Sprintf("s%d-", n)
 			b.ReportMetric(cpu, p+"cpu-cores")
 			b.ReportMetric(loadgen.Ms(get.P50), p+"get-p50-ms")
@@ -86,9 +88,12 @@ func BenchmarkDensity(b *testing.B) {
 			b.ReportMetric(loadgen.Ms(list.P99), p+"list-p99-ms")
 			b.ReportMetric(float64(list.Count)/(3*apiRound.Seconds()), p+"list-req/s")
 			b.ReportMetric(mem, p+"median-MB/service")
+			b.ReportMetric(detect.Seconds(), p+"detect-s")
+			b.ReportMetric(repair.Seconds(), p+"repair-s")
 			b.ReportMetric(float64(before-availAt[len(availAt)-1])/float64(n)/(1<<20), p+"host-MB/service")
-			line := fmt.Sprintf("%d services: control plane idle CPU %.4f cores; GET p50 %.2f ms p99 %.2f ms; list p50 %.2f ms p99 %.2f ms; median %0.f MB per service; MemAvailable %d MiB lower than at the start",
-				n, cpu, loadgen.Ms(get.P50), loadgen.Ms(get.P99), loadgen.Ms(list.P50), loadgen.Ms(list.P99), mem, (before-availAt[len(availAt)-1])>>20)
+			line := fmt.Sprintf("%d services: control plane idle CPU %.4f cores; GET p50 %.2f ms p99 %.2f ms; list p50 %.2f ms p99 %.2f ms; median %0.f MB per service; MemAvailable %d MiB lower than at the start; a killed postmaster seen %v and READY again %v after the kill",
+				n, cpu, loadgen.Ms(get.P50), loadgen.Ms(get.P99), loadgen.Ms(list.P50), loadgen.Ms(list.P99), mem, (before-availAt[len(availAt)-1])>>20,
+				detect.Round(time.Millisecond), repair.Round(time.Millisecond))
 			b.Log(line)
 			if pprofDir != "" {
 				// Also at once: the report comes only after the cleanup
@@ -256,6 +261,25 @@ func (d *density) apiLatency(b *testing.B, round time.Duration) (get, list loadg
 		}
 	}
 	return get, list
+}
+
+// repairTime kills the postmaster of the newest service (SIGKILL) and
+// returns how long the health loop took to see it (its "service
+// unhealthy" line) and to have it READY again: how promptly repairs come
+// with this many services to check.
+func (d *density) repairTime(b *testing.B) (detect, repair time.Duration) {
+	b.Helper()
+	id := d.ids[len(d.ids)-1]
+	pids := d.s.postmasters(id)
+	if len(pids) != 1 {
+		b.Fatalf("postmasters of %s: %v", id, pids)
+	}
+	killed, offset := time.Now(), d.s.logOffset()
+	syscall.Kill(pids[0], syscall.SIGKILL)
+	d.s.waitUnhealthy(id, offset, 2*time.Minute)
+	detect = time.Since(killed)
+	d.s.waitStatus(id, "READY", 2*time.Minute)
+	return detect, time.Since(killed)
 }
 
 // medianMemory is the median memory of the services as their metrics
