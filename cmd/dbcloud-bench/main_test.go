@@ -151,3 +151,20 @@ func TestSummarizeDensity(t *testing.T) {
 		t.Errorf("ratio: %+v", m)
 	}
 }
+
+func TestSummarizeLoad_OpenLoop(t *testing.T) {
+	got := summarizeLoad([][]Result{{{Name: "BenchmarkLoadOpen", Metrics: map[string]float64{
+		"get_service-n": 80, "get_service-p99-ms": 12, "create_vpc-n": 20, "create_vpc-p99-ms": 30,
+		"all-reads-n": 80, "all-reads-p99-ms": 12, "all-reads-goal-p99-ms": 50, "offered-req/s": 1000, "req/s": 990,
+	}}}})
+	byName := map[string]map[string]float64{}
+	for _, r := range got {
+		byName[r.Name] = r.Metrics
+	}
+	if m := byName["all-reads"]; m["p99-ms"] != 12 || m["goal-p99-ms"] != 50 {
+		t.Errorf("all-reads: %+v", m)
+	}
+	if m := byName["all"]; m["n"] != 100 || m["offered-req/s"] != 1000 {
+		t.Errorf("all: %+v (the pooled rows counted twice?)", m)
+	}
+}
