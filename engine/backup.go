@@ -25,12 +25,20 @@ func (e *Engine) backupLoop(ctx context.Context, b dbcloud.BackupMaintainer) {
 		if err != nil {
 			continue // the health loop logs store errors
 		}
+		due, _ := b.(backupsDue)
 		for _, svc := range w.services {
-			if svc.Status == dbcloud.StatusReady {
+			if svc.Status == dbcloud.StatusReady && (due == nil || due.BackupsDue(svc)) {
 				e.maintainBackups(ctx, b, svc)
 			}
 		}
 	}
+}
+
+// backupsDue is a BackupMaintainer that tells cheaply, without the
+// lease, whether a service may have backup work due; one that does not is
+// asked to maintain every READY service every BackupInterval.
+type backupsDue interface {
+	BackupsDue(svc *dbcloud.Service) bool
 }
 
 // lastRestoreCheck is the service's last verified restore, nil when the

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"dbcloud"
@@ -29,9 +30,17 @@ func (e *Engine) healthLoop(ctx context.Context) {
 			}
 			continue
 		}
-		var samples []dbcloud.SeriesSample
+		due := e.metricsDue(w.services)
+		var measured []measurement
 		for _, svc := range w.services {
-			samples = append(samples, dbcloud.Samples(svc, e.check(ctx, svc))...)
+			if obs := e.check(ctx, svc, due[svc.ID]); obs != nil {
+				measured = append(measured, measurement{svc, obs})
+			}
+		}
+		e.recordMetrics(ctx, measured)
+		var samples []dbcloud.SeriesSample
+		for _, m := range measured {
+			samples = append(samples, dbcloud.Samples(m.svc, m.obs.Metrics)...)
 		}
 		e.recordHistory(ctx, samples)
 		if rp, ok := e.replicaSets(); ok {
@@ -119,16 +128,49 @@ func (e *Engine) endRepair(id string) {
 	e.Notify()
 }
 
-// check checks one service, and returns the usage it measured (nil when
-// none was due or it is not READY).
-func (e *Engine) check(ctx context.Context, svc *dbcloud.Service) *dbcloud.Metrics {
+// measurement is a READY service's usage, measured by its check.
+type measurement struct {
+	svc *dbcloud.Service
+	obs *dbcloud.Observation
+}
+
+// metricsDue picks the services whose usage this round measures: those
+// not measured for MetricsInterval, the longest unmeasured first, but no
+// more than their share of a MetricsInterval's rounds (and at least one),
+// so that services made together are measured over the interval rather
+// than all in one round, which would show as a burst of the loop's CPU
+// and of the API's latency every interval.
+func (e *Engine) metricsDue(svcs []*dbcloud.Service) map[string]bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := e.now()
+	var due []*dbcloud.Service
+	for _, svc := range svcs {
+		if now.Sub(e.measured[svc.ID]) >= e.MetricsInterval {
+			due = append(due, svc)
+		}
+	}
+	rounds := max(1, int(e.MetricsInterval/max(e.HealthInterval, 1)))
+	budget := (len(svcs) + rounds - 1) / rounds
+	if len(due) > budget {
+		slices.SortStableFunc(due, func(a, b *dbcloud.Service) int { return e.measured[a.ID].Compare(e.measured[b.ID]) })
+		due = due[:budget]
+	}
+	out := make(map[string]bool, len(due))
+	for _, svc := range due {
+		out[svc.ID] = true
+	}
+	return out
+}
+
+// check checks one service, measuring its usage if due, and returns the
+// observation when it holds usage to record (nil when none was due or the
+// service is not READY).
+func (e *Engine) check(ctx context.Context, svc *dbcloud.Service, due bool) *dbcloud.Observation {
 	if !e.claimForRepair(svc.ID) {
 		return nil
 	}
 	defer e.endRepair(svc.ID)
-	e.mu.Lock()
-	due := e.now().Sub(e.measured[svc.ID]) >= e.MetricsInterval
-	e.mu.Unlock()
 	obs, err := e.Provisioner.CheckService(ctx, svc, due)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -144,8 +186,7 @@ func (e *Engine) check(ctx context.Context, svc *dbcloud.Service) *dbcloud.Metri
 			e.mu.Lock()
 			e.measured[svc.ID] = e.now()
 			e.mu.Unlock()
-			e.recordMetrics(ctx, svc, obs)
-			return obs.Metrics
+			return obs
 		}
 		return nil
 	}
@@ -232,26 +273,47 @@ func (e *Engine) repair(ctx context.Context, svc *dbcloud.Service, obs *dbcloud.
 	})
 }
 
-// recordMetrics writes the service's usage under its lease, so that with
-// several control planes one writes it (a plane holding the lease for a
-// change writes it as part of that change's work instead).
-func (e *Engine) recordMetrics(ctx context.Context, svc *dbcloud.Service, obs *dbcloud.Observation) {
-	lctx, release, ok := e.lease(ctx, svc.ID)
-	if !ok {
+// recordMetrics writes the usage of a round's services in one store
+// transaction (three per service, with the lease's, were a large part of
+// the loop's CPU at hundreds of services). Each is written under its lease,
+// taken and given back inside the transaction, so that with several
+// control planes one writes it, and never over a plane that holds the
+// lease for a change (which writes usage as part of that change's work).
+func (e *Engine) recordMetrics(ctx context.Context, ms []measurement) {
+	if len(ms) == 0 {
 		return
 	}
-	defer release()
-	if err := e.updateService(lctx, svc, func(s *dbcloud.Service) bool {
-		if s.Generation != svc.Generation {
-			return false
+	now := e.now()
+	err := e.Store.Update(ctx, func(tx dbcloud.Tx) error {
+		for _, m := range ms {
+			ok, err := tx.AcquireLease(m.svc.ID, e.Owner, now, now.Add(e.LeaseTTL))
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue
+			}
+			s, err := tx.FindService(m.svc.ProjectID, m.svc.ID)
+			if err != nil && !dbcloud.IsNotFound(err) {
+				return err
+			}
+			if err == nil && s.Generation == m.svc.Generation {
+				s.Metrics = m.obs.Metrics
+				// A running service's notice (near its storage limit) comes
+				// and goes with the measurements.
+				s.StatusReason = m.obs.Notice
+				if err := tx.UpdateService(s); err != nil {
+					return err
+				}
+			}
+			if err := tx.ReleaseLease(m.svc.ID, e.Owner); err != nil {
+				return err
+			}
 		}
-		s.Metrics = obs.Metrics
-		// A running service's notice (near its storage limit) comes and
-		// goes with the measurements.
-		s.StatusReason = obs.Notice
-		return true
-	}, nil); err != nil && lctx.Err() == nil {
-		e.Logger.Warn("record metrics", "service", svc.ID, "error", err)
+		return nil
+	})
+	if err != nil && ctx.Err() == nil {
+		e.Logger.Warn("record metrics", "services", len(ms), "error", err)
 	}
 }
 

@@ -174,3 +174,39 @@ func TestRun_ShortRefusesTheRealReport(t *testing.T) {
 		t.Errorf("run -short -out bench: %v, want a refusal", err)
 	}
 }
+
+func TestSummarizeDensity(t *testing.T) {
+	round := func(cpu10, cpu200 float64) []Result {
+		return []Result{{Name: "BenchmarkDensity", Metrics: map[string]float64{
+			"s10-cpu-cores": cpu10, "s10-get-p50-ms": 2, "s200-cpu-cores": cpu200, "s200-get-p50-ms": 2.4,
+			"added-host-MB/service": 30, "services": 200,
+		}}}
+	}
+	got := summarizeDensity([][]Result{round(0.01, 0.05), round(0.02, 0.04), round(0.03, 0.06)})
+	if len(got) != 3 || got[0].Name != "10 services" || got[1].Name != "200 services" || got[2].Name != "200/10" {
+		t.Fatalf("got %+v", got)
+	}
+	if m := got[1].Metrics; m["cpu-cores"] != 0.05 || m["services"] != 200 || m["added-host-MB/service"] != 30 {
+		t.Errorf("200: %+v", m)
+	}
+	if m := got[2].Metrics; m["cpu-cores"] != 2.5 || m["get-p50-ms"] != 1.2 {
+		t.Errorf("ratio: %+v", m)
+	}
+}
+
+func TestSummarizeLoad_OpenLoop(t *testing.T) {
+	got := summarizeLoad([][]Result{{{Name: "BenchmarkLoadOpen", Metrics: map[string]float64{
+		"get_service-n": 80, "get_service-p99-ms": 12, "create_vpc-n": 20, "create_vpc-p99-ms": 30,
+		"all-reads-n": 80, "all-reads-p99-ms": 12, "all-reads-goal-p99-ms": 50, "offered-req/s": 1000, "req/s": 990,
+	}}}})
+	byName := map[string]map[string]float64{}
+	for _, r := range got {
+		byName[r.Name] = r.Metrics
+	}
+	if m := byName["all-reads"]; m["p99-ms"] != 12 || m["goal-p99-ms"] != 50 {
+		t.Errorf("all-reads: %+v", m)
+	}
+	if m := byName["all"]; m["n"] != 100 || m["offered-req/s"] != 1000 {
+		t.Errorf("all: %+v (the pooled rows counted twice?)", m)
+	}
+}

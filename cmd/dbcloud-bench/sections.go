@@ -1,8 +1,11 @@
 package main
 
 import (
+	"fmt"
+	"maps"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -142,6 +145,34 @@ func sections() []section {
 				"on any 5xx, any request without an answer, or any accepted write not visible afterwards. " +
 				"Short mode: 20 clients for 5 s.",
 		},
+		{
+			ID: "load-open", Title: "Load: 1,000 req/s offered (open loop) against dbcloud serve",
+			Test:      goTest{Pkg: "./e2e/", Bench: "^BenchmarkLoadOpen$", Benchtime: "1x", Timeout: "30m"},
+			Summarize: summarizeLoad,
+			Columns: cols("n", "requests", "p50-ms", "p50 ms", "p99-ms", "p99 ms", "goal-p99-ms", "goal: p99 under ms", "429", "429s",
+				"req/s", "req/s", "offered-req/s", "offered req/s", "send-lag-ms", "sent late at most ms", "seconds", "seconds"),
+			About: "BenchmarkLoad's server, services and mix (about 80% reads, 20% writes, every accepted write checked " +
+				"afterwards) as an open loop: 1,000 requests/s for 60 s, each sent when due whatever earlier ones are doing " +
+				"(request i by client i mod 200, a client's requests one at a time), latency from when it was due, so a " +
+				"stall counts for every request it delayed (no coordinated omission). all-reads and all-writes pool the " +
+				"kinds; goal: p99 under 50 ms for reads and 100 ms for writes. Short mode: 100 requests/s for 5 s.",
+		},
+		{
+			ID: "density", Title: "200 idle shared services on one host",
+			Test:      goTest{Pkg: "./e2e/", Bench: "^BenchmarkDensity$", Benchtime: "1x", Timeout: "90m"},
+			Summarize: summarizeDensity,
+			Columns: cols("services", "services", "cpu-cores", "control plane idle CPU (cores)", "get-p50-ms", "GET p50 ms", "get-p99-ms", "GET p99 ms",
+				"list-p50-ms", "list p50 ms", "list-p99-ms", "list p99 ms", "median-MB/service", "median MB per service (cgroup)",
+				"host-MB/service", "host MB per service", "added-host-MB/service", "host MB per added service",
+				"detect-s", "killed postmaster seen s", "repair-s", "READY again s"),
+			About: "The real binary with 10 and then 200 idle shared services READY at once (created 8 POSTs at a time, " +
+				"pool of 4, --overcommit 60), each step measured once every service has its first snapshot: the control " +
+				"plane's utime+stime over 30 s as a fraction of one core; 4 keep-alive clients in a closed loop on GET service " +
+				"(a random one) and list services, alternating, 3 rounds of 3 s (a list of 200 is 20 times the bytes of 10); " +
+				"median memory of the services from their metrics (cgroup working set), MemAvailable drop per service since " +
+				"the start, and per service added from 10 to 200; then a postmaster killed (SIGKILL) and the time until the " +
+				"health loop logs it unhealthy and until it is READY again. The 200/10 row divides. Short mode: 2 and 4 services.",
+		},
 	}
 }
 
@@ -216,11 +247,12 @@ func summarizeLoad(rounds [][]Result) []Result {
 		total := Result{Name: "all", Metrics: map[string]float64{}}
 		for k, v := range r.Metrics {
 			switch k {
-			case "req/s", "clients", "seconds":
+			case "req/s", "clients", "seconds", "offered-req/s", "send-lag-ms":
 				total.Metrics[k] = v
 				continue
 			}
-			for _, suffix := range []string{"-n", "-p50-ms", "-p99-ms", "-429"} {
+			// -goal-p99-ms before -p99-ms, which it ends with.
+			for _, suffix := range []string{"-n", "-p50-ms", "-goal-p99-ms", "-p99-ms", "-429"} {
 				if kind, ok := strings.CutSuffix(k, suffix); ok {
 					if kinds[kind] == nil {
 						kinds[kind] = map[string]float64{}
@@ -236,11 +268,51 @@ func summarizeLoad(rounds [][]Result) []Result {
 		}
 		sort.Strings(names)
 		for _, k := range names {
-			total.Metrics["n"] += kinds[k]["n"]
-			total.Metrics["429"] += kinds[k]["429"]
+			// all-reads and all-writes pool the kinds: not counted twice.
+			if !strings.HasPrefix(k, "all-") {
+				total.Metrics["n"] += kinds[k]["n"]
+				total.Metrics["429"] += kinds[k]["429"]
+			}
 			out = append(out, Result{Name: k, Metrics: kinds[k]})
 		}
 		out = append(out, total)
+	}
+	return out
+}
+
+// summarizeDensity turns BenchmarkDensity's metrics (s<N>-<metric>) into a
+// row per number of services and a row of the last over the first.
+func summarizeDensity(rounds [][]Result) []Result {
+	var out []Result
+	for _, r := range summarizeMedians(rounds) {
+		steps := map[int]map[string]float64{}
+		for k, v := range r.Metrics {
+			p, metric, ok := strings.Cut(k, "-")
+			n, err := strconv.Atoi(strings.TrimPrefix(p, "s"))
+			if !ok || !strings.HasPrefix(p, "s") || err != nil {
+				continue
+			}
+			if steps[n] == nil {
+				steps[n] = map[string]float64{"services": float64(n)}
+			}
+			steps[n][metric] = v
+		}
+		ns := slices.Sorted(maps.Keys(steps))
+		for _, n := range ns {
+			out = append(out, Result{Name: strconv.Itoa(n) + " services", Metrics: steps[n]})
+		}
+		if len(ns) < 2 {
+			continue
+		}
+		out[len(out)-1].Metrics["added-host-MB/service"] = r.Metrics["added-host-MB/service"]
+		first, last := steps[ns[0]], steps[ns[len(ns)-1]]
+		ratio := Result{Name: fmt.Sprintf("%d/%d", ns[len(ns)-1], ns[0]), Metrics: map[string]float64{}}
+		for _, k := range []string{"cpu-cores", "get-p50-ms", "get-p99-ms", "list-p50-ms", "list-p99-ms", "median-MB/service", "detect-s", "repair-s"} {
+			if first[k] != 0 {
+				ratio.Metrics[k] = last[k] / first[k]
+			}
+		}
+		out = append(out, ratio)
 	}
 	return out
 }

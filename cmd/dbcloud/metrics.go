@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	stdhttp "net/http"
+	"net/http/pprof"
 	"net/netip"
 	"time"
 
@@ -22,6 +23,10 @@ type MetricsConfig struct {
 	// RawRetention, MinuteRetention and HourRetention keep the history's
 	// raw samples, 1-minute and 1-hour rollups.
 	RawRetention, MinuteRetention, HourRetention time.Duration
+	// Pprof adds Go's profiler (/debug/pprof/) to the Prometheus
+	// listener, to profile a running server where it runs (the health
+	// loop at many services, say); loopback only, like /metrics.
+	Pprof bool
 }
 
 // DefaultMetricsConfig has no Prometheus listener, and the history of
@@ -36,6 +41,7 @@ func metricsFlags(fs *flag.FlagSet, c *MetricsConfig) {
 	fs.DurationVar(&c.RawRetention, "metrics-raw-retention", c.RawRetention, "keep every metrics sample this long")
 	fs.DurationVar(&c.MinuteRetention, "metrics-minute-retention", c.MinuteRetention, "keep 1-minute metrics rollups this long")
 	fs.DurationVar(&c.HourRetention, "metrics-hour-retention", c.HourRetention, "keep 1-hour metrics rollups this long")
+	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "also serve Go's profiler under /debug/pprof/ on --metrics-listen")
 }
 
 // validate refuses a Prometheus listener off loopback: /metrics names every
@@ -51,6 +57,9 @@ func (c *MetricsConfig) validate() error {
 		} else if a, perr := netip.ParseAddr(host); host != "localhost" && (perr != nil || !a.IsLoopback()) {
 			errs = append(errs, fmt.Errorf("--metrics-listen %q: must be a loopback address (127.0.0.1, ::1 or localhost); /metrics has no authentication", c.Listen))
 		}
+	}
+	if c.Pprof && c.Listen == "" {
+		errs = append(errs, errors.New("--pprof needs --metrics-listen: the profiler is served there"))
 	}
 	if c.RawRetention <= 0 || c.MinuteRetention < c.RawRetention || c.HourRetention < c.MinuteRetention {
 		errs = append(errs, errors.New("--metrics-raw-retention, --metrics-minute-retention and --metrics-hour-retention must be above 0 and not shrink"))
@@ -90,7 +99,17 @@ func (m *Main) wireMetrics(h *http.Handler) error {
 		return fmt.Errorf("--metrics-listen: %w", err)
 	}
 	m.metricsListener = ln
-	m.metricsServer = &stdhttp.Server{Handler: t.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	handler := t.Handler()
+	if c.Pprof {
+		mux := stdhttp.NewServeMux()
+		mux.Handle("/", handler)
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		handler = mux
+	}
+	m.metricsServer = &stdhttp.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go m.metricsServer.Serve(ln)
 	m.Logger.Info("serving Prometheus metrics", "url", m.MetricsURL())
 	return nil

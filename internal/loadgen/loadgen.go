@@ -1,8 +1,10 @@
 // Package loadgen drives a server from many clients at once and keeps the
 // latency of every request, by kind of request. Benchmarks and load tests
-// share it so that their numbers mean the same thing: a closed loop (each
-// client sends its next request when the last one answered), latency from
-// just before the request is sent to the end of its body.
+// share it so that their numbers mean the same thing. Two ways to drive:
+// a closed loop (Run: each client sends its next request when the last one
+// answered), latency from just before the request is sent to the end of
+// its body; and an open loop (RunOpen: requests at a fixed rate whatever
+// the answers), latency from when the request was due.
 package loadgen
 
 import (
@@ -151,9 +153,13 @@ func NewClient(tlsConfig *tls.Config, conns int) *http.Client {
 // Do sends req with client, reads the whole answer and records it under
 // name. It returns the status and body; a transport error is recorded and
 // returned. A request cut short because ctx ended is not recorded: the
-// run was over, the server did nothing wrong.
+// run was over, the server did nothing wrong. Latency runs from when the
+// request was due if an open loop scheduled it (Scheduled), else from now.
 func Do(ctx context.Context, rec *Recorder, client *http.Client, name string, req *http.Request) (int, []byte, error) {
-	start := time.Now()
+	start, ok := Scheduled(ctx)
+	if !ok {
+		start = time.Now()
+	}
 	res, err := client.Do(req.WithContext(ctx))
 	var body []byte
 	if err == nil {

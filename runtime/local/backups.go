@@ -73,7 +73,14 @@ func (rt *Runtime) MaintainBackups(ctx context.Context, svc *dbcloud.Service) er
 	if err != nil {
 		return err
 	}
-	return rt.maybeVerifyRestore(ctx, svc)
+	if err := rt.maybeVerifyRestore(ctx, svc); err != nil {
+		return err
+	}
+	snaps, err := rt.backups.Snapshots(rt.serviceDir(svc.ID))
+	if err == nil {
+		rt.noteBackups(svc.ID, snaps)
+	}
+	return nil
 }
 
 // RecoveryWindow reports what a fork of the service can restore: the

@@ -106,7 +106,9 @@ type Runtime struct {
 	// storageNear says which services were last measured near their
 	// storage limit, whose next measurement is made fresh.
 	storageNear map[string]bool
-	cursorKey   []byte // signs log cursors; read from its file once
+	storage     map[string]storageSample // last storage measurement per service (metrics.go)
+	quiet       map[string]time.Time     // until when each service has no backup work due (backup_due.go)
+	cursorKey   []byte                   // signs log cursors; read from its file once
 
 	stopLogs context.CancelFunc // ends the log retention loop
 	logsDone chan struct{}
@@ -206,6 +208,8 @@ func New(cfg Config) (*Runtime, error) {
 		xacts:       map[string]xactSample{},
 		downSince:   map[string]time.Time{},
 		storageNear: map[string]bool{},
+		storage:     map[string]storageSample{},
+		quiet:       map[string]time.Time{},
 	}, nil
 }
 
@@ -538,7 +542,7 @@ func (rt *Runtime) checkServing(ctx context.Context, svc *dbcloud.Service, prima
 	if measure {
 		obs.Metrics = rt.metrics(ctx, svc, primary)
 		if obs.Metrics != nil {
-			used, err := rt.serviceStorage(ctx, svc.ID, obs.Metrics.StorageMB<<20)
+			used, err := rt.measureStorage(ctx, svc.ID, primary, obs.Metrics.Database)
 			if err != nil {
 				rt.cfg.Logger.Warn("storage not measured", "service", svc.ID, "error", err)
 				return obs
@@ -589,6 +593,8 @@ func (rt *Runtime) DeleteService(ctx context.Context, svc *dbcloud.Service) erro
 	delete(rt.xacts, svc.ID)
 	delete(rt.downSince, svc.ID)
 	delete(rt.storageNear, svc.ID)
+	delete(rt.storage, svc.ID)
+	delete(rt.quiet, svc.ID)
 	rt.mu.Unlock()
 	// A fork deleted before its restore finished releases its own hold on
 	// its parent.
@@ -668,16 +674,16 @@ func (rt *Runtime) checkEndpoint(ctx context.Context, ep *dbcloud.Endpoint) erro
 }
 
 // metrics reads usage: CPU as a rate since the last reading, memory as the
-// working set, storage as the data directory's size, and what the database
-// and its pooler report (metrics.go).
+// working set, and what the database and its pooler report (metrics.go);
+// the caller measures storage (measureStorage).
 func (rt *Runtime) metrics(ctx context.Context, svc *dbcloud.Service, spec postgres.Spec) *dbcloud.Metrics {
 	serviceID := svc.ID
-	u, err := rt.instances.Usage(spec)
+	u, err := rt.instances.CgroupUsage(spec)
 	if err != nil {
 		return nil
 	}
 	now := time.Now()
-	m := &dbcloud.Metrics{MemoryMB: u.MemoryBytes >> 20, StorageMB: u.StorageBytes >> 20, Measured: now.UTC()}
+	m := &dbcloud.Metrics{MemoryMB: u.MemoryBytes >> 20, Measured: now.UTC()}
 	rt.mu.Lock()
 	if last, ok := rt.cpu[serviceID]; ok && now.After(last.at) && u.CPUNanos >= last.nanos {
 		m.MilliCPU = int64(float64(u.CPUNanos-last.nanos) / float64(now.Sub(last.at).Nanoseconds()) * 1000)

@@ -79,7 +79,7 @@ func (rt *Runtime) makeServiceVolume(ctx context.Context, svc *dbcloud.Service, 
 // snapshot shares with the data counted once); elsewhere it is the
 // primary's data directory, the archive's files and the snapshots' sizes
 // from their manifests, each snapshot a full copy.
-func (rt *Runtime) serviceStorage(ctx context.Context, id string, primaryData int64) (int64, error) {
+func (rt *Runtime) serviceStorage(ctx context.Context, id string, primaryData func() (int64, error)) (int64, error) {
 	dir := rt.serviceDir(id)
 	// Near the limit every measurement counts: the filesystem commits
 	// first, so what was just written is accounted.
@@ -93,7 +93,10 @@ func (rt *Runtime) serviceStorage(ctx context.Context, id string, primaryData in
 	if !errors.Is(err, volume.ErrNotAccounted) {
 		return 0, err
 	}
-	total := primaryData
+	total, err := primaryData()
+	if err != nil {
+		return 0, err
+	}
 	entries, err := os.ReadDir(backup.ArchiveDir(dir))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return 0, err

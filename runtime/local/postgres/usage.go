@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Usage is what an instance consumes right now.
@@ -27,6 +29,19 @@ type Usage struct {
 // Usage reads the instance's CPU time and memory working set from its
 // cgroups (zero without cgroups) and sums the file sizes in Dir/pgdata.
 func (m *Instances) Usage(s Spec) (Usage, error) {
+	u, err := m.CgroupUsage(s)
+	if err != nil {
+		return Usage{}, err
+	}
+	if u.StorageBytes, err = m.DataSize(s); err != nil {
+		return Usage{}, err
+	}
+	return u, nil
+}
+
+// CgroupUsage is Usage without the storage: a few small cgroup files, where
+// the data directory's size takes a stat of each of its files.
+func (m *Instances) CgroupUsage(s Spec) (Usage, error) {
 	var u Usage
 	if cg := m.cgroups.Of(s.ID); cg != nil && cg.Exists() {
 		cpu, mem, err := cg.Usage()
@@ -35,33 +50,55 @@ func (m *Instances) Usage(s Spec) (Usage, error) {
 		}
 		u.CPUNanos, u.MemoryBytes = cpu, mem
 	}
-	size, err := dirSize(s.PGData())
-	if err != nil {
-		return Usage{}, fmt.Errorf("usage of instance %s: %w", s.ID, err)
-	}
-	u.StorageBytes = size
 	return u, nil
 }
 
+// DataSize sums the file sizes in Dir/pgdata.
+func (m *Instances) DataSize(s Spec) (int64, error) {
+	size, err := dirSize(s.PGData())
+	if err != nil {
+		return 0, fmt.Errorf("usage of instance %s: %w", s.ID, err)
+	}
+	return size, nil
+}
+
 // dirSize sums the sizes of the regular files under dir. Files that vanish
-// during the walk (recycled WAL, temp files) are skipped.
+// during the walk (recycled WAL, temp files) are skipped. Each file is
+// stat'ed by its name relative to its directory's descriptor (fstatat), so
+// the kernel resolves one path component per file rather than the whole
+// path: the walk runs for every service every few minutes.
 func dirSize(dir string) (int64, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	entries, err := f.ReadDir(-1)
+	if err != nil {
+		return 0, err
+	}
 	var total int64
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) && path != dir {
-				return nil
+	fd := int(f.Fd())
+	for _, e := range entries {
+		switch {
+		case e.Type().IsRegular():
+			var st unix.Stat_t
+			if err := unix.Fstatat(fd, e.Name(), &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+				total += st.Size
+			} else if !errors.Is(err, unix.ENOENT) {
+				return 0, fmt.Errorf("stat %s: %w", filepath.Join(dir, e.Name()), err)
 			}
-			return err
-		}
-		if d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil {
-				total += fi.Size()
+		case e.IsDir():
+			n, err := dirSize(filepath.Join(dir, e.Name()))
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			} else if err != nil {
+				return 0, err
 			}
+			total += n
 		}
-		return nil
-	})
-	return total, err
+	}
+	return total, nil
 }
 
 // HostCapacity returns the host's CPUs (in millicores), memory and the free
