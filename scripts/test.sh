@@ -18,6 +18,8 @@ go vet ./...
 # from the Go module proxy and cached (docs/kubernetes.md); never skipped here.
 KUBEBUILDER_ASSETS=$(scripts/kube-test-assets.sh)
 export KUBEBUILDER_ASSETS DBCLOUD_REQUIRE_KUBE=1
-go test -count=1 -timeout 20m ./...
+# e2e runs its tests one after another on real binaries and PostgreSQL (about
+# 12 minutes on a quiet machine, twice that on a loaded one): its own bound.
+go test -count=1 -timeout 45m ./...
 go test -count=1 -race -timeout 10m ./sqlite/ ./http/
 go run ./cmd/dbcloud-bench -short -check
