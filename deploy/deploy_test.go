@@ -72,24 +72,11 @@ func manifests(t *testing.T) []*unstructured.Unstructured {
 
 func start(t *testing.T) (*kubetest.Env, client.Client) {
 	t.Helper()
-	env, err := kubetest.Start()
-	var noAssets *kubetest.ErrNoAssets
-	if errors.As(err, &noAssets) && os.Getenv(kubetest.RequireEnv) != "1" {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { env.Stop() })
 	scheme, err := kubernetes.Scheme()
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.New(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return env, c
+	return kubetest.StartT(t, scheme)
 }
 
 // TestManifests: every object of deploy/ passes the apiserver's validation

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -24,28 +22,11 @@ import (
 // kubetest.RequireEnv after building them).
 func startKube(t *testing.T) (*kubetest.Env, client.Client) {
 	t.Helper()
-	env, err := kubetest.Start()
-	var noAssets *kubetest.ErrNoAssets
-	if errors.As(err, &noAssets) && os.Getenv(kubetest.RequireEnv) != "1" {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stop kube-apiserver: %v", err)
-		}
-	})
 	scheme, err := kubernetes.Scheme()
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.New(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return env, c
+	return kubetest.StartT(t, scheme)
 }
 
 // waitObject polls the apiserver until obj exists (want true) or is gone.

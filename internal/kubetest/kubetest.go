@@ -10,15 +10,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"testing"
 
 	apiv1 "github.com/cloudnative-pg/cloudnative-pg/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -158,4 +161,29 @@ func (e *Env) WriteKubeconfig(path string) error {
 		return err
 	}
 	return os.WriteFile(path, b, 0o600)
+}
+
+// StartT starts an apiserver for one test, stopped when it ends, with a
+// client that knows scheme. It skips the test when the binaries are not
+// built, unless RequireEnv is set (CI), where that fails it.
+func StartT(t testing.TB, scheme *kruntime.Scheme, extraCRDDirs ...string) (*Env, client.Client) {
+	t.Helper()
+	env, err := Start(extraCRDDirs...)
+	var noAssets *ErrNoAssets
+	if errors.As(err, &noAssets) && os.Getenv(RequireEnv) != "1" {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stop kube-apiserver: %v", err)
+		}
+	})
+	c, err := client.New(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env, c
 }
