@@ -65,17 +65,7 @@ func (rt *Runtime) ApplyReplicaSet(ctx context.Context, parent *dbcloud.Service,
 // replicaSetExposures are what a read replica set exposes: all its nodes,
 // and its pooler, on the ports claimed for them.
 func replicaSetExposures(set *dbcloud.ReadReplicaSet) (main, pooler exposure) {
-	name := ReplicaClusterName(set)
-	var host string
-	var port int
-	if set.Endpoint != nil {
-		host, port = set.Endpoint.Host, set.Endpoint.Port
-	}
-	main = instancesExposure(name, port)
-	main.host = host
-	pooler = poolerExposure(PoolerName(name), set.PoolerPort)
-	pooler.host = host
-	return main, pooler
+	return exposures(ReplicaClusterName(set), set.Endpoint, set.PoolerPort, instancesExposure)
 }
 
 // CheckReplicaSet maps the replica Cluster's status.

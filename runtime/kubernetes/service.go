@@ -322,15 +322,20 @@ func (rt *Runtime) CheckService(ctx context.Context, svc *dbcloud.Service, measu
 // serviceExposures are what a service exposes: its primary on the port
 // claimed at creation, its pooler on the one claimed when it was enabled.
 func serviceExposures(svc *dbcloud.Service) (main, pooler exposure) {
-	name := ClusterName(svc)
+	return exposures(ClusterName(svc), svc.Endpoint, svc.PoolerPort, primaryExposure)
+}
+
+// exposures are a Cluster's main exposure (made by mainOf: the primary,
+// or all instances) and its pooler's, on the endpoint's host and ports.
+func exposures(cluster string, ep *dbcloud.Endpoint, poolerPort int, mainOf func(cluster string, port int) exposure) (main, pooler exposure) {
 	var host string
 	var port int
-	if svc.Endpoint != nil {
-		host, port = svc.Endpoint.Host, svc.Endpoint.Port
+	if ep != nil {
+		host, port = ep.Host, ep.Port
 	}
-	main = primaryExposure(name, port)
+	main = mainOf(cluster, port)
 	main.host = host
-	pooler = poolerExposure(PoolerName(name), svc.PoolerPort)
+	pooler = poolerExposure(PoolerName(cluster), poolerPort)
 	pooler.host = host
 	return main, pooler
 }
