@@ -142,7 +142,14 @@ func (rt *Runtime) startSealed(ctx context.Context, svc *dbcloud.Service, spec p
 		return err
 	}
 	steps.done("prepare")
-	if _, err := rt.instances.Start(ctx, sealed); err != nil {
+	return rt.startRestored(ctx, svc, spec, sealed, steps)
+}
+
+// startRestored starts the fork's restored data directory as start says
+// (sealed, or with recovery settings), checks that it came up promoted,
+// and gives it the fork's own password.
+func (rt *Runtime) startRestored(ctx context.Context, svc *dbcloud.Service, spec, start postgres.Spec, steps *stepTimes) error {
+	if _, err := rt.instances.Start(ctx, start); err != nil {
 		return recoveryFailed{err}
 	}
 	steps.done("recover")
@@ -178,17 +185,9 @@ func (rt *Runtime) recoverToTarget(ctx context.Context, svc *dbcloud.Service, sp
 	recovery["recovery_target_action"] = "promote"
 	rs := spec
 	rs.RecoverySettings = recovery
-	if _, err := rt.instances.Start(ctx, rs); err != nil {
-		return recoveryFailed{err}
-	}
-	steps.done("recover")
-	if err := rt.checkPromoted(ctx, spec); err != nil {
+	if err := rt.startRestored(ctx, svc, spec, rs, steps); err != nil {
 		return err
 	}
-	if err := rt.setVerifier(ctx, spec, svc.PasswordVerifier); err != nil {
-		return err
-	}
-	steps.done("password")
 	if err := rt.instances.Stop(ctx, spec, 30*time.Second); err != nil {
 		return err
 	}
