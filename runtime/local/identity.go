@@ -164,7 +164,15 @@ func (rt *Runtime) finishClaim(id string) error {
 		if err := os.MkdirAll(inst, 0o700); err != nil {
 			return err
 		}
-		if err := os.Rename(filepath.Join(dir, "pgdata"), pgdata); err != nil {
+		err := os.Rename(filepath.Join(dir, "pgdata"), pgdata)
+		if errors.Is(err, fs.ErrNotExist) {
+			// An entry whose cluster was gone when it was claimed (taken
+			// by an older dbcloud that moved clusters out of entries
+			// without the entry): Prepare makes one for the identity.
+			rt.cfg.Logger.Warn("claimed pool entry has no cluster; one is made", "service", id)
+			return os.RemoveAll(dir)
+		}
+		if err != nil {
 			return fmt.Errorf("move the claimed cluster of %s: %w", id, err)
 		}
 		if err := atomicfile.SyncDir(inst); err != nil {

@@ -521,17 +521,51 @@ func (m *Instances) Claim(ctx context.Context, dst string) (key string, ok bool,
 	return key, true, nil
 }
 
-// takeFromPool renames a prepared cluster to pgdata (see claimEntry). It
-// returns the name of the entry taken, "" for none.
+// takeFromPool moves a prepared cluster to pgdata and returns the name of
+// the entry taken, "" for none. The whole entry is taken with one rename,
+// as Claim takes it, into a holding directory beside pgdata: renaming only
+// its pgdata would let a concurrent Claim take the rest, an entry without
+// a cluster.
 func (m *Instances) takeFromPool(ctx context.Context, pgdata string) (string, error) {
-	name, err := m.claimEntry(ctx, pgdata, true)
+	hold := filepath.Join(filepath.Dir(pgdata), ".pool-take")
+	// What a crash left here was taken already and is nobody's.
+	if err := m.dropTaken(ctx, hold); err != nil {
+		return "", err
+	}
+	name, err := m.claimEntry(ctx, hold, false)
 	if err != nil || name == "" {
 		return "", err
 	}
-	if err := os.RemoveAll(filepath.Join(m.PoolDir, name)); err != nil {
+	if err := os.Rename(filepath.Join(hold, "pgdata"), pgdata); err != nil {
+		return "", err
+	}
+	if err := atomicfile.SyncDir(filepath.Dir(pgdata)); err != nil {
+		return "", err
+	}
+	// The entry's identity is removed by Prepare once the cluster is the
+	// instance owner's (removeEntry).
+	if err := removeWorkDir(hold); err != nil {
 		m.Logger.Warn("remove taken pool entry", "entry", name, "error", err)
 	}
 	return name, nil
+}
+
+// dropTaken removes a pool entry a crash left taken into dir and, with
+// Identities, the OS identity it names.
+func (m *Instances) dropTaken(ctx context.Context, dir string) error {
+	raw, err := os.ReadFile(filepath.Join(dir, PoolIdentityFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return removeWorkDir(dir)
+	} else if err != nil {
+		return err
+	}
+	if err := removeWorkDir(dir); err != nil {
+		return err
+	}
+	if m.Identities == nil {
+		return nil
+	}
+	return m.Identities.Remove(ctx, strings.TrimSpace(string(raw)))
 }
 
 // prepareCluster makes work/pgdata (work exists) a stopped, synced cluster with the
