@@ -465,6 +465,20 @@ func busy(tx Tx, s *Service) error {
 	return nil
 }
 
+// onlyPending reports whether s has pending operations and all are of type t.
+func onlyPending(tx Tx, s *Service, t OperationType) (bool, error) {
+	pending, err := tx.ListOperations(OperationFilter{ResourceID: s.ID, Pending: true})
+	if err != nil || len(pending) == 0 {
+		return false, err
+	}
+	for _, op := range pending {
+		if op.Type != t {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 // correct is busy for a correction: a change that repairs or shrinks
 // (resize, stop, setHA down, disablePooler). On a service that is UNSTABLE,
 // or whose pending work keeps failing, it supersedes that work instead of
@@ -718,8 +732,18 @@ func (c *Cloud) SetPooler(ctx context.Context, projectID, id string, enabled boo
 	}
 	err := withPorts(ctx, func(ports []int) error {
 		_, err := c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
-			if s.Spec.Pooler == enabled && s.Status != StatusDeleting && busy(tx, s) == nil {
-				return "", nil
+			if s.Spec.Pooler == enabled && s.Status != StatusDeleting {
+				// Already asked for: by this request itself when it is a
+				// retry whose first try was applied but never answered
+				// (dbcloud stopped in between), so the answer is the
+				// first try's, not a refusal for its own operation.
+				inFlight, err := onlyPending(tx, s, OpSetPooler)
+				if err != nil {
+					return "", err
+				}
+				if inFlight || busy(tx, s) == nil {
+					return "", nil
+				}
 			}
 			superseded := false
 			if enabled {
