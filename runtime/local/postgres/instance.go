@@ -105,8 +105,10 @@ type Instances struct {
 	// lastTake when a create last took a cluster.
 	burstTarget int
 	lastTake    time.Time
-	cancel      context.CancelFunc
-	wg          sync.WaitGroup
+	// templateMu makes one template at a time (template.go).
+	templateMu sync.Mutex
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
 }
 
 // Defaults of the pool's burst bounds.
@@ -347,7 +349,9 @@ func (m *Instances) makeDataDir(ctx context.Context, s Spec) (string, error) {
 	if err := os.Mkdir(work, 0o755); err != nil {
 		return "", err
 	}
-	if err := m.prepareCluster(ctx, work, s.Owner, 0); err != nil {
+	// From the template when there is one; the plane keeping the pool
+	// makes it.
+	if _, err := m.makeCluster(ctx, work, s.Owner, 0, false); err != nil {
 		return "", err
 	}
 	if err := os.Rename(filepath.Join(work, "pgdata"), s.PGData()); err != nil {

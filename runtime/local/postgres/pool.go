@@ -179,6 +179,9 @@ func (m *Instances) cleanPool() error {
 	}
 	for _, e := range entries {
 		name := e.Name()
+		if isTemplate(name) {
+			continue // below
+		}
 		stale := strings.HasPrefix(name, poolTmpPrefix)
 		if strings.HasPrefix(name, poolReadyPrefix) {
 			_, err := os.Stat(filepath.Join(m.PoolDir, name, "pgdata", "PG_VERSION"))
@@ -190,6 +193,11 @@ func (m *Instances) cleanPool() error {
 				return err
 			}
 		}
+	}
+	// Templates of inputs that changed since (a crash can come between
+	// making the new one and removing the old).
+	if key, err := m.templateKey(); err == nil {
+		m.removeStaleTemplates(poolTemplatePrefix + key)
 	}
 	return nil
 }
@@ -383,7 +391,8 @@ func (m *Instances) addToPool(ctx context.Context, nice int) (err error) {
 			return err
 		}
 	}
-	if err := m.prepareCluster(ctx, work, owner, nice); err != nil {
+	how, err := m.makeCluster(ctx, work, owner, nice, true)
+	if err != nil {
 		return err
 	}
 	if err := os.Rename(work, filepath.Join(m.PoolDir, poolReadyPrefix+name)); err != nil {
@@ -392,7 +401,7 @@ func (m *Instances) addToPool(ctx context.Context, nice int) (err error) {
 	if err := atomicfile.SyncDir(m.PoolDir); err != nil {
 		return err
 	}
-	m.Logger.Info("pool cluster prepared", "entry", poolReadyPrefix+name, "ms", time.Since(begin).Milliseconds())
+	m.Logger.Info("pool cluster prepared", "entry", poolReadyPrefix+name, "from", how, "ms", time.Since(begin).Milliseconds())
 	return nil
 }
 
@@ -417,6 +426,9 @@ func (m *Instances) removeEntry(ctx context.Context, name string) error {
 	key := name
 	for _, prefix := range []string{poolGonePrefix, poolTmpPrefix, poolReadyPrefix} {
 		key = strings.TrimPrefix(key, prefix)
+	}
+	if strings.HasPrefix(key, poolTemplatePrefix) {
+		return nil // a template is the Instances' own, no identity's
 	}
 	return m.Identities.Remove(ctx, PoolIdentityKey(key))
 }
@@ -579,27 +591,15 @@ func (m *Instances) dropTaken(ctx context.Context, dir string) error {
 // when taken (ownTree), or the service's when made inline.
 func (m *Instances) prepareCluster(ctx context.Context, work string, owner *osuser.Identity, nice int) error {
 	pgdata := filepath.Join(work, "pgdata")
-	// A throwaway spec gives the preparation run the same peer mapping as
-	// the instance will have.
-	s := Spec{ID: "pool", Dir: work, Port: 5432, Owner: owner}
-	for _, dir := range []string{pgdata, s.RunDir()} {
-		if err := m.MakeServerDir(s, dir); err != nil {
-			return err
-		}
-	}
-	if err := m.makeReadOnlyDir(s, s.ConfDir()); err != nil {
+	s, err := m.makeWorkDirs(work, owner)
+	if err != nil {
 		return err
 	}
-	_, hba, ident := RenderConfig(s, m.osUser)
-	for name, data := range map[string]string{hbaFile: hba, identFile: ident} {
-		if err := m.writeReadOnlyFile(s, s.ConfPath(name), []byte(data), 0o600); err != nil {
-			return err
-		}
+	if err := m.MakeServerDir(s, pgdata); err != nil {
+		return err
 	}
 
-	initdb := exec.CommandContext(ctx, filepath.Join(m.BinDir, "initdb"),
-		"-D", pgdata, "-N", "-U", "postgres", "-A", "peer", "--auth-host=scram-sha-256",
-		"-E", "UTF8", "--locale=C")
+	initdb := exec.CommandContext(ctx, filepath.Join(m.BinDir, "initdb"), initdbArgs(pgdata)...)
 	initdb.Dir = work
 	initdb.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C"}
 	// Own process group, killed as a whole on cancel: initdb runs its
@@ -609,7 +609,7 @@ func (m *Instances) prepareCluster(ctx context.Context, work string, owner *osus
 	initdb.Cancel = func() error { return syscall.Kill(-initdb.Process.Pid, syscall.SIGKILL) }
 	var out bytes.Buffer
 	initdb.Stdout, initdb.Stderr = &out, &out
-	err := initdb.Start()
+	err = initdb.Start()
 	if err == nil {
 		lowerPriority(initdb.Process.Pid, nice)
 		err = initdb.Wait()
@@ -652,22 +652,54 @@ func (m *Instances) prepareCluster(ctx context.Context, work string, owner *osus
 		_ = stopErr()
 		return fmt.Errorf("%w%s", err, proc.LogTail(logPath, logStart))
 	}
-	if err := m.Exec(ctx, s, "postgres", "CREATE ROLE tsdbadmin LOGIN CREATEDB CREATEROLE"); err != nil {
-		_ = stopErr()
-		return err
-	}
-	if err := m.Exec(ctx, s, "postgres", "CREATE DATABASE tsdb OWNER tsdbadmin"); err != nil {
-		_ = stopErr()
-		return err
-	}
-	if err := m.Exec(ctx, s, "postgres", replicatorSQL); err != nil {
-		_ = stopErr()
-		return err
+	for _, sql := range prepareStatements() {
+		if err := m.Exec(ctx, s, "postgres", sql); err != nil {
+			_ = stopErr()
+			return err
+		}
 	}
 	if err := stopErr(); err != nil {
 		return fmt.Errorf("stop preparation postmaster: %w%s", err, proc.LogTail(logPath, logStart))
 	}
 	return syncfs(work)
+}
+
+// initdbArgs are initdb's arguments for a cluster in pgdata: no fsync
+// (synced once when complete), peer authentication on the socket.
+func initdbArgs(pgdata string) []string {
+	return []string{"-D", pgdata, "-N", "-U", "postgres", "-A", "peer", "--auth-host=scram-sha-256",
+		"-E", "UTF8", "--locale=C"}
+}
+
+// prepareStatements is the SQL a preparation runs on a fresh cluster.
+func prepareStatements() []string {
+	return []string{
+		"CREATE ROLE tsdbadmin LOGIN CREATEDB CREATEROLE",
+		"CREATE DATABASE tsdb OWNER tsdbadmin",
+		replicatorSQL,
+	}
+}
+
+// makeWorkDirs makes what a preparation run of a cluster in work needs
+// beside work/pgdata (its socket directory, and its pg_hba.conf and
+// pg_ident.conf mapping owner, the OS user it is made as), and returns the
+// throwaway spec of that run, which gives it the same peer mapping as the
+// instance will have.
+func (m *Instances) makeWorkDirs(work string, owner *osuser.Identity) (Spec, error) {
+	s := Spec{ID: "pool", Dir: work, Port: 5432, Owner: owner}
+	if err := m.MakeServerDir(s, s.RunDir()); err != nil {
+		return s, err
+	}
+	if err := m.makeReadOnlyDir(s, s.ConfDir()); err != nil {
+		return s, err
+	}
+	_, hba, ident := RenderConfig(s, m.osUser)
+	for name, data := range map[string]string{hbaFile: hba, identFile: ident} {
+		if err := m.writeReadOnlyFile(s, s.ConfPath(name), []byte(data), 0o600); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
 }
 
 // lowerPriority sets the nice value of the process group led by pid (a
