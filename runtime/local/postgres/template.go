@@ -60,6 +60,7 @@ func (m *Instances) makeCluster(ctx context.Context, work string, owner *osuser.
 	if tpl == "" {
 		return "initdb", m.prepareCluster(ctx, work, owner, nice)
 	}
+	begin := time.Now()
 	s, err := m.makeWorkDirs(work, owner)
 	if err != nil {
 		return "", err
@@ -75,13 +76,18 @@ func (m *Instances) makeCluster(ctx context.Context, work string, owner *osuser.
 	if err != nil {
 		return "", err
 	}
+	copied := time.Now()
 	if err := m.newSystemIdentifier(ctx, s, filepath.Join(work, "pgdata"), nice); err != nil {
 		return "", err
 	}
+	reset := time.Now()
 	// One syncfs, as prepareCluster ends, instead of a fsync per file.
 	if err := syncfs(work); err != nil {
 		return "", err
 	}
+	m.Logger.Info("pool cluster copied from the template", "dir", work, "files", stats.Files, "mb", stats.Bytes>>20,
+		"copy_ms", copied.Sub(begin).Milliseconds(), "resetwal_ms", reset.Sub(copied).Milliseconds(),
+		"sync_ms", time.Since(reset).Milliseconds())
 	if stats.Reflinked {
 		return "template clone", nil
 	}
