@@ -328,6 +328,21 @@ func (rt *Runtime) preparedBase(ctx context.Context, svc *dbcloud.Service) (post
 	if err := rt.makeServiceVolume(ctx, svc, rt.serviceDir(svc.ID)); err != nil {
 		return postgres.Spec{}, err
 	}
+	// The certificate needs neither the identity nor the cluster: it is
+	// issued (and its files synced) beside their claim, not after it.
+	// Every return waits for it, so nothing writes into the service's
+	// directory once this ensure has ended.
+	var (
+		certPEM, keyPEM []byte
+		certErr         error
+		issuing         sync.WaitGroup
+	)
+	issuing.Add(1)
+	go func() {
+		defer issuing.Done()
+		certPEM, keyPEM, certErr = rt.serverCert(svc)
+	}()
+	defer issuing.Wait()
 	if _, err := rt.ensureOwner(ctx, svc); err != nil {
 		return postgres.Spec{}, err
 	}
@@ -347,9 +362,11 @@ func (rt *Runtime) preparedBase(ctx context.Context, svc *dbcloud.Service) (post
 		return postgres.Spec{}, err
 	}
 	stepDone(ctx, "service_dir")
-	if base.CertPEM, base.KeyPEM, err = rt.serverCert(svc); err != nil {
-		return postgres.Spec{}, err
+	issuing.Wait()
+	if certErr != nil {
+		return postgres.Spec{}, certErr
 	}
+	base.CertPEM, base.KeyPEM = certPEM, keyPEM
 	stepDone(ctx, "tls_cert")
 	return base, nil
 }

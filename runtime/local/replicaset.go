@@ -336,6 +336,12 @@ func (rt *Runtime) nodeTargets(st *replicaSetState, nodes []int) []string {
 // a set deleted while its parent was stopped could not drop them, and a
 // slot nobody reads from keeps WAL on the primary for ever.
 func (rt *Runtime) dropStaleSlots(ctx context.Context, conn *pgx.Conn, primary postgres.Spec) error {
+	// A persistent slot has its directory in pg_replslot from its
+	// creation on: with none there (every new service) there is nothing
+	// to drop, and no query to wait for on an instance under its CPU quota.
+	if held, err := os.ReadDir(filepath.Join(primary.PGData(), "pg_replslot")); err == nil && len(held) == 0 {
+		return nil
+	}
 	rows, err := conn.Query(ctx, `SELECT slot_name::text FROM pg_replication_slots WHERE slot_name LIKE 'dbcloud\_rs\_%' AND NOT active`)
 	if err != nil {
 		return err
