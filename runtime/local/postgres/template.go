@@ -67,6 +67,7 @@ func (m *Instances) makeCluster(ctx context.Context, work string, owner *osuser.
 	}
 	stats, err := treecopy.Tree(ctx, filepath.Join(tpl, "pgdata"), filepath.Join(work, "pgdata"), treecopy.Options{
 		Owner: m.Owner(s),
+		Nice:  nice,
 		// The template's preparation run's command line, not this copy's.
 		// and WAL, which newSystemIdentifier writes anew.
 		Skip: func(rel string, d fs.DirEntry) (bool, bool) {

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -42,6 +43,12 @@ type Options struct {
 	// needs none: a server that finds no clean shutdown in pg_control
 	// syncs its whole data directory before recovery.
 	Sync bool
+	// Nice, when above 0, is the nice value the copying threads run at:
+	// background work (the pool's preparations) yields the CPU to what
+	// requests wait for. Where dbcloud's threads share a cgroup level with
+	// the instances' groups (cgroup v1 with dbcloud in the root group) it
+	// weighs against them too.
+	Nice int
 }
 
 // Stats says what Tree did.
@@ -86,6 +93,9 @@ func Tree(ctx context.Context, src, dst string, opt Options) (Stats, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if opt.Nice > 0 {
+				lowerThread(opt.Nice)
+			}
 			for j := range jobs {
 				if ctx.Err() != nil {
 					continue
@@ -272,4 +282,13 @@ func Chown(path string, owner *syscall.Credential) error {
 		return nil
 	}
 	return os.Lchown(path, int(owner.Uid), int(owner.Gid))
+}
+
+// lowerThread runs the calling goroutine from now on alone on its OS thread,
+// at the nice value nice. The thread is never handed back (no
+// UnlockOSThread): it ends with the goroutine, so no other goroutine ever
+// runs at the lowered priority.
+func lowerThread(nice int) {
+	runtime.LockOSThread()
+	_ = unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), nice)
 }
