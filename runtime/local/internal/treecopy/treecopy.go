@@ -94,7 +94,7 @@ func Tree(ctx context.Context, src, dst string, opt Options) (Stats, error) {
 		go func() {
 			defer wg.Done()
 			if opt.Nice > 0 {
-				lowerThread(opt.Nice)
+				defer lowerThread(opt.Nice)()
 			}
 			for j := range jobs {
 				if ctx.Err() != nil {
@@ -284,11 +284,28 @@ func Chown(path string, owner *syscall.Credential) error {
 	return os.Lchown(path, int(owner.Uid), int(owner.Gid))
 }
 
-// lowerThread runs the calling goroutine from now on alone on its OS thread,
-// at the nice value nice. The thread is never handed back (no
-// UnlockOSThread): it ends with the goroutine, so no other goroutine ever
-// runs at the lowered priority.
-func lowerThread(nice int) {
+// lowerThread runs the calling goroutine alone on its OS thread at the nice
+// value nice, until the function it returns puts the thread's priority back
+// and hands the thread back to the runtime. The thread must not end with
+// the goroutine (as a locked thread whose goroutine exits does): a child
+// started with Pdeathsig from that thread earlier would be killed. Only
+// root can raise a priority back, so other users copy at their own.
+func lowerThread(nice int) (restore func()) {
+	if os.Geteuid() != 0 {
+		return func() {}
+	}
 	runtime.LockOSThread()
-	_ = unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), nice)
+	tid := unix.Gettid()
+	// The raw getpriority returns 20 - nice.
+	prio, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
+	if err != nil || unix.Setpriority(unix.PRIO_PROCESS, tid, nice) != nil {
+		runtime.UnlockOSThread()
+		return func() {}
+	}
+	return func() {
+		if unix.Setpriority(unix.PRIO_PROCESS, tid, 20-prio) == nil {
+			runtime.UnlockOSThread()
+		}
+		// Else the thread stays locked and ends with the goroutine.
+	}
 }
