@@ -114,6 +114,9 @@ func BenchmarkCreateToReady(b *testing.B) {
 			// Enough room on a 2-core host for the creates' shared
 			// services (500 millicores each).
 			args := []string{"--quota-services", "50", "--overcommit", "16"}
+			// DBCLOUD_BENCH_CREATE_ARGS adds server flags, e.g.
+			// "--storage-image-gib 8" for pool copies that clone.
+			args = append(args, strings.Fields(os.Getenv("DBCLOUD_BENCH_CREATE_ARGS"))...)
 			want := 2 // serve's default pool size
 			if tc.pool > 0 {
 				args, want = append(args, "--pool-size", strconv.Itoa(tc.pool)), tc.pool
