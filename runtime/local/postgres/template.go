@@ -68,8 +68,9 @@ func (m *Instances) makeCluster(ctx context.Context, work string, owner *osuser.
 	stats, err := treecopy.Tree(ctx, filepath.Join(tpl, "pgdata"), filepath.Join(work, "pgdata"), treecopy.Options{
 		Owner: m.Owner(s),
 		Nice:  nice,
-		// The template's preparation run's command line, not this copy's.
-		// and WAL, which newSystemIdentifier writes anew.
+		// Left out: postmaster.opts (the command line of the template's
+		// preparation run, not this copy's) and the WAL, which
+		// newSystemIdentifier writes anew.
 		Skip: func(rel string, d fs.DirEntry) (bool, bool) {
 			return rel == "postmaster.opts" || (strings.HasPrefix(rel, "pg_wal/") && d.Type().IsRegular()), false
 		},
