@@ -121,6 +121,7 @@ func benchFork(b *testing.B, mib int64, serverArgs ...string) {
 	loaded := time.Now()
 	pgdata := filepath.Join(s.dir, "runtime", "services", parent.ServiceID, "0", "pgdata")
 	b.Logf("loading %d MiB took %v; parent data directory %s (%s)", mib, loaded.Sub(begin).Round(time.Second), du(b, pgdata), filesystemOf(b, pgdata))
+	b.Logf("parent data directory: %s", extents(b, pgdata))
 	parentMB := float64(duBytes(b, pgdata)) / (1 << 20)
 	// The snapshot taken at creation holds no data. Removing it makes the
 	// runtime take a fresh one at once, as for a new service; the next is
@@ -130,6 +131,9 @@ func benchFork(b *testing.B, mib int64, serverArgs ...string) {
 	}
 	s.waitSnapshot(parent.ServiceID, loaded, 30*time.Minute)
 	b.Logf("snapshot after the load: %s", lastSnapshotStats(b, s, parent.ServiceID))
+	if snaps, _ := filepath.Glob(filepath.Join(s.dir, "runtime", "services", parent.ServiceID, "snapshots", "*")); len(snaps) > 0 {
+		b.Logf("its files: %s", extents(b, snaps[len(snaps)-1]))
+	}
 
 	// The disk of this kind of VM is erratic: the first large copies
 	// after a burst of writes run several times slower than later ones. A
@@ -263,6 +267,32 @@ func duBytes(b *testing.B, dir string) int64 {
 		b.Fatal(err)
 	}
 	return n
+}
+
+// extents counts the extents of the files over 1 MiB under dir (filefrag)
+// and says whether dir is NOCOW: a clone on btrfs costs per extent.
+func extents(b *testing.B, dir string) string {
+	var files, total int
+	filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		if fi, err := d.Info(); err != nil || fi.Size() <= 1<<20 {
+			return nil
+		}
+		out, err := exec.Command("filefrag", path).Output()
+		if err != nil {
+			return nil
+		}
+		// "path: N extents found"
+		f := strings.Fields(string(out))
+		if n, err := strconv.Atoi(f[len(f)-3]); err == nil {
+			files, total = files+1, total+n
+		}
+		return nil
+	})
+	attr, _ := exec.Command("lsattr", "-d", dir).Output()
+	return fmt.Sprintf("%d files over 1 MiB in %d extents; lsattr %s", files, total, strings.Fields(string(attr) + " ?")[0])
 }
 
 func filesystemOf(b *testing.B, dir string) string {

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"dbcloud/internal/atomicfile"
+	"dbcloud/runtime/local/internal/volume"
 
 	"golang.org/x/sys/unix"
 )
@@ -159,6 +160,11 @@ func copyTree(ctx context.Context, src, dst string, opt copyOptions) (copyStats,
 			if err := chownTo(target, opt.owner); err != nil {
 				return err
 			}
+			// Files made in it later (by the copy, or by the PostgreSQL
+			// that runs on it) take its flag, as they did in the source.
+			if err := matchDirNoCOW(target, path); err != nil {
+				return err
+			}
 			dirs = append(dirs, target)
 			if skipContents {
 				return filepath.SkipDir
@@ -233,6 +239,11 @@ func copyFile(src, dst string, mode fs.FileMode, owner *syscall.Credential, sync
 		}
 	}
 	if noClone == nil || !noClone.Load() {
+		// A NOCOW file clones only into a NOCOW file, and a
+		// copy-on-write one only into a copy-on-write one.
+		if err := volume.MatchNoCOW(out, in); err != nil {
+			return 0, false, err
+		}
 		cerr := unix.IoctlFileClone(int(out.Fd()), int(in.Fd()))
 		if cerr == nil {
 			// No fsync: copyTree syncs the filesystem once at the end.
@@ -272,6 +283,23 @@ func syncFS(dir string) error {
 func cloneUnsupported(err error) bool {
 	return errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOTTY) || errors.Is(err, unix.EXDEV) ||
 		errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM)
+}
+
+// matchDirNoCOW gives the new directory dst src's NOCOW flag.
+func matchDirNoCOW(dst, src string) error {
+	s, err := os.Open(src)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // dropped while we walked: the copy skips its contents
+	} else if err != nil {
+		return err
+	}
+	defer s.Close()
+	d, err := os.Open(dst)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return volume.MatchNoCOW(d, s)
 }
 
 func chownTo(path string, owner *syscall.Credential) error {

@@ -23,6 +23,7 @@ import (
 	"dbcloud/internal/flock"
 	"dbcloud/runtime/local/internal/osuser"
 	"dbcloud/runtime/local/internal/proc"
+	"dbcloud/runtime/local/internal/volume"
 )
 
 // Pool entries are directories in PoolDir. A cluster is prepared in
@@ -370,6 +371,11 @@ func (m *Instances) addToPool(ctx context.Context, nice int) (err error) {
 	if err := os.Mkdir(work, 0o755); err != nil {
 		return err
 	}
+	// The cluster initdb makes in it is NOCOW on btrfs (see
+	// volume.NoCOWDir): its forks and snapshots clone in a few extents.
+	if err := volume.NoCOWDir(work); err != nil {
+		return err
+	}
 	var owner *osuser.Identity
 	if m.Identities != nil {
 		key := PoolIdentityKey(name)
@@ -597,8 +603,11 @@ func (m *Instances) prepareCluster(ctx context.Context, work string, owner *osus
 		}
 	}
 
+	// -k (data checksums): PostgreSQL checks every page it reads. On
+	// btrfs the data directory is NOCOW (volume.NoCOWDir), which turns
+	// btrfs's own data checksums off; these take their place.
 	initdb := exec.CommandContext(ctx, filepath.Join(m.BinDir, "initdb"),
-		"-D", pgdata, "-N", "-U", "postgres", "-A", "peer", "--auth-host=scram-sha-256",
+		"-D", pgdata, "-N", "-k", "-U", "postgres", "-A", "peer", "--auth-host=scram-sha-256",
 		"-E", "UTF8", "--locale=C")
 	initdb.Dir = work
 	initdb.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C"}
