@@ -121,6 +121,7 @@ func benchFork(b *testing.B, mib int64, serverArgs ...string) {
 	loaded := time.Now()
 	pgdata := filepath.Join(s.dir, "runtime", "services", parent.ServiceID, "0", "pgdata")
 	b.Logf("loading %d MiB took %v; parent data directory %s (%s)", mib, loaded.Sub(begin).Round(time.Second), du(b, pgdata), filesystemOf(b, pgdata))
+	b.Logf("parent data directory: %s", extents(b, pgdata))
 	parentMB := float64(duBytes(b, pgdata)) / (1 << 20)
 	// The snapshot taken at creation holds no data. Removing it makes the
 	// runtime take a fresh one at once, as for a new service; the next is
@@ -130,6 +131,9 @@ func benchFork(b *testing.B, mib int64, serverArgs ...string) {
 	}
 	s.waitSnapshot(parent.ServiceID, loaded, 30*time.Minute)
 	b.Logf("snapshot after the load: %s", lastSnapshotStats(b, s, parent.ServiceID))
+	if snaps, _ := filepath.Glob(filepath.Join(s.dir, "runtime", "services", parent.ServiceID, "snapshots", "*", "manifest.json")); len(snaps) > 0 {
+		b.Logf("its files: %s", extents(b, filepath.Join(filepath.Dir(snaps[len(snaps)-1]), "data")))
+	}
 
 	// The disk of this kind of VM is erratic: the first large copies
 	// after a burst of writes run several times slower than later ones. A
@@ -208,7 +212,20 @@ func timeFork(b *testing.B, s *server, parent service, strategy string) time.Dur
 // tree (same disk), optionally followed by sync, and removes the copy.
 func cpA(b *testing.B, pgdata string, andSync bool) time.Duration {
 	b.Helper()
-	dst := filepath.Join(filepath.Dir(filepath.Dir(filepath.Dir(pgdata))), fmt.Sprintf("bench-cp-%d", time.Now().UnixNano()))
+	into := filepath.Join(filepath.Dir(filepath.Dir(filepath.Dir(pgdata))), fmt.Sprintf("bench-cp-%d", time.Now().UnixNano()))
+	if err := os.Mkdir(into, 0o700); err != nil {
+		b.Fatal(err)
+	}
+	// On btrfs a data directory is NOCOW, and cp clones only into a
+	// NOCOW file: the copy goes into a directory with the data
+	// directory's flag, as dbcloud's own copies do, so that it clones
+	// there (and is a full copy elsewhere) as it did before.
+	if attr, err := exec.Command("lsattr", "-d", pgdata).Output(); err == nil && strings.Contains(strings.Fields(string(attr))[0], "C") {
+		if out, err := exec.Command("chattr", "+C", into).CombinedOutput(); err != nil {
+			b.Fatalf("chattr: %v: %s", err, out)
+		}
+	}
+	dst := filepath.Join(into, "pgdata")
 	syncDisk(b)
 	begin := time.Now()
 	if out, err := exec.Command("cp", "-a", pgdata, dst).CombinedOutput(); err != nil {
@@ -223,7 +240,7 @@ func cpA(b *testing.B, pgdata string, andSync bool) time.Duration {
 	}
 	took := time.Since(begin)
 	b.StopTimer()
-	os.RemoveAll(dst)
+	os.RemoveAll(into)
 	settle(b)
 	b.StartTimer()
 	return took
@@ -263,6 +280,32 @@ func duBytes(b *testing.B, dir string) int64 {
 		b.Fatal(err)
 	}
 	return n
+}
+
+// extents counts the extents of the files over 1 MiB under dir (filefrag)
+// and says whether dir is NOCOW: a clone on btrfs costs per extent.
+func extents(b *testing.B, dir string) string {
+	var files, total int
+	filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		if fi, err := d.Info(); err != nil || fi.Size() <= 1<<20 {
+			return nil
+		}
+		out, err := exec.Command("filefrag", path).Output()
+		if err != nil {
+			return nil
+		}
+		// "path: N extents found"
+		f := strings.Fields(string(out))
+		if n, err := strconv.Atoi(f[len(f)-3]); err == nil {
+			files, total = files+1, total+n
+		}
+		return nil
+	})
+	attr, _ := exec.Command("lsattr", "-d", dir).Output()
+	return fmt.Sprintf("%d files over 1 MiB in %d extents; lsattr %s", files, total, strings.Fields(string(attr) + " ?")[0])
 }
 
 func filesystemOf(b *testing.B, dir string) string {

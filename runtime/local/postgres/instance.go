@@ -20,6 +20,7 @@ import (
 	"dbcloud/runtime/local/internal/cgroup"
 	"dbcloud/runtime/local/internal/osuser"
 	"dbcloud/runtime/local/internal/proc"
+	"dbcloud/runtime/local/internal/volume"
 )
 
 // checkGuard fails when the guard library is not installed for the
@@ -347,6 +348,9 @@ func (m *Instances) makeDataDir(ctx context.Context, s Spec) (string, error) {
 	}
 	defer removeWorkDir(work)
 	if err := os.Mkdir(work, 0o755); err != nil {
+		return "", err
+	}
+	if err := volume.NoCOWDir(work); err != nil {
 		return "", err
 	}
 	// From the template when there is one; the plane keeping the pool

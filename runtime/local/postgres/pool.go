@@ -23,6 +23,7 @@ import (
 	"dbcloud/internal/flock"
 	"dbcloud/runtime/local/internal/osuser"
 	"dbcloud/runtime/local/internal/proc"
+	"dbcloud/runtime/local/internal/volume"
 )
 
 // Pool entries are directories in PoolDir. A cluster is prepared in
@@ -378,6 +379,11 @@ func (m *Instances) addToPool(ctx context.Context, nice int) (err error) {
 	if err := os.Mkdir(work, 0o755); err != nil {
 		return err
 	}
+	// The cluster initdb makes in it is NOCOW on btrfs (see
+	// volume.NoCOWDir): its forks and snapshots clone in a few extents.
+	if err := volume.NoCOWDir(work); err != nil {
+		return err
+	}
 	var owner *osuser.Identity
 	if m.Identities != nil {
 		key := PoolIdentityKey(name)
@@ -665,9 +671,12 @@ func (m *Instances) prepareCluster(ctx context.Context, work string, owner *osus
 }
 
 // initdbArgs are initdb's arguments for a cluster in pgdata: no fsync
-// (synced once when complete), peer authentication on the socket.
+// (synced once when complete), peer authentication on the socket, and
+// -k (data checksums): PostgreSQL checks every page it reads. On btrfs the
+// data directory is NOCOW (volume.NoCOWDir), which turns btrfs's own data
+// checksums off; these take their place.
 func initdbArgs(pgdata string) []string {
-	return []string{"-D", pgdata, "-N", "-U", "postgres", "-A", "peer", "--auth-host=scram-sha-256",
+	return []string{"-D", pgdata, "-N", "-k", "-U", "postgres", "-A", "peer", "--auth-host=scram-sha-256",
 		"-E", "UTF8", "--locale=C"}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"dbcloud/internal/atomicfile"
+	"dbcloud/runtime/local/internal/volume"
 )
 
 // Standby mechanics: what it takes to make an instance a streaming standby
@@ -206,6 +207,11 @@ func (m *Instances) Clone(ctx context.Context, primary, spec Spec, app string) e
 		return err
 	}
 	defer os.RemoveAll(work)
+	// A standby's data directory is NOCOW like its primary's (see
+	// volume.NoCOWDir): pg_basebackup's files take the flag from work.
+	if err := volume.NoCOWDir(work); err != nil {
+		return err
+	}
 	if err := m.command(ctx, spec, "pg_basebackup", "-D", work, "-h", primary.RunDir(), "-p", strconv.Itoa(primary.Port),
 		"-U", ReplicatorRole, "-w", "-c", "fast", "-X", "stream", "-d", "application_name="+app); err != nil {
 		return fmt.Errorf("copy %s for %s: %w", primary.ID, spec.ID, err)

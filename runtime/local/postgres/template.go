@@ -20,6 +20,7 @@ import (
 	"dbcloud/internal/atomicfile"
 	"dbcloud/runtime/local/internal/osuser"
 	"dbcloud/runtime/local/internal/treecopy"
+	"dbcloud/runtime/local/internal/volume"
 )
 
 // A template is one prepared cluster per set of inputs (the binaries,
@@ -124,6 +125,11 @@ func (m *Instances) template(ctx context.Context, nice int, build bool) (string,
 	begin := time.Now()
 	work := filepath.Join(m.PoolDir, poolTmpPrefix+poolTemplatePrefix+randomName())
 	if err := os.Mkdir(work, 0o755); err != nil {
+		return "", err
+	}
+	// NOCOW on btrfs, and so every copy of it (treecopy keeps the flag).
+	if err := volume.NoCOWDir(work); err != nil {
+		_ = removeWorkDir(work)
 		return "", err
 	}
 	if err := m.prepareCluster(ctx, work, nil, nice); err != nil {

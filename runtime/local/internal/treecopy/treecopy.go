@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"dbcloud/internal/atomicfile"
+	"dbcloud/runtime/local/internal/volume"
 )
 
 // copyWorkers is how many files are copied at once. Copies are bound by the
@@ -161,6 +162,11 @@ func Tree(ctx context.Context, src, dst string, opt Options) (Stats, error) {
 			if err := Chown(target, opt.Owner); err != nil {
 				return err
 			}
+			// Files made in it later (by the copy, or by the PostgreSQL
+			// that runs on it) take its flag, as they did in the source.
+			if err := matchDirNoCOW(target, path); err != nil {
+				return err
+			}
 			dirs = append(dirs, target)
 			if skipContents {
 				return filepath.SkipDir
@@ -235,6 +241,11 @@ func File(src, dst string, mode fs.FileMode, owner *syscall.Credential, sync boo
 		}
 	}
 	if noClone == nil || !noClone.Load() {
+		// A NOCOW file clones only into a NOCOW file, and a
+		// copy-on-write one only into a copy-on-write one.
+		if err := volume.MatchNoCOW(out, in); err != nil {
+			return 0, false, err
+		}
 		cerr := unix.IoctlFileClone(int(out.Fd()), int(in.Fd()))
 		if cerr == nil {
 			// No fsync: Tree syncs the filesystem once at the end.
@@ -257,6 +268,23 @@ func File(src, dst string, mode fs.FileMode, owner *syscall.Credential, sync boo
 		err = out.Sync()
 	}
 	return n, false, err
+}
+
+// matchDirNoCOW gives the new directory dst src's NOCOW flag.
+func matchDirNoCOW(dst, src string) error {
+	s, err := os.Open(src)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // dropped while we walked: the copy skips its contents
+	} else if err != nil {
+		return err
+	}
+	defer s.Close()
+	d, err := os.Open(dst)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return volume.MatchNoCOW(d, s)
 }
 
 // syncFS commits everything written to the filesystem holding dir.
