@@ -3,40 +3,13 @@ package backup
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"dbcloud/runtime/local/internal/volume"
+	"dbcloud/runtime/local/internal/volume/volumetest"
 )
-
-// btrfsDir mounts a small btrfs image for the test and returns a
-// directory on it, or skips where that cannot be done here (CI runs as
-// root with loop devices).
-func btrfsDir(t *testing.T) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a btrfs image needs root")
-	}
-	if _, err := exec.LookPath("mkfs.btrfs"); err != nil {
-		t.Skip("mkfs.btrfs is missing (scripts/deps.sh installs btrfs-progs)")
-	}
-	if _, err := os.Stat("/dev/loop-control"); err != nil {
-		t.Skip("no loop devices here: /dev/loop-control is missing")
-	}
-	base := t.TempDir()
-	im := volume.Image{File: filepath.Join(base, "img"), Dir: filepath.Join(base, "mnt"), Size: 256 << 20}
-	if err := im.Mount(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := im.Unmount(context.Background()); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-	})
-	return im.Dir
-}
 
 // A copy keeps each file's and directory's NOCOW flag, whatever the
 // destination's parent would give it, so that on btrfs every file clones
@@ -45,7 +18,7 @@ func btrfsDir(t *testing.T) string {
 // copied under a NOCOW directory, and a NOCOW tree copied back under a
 // copy-on-write one.
 func TestCopyTreeKeepsNoCOW(t *testing.T) {
-	root := btrfsDir(t)
+	root := volumetest.BtrfsDir(t, 256<<20)
 	cowParent, nocowParent := filepath.Join(root, "cow"), filepath.Join(root, "nocow")
 	for _, d := range []string{cowParent, nocowParent} {
 		if err := os.Mkdir(d, 0o755); err != nil {

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"dbcloud/internal/pgbin"
 	"dbcloud/runtime/local/internal/localtest"
@@ -26,47 +25,15 @@ func TestPool_ClaimTakesClusterAndIdentity(t *testing.T) {
 	}
 	ctx := t.Context()
 	base := localtest.Base(t)
-	logger := localtest.Logger(t)
-	users := osuser.New("dbct"+strconv.Itoa(os.Getpid()%100000)+"-", osuser.SystemTools(), logger)
-	m, err := NewInstances(Config{BinDir: pgbin.Dir(), PoolDir: filepath.Join(base, "pool"), PoolSize: 1,
-		PoolMaxSize: 4, Identities: users, Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var claimed []string
-	t.Cleanup(func() {
-		ctx := context.Background()
-		m.Close()
-		// What the pool still holds goes with its users, as on a shrink.
-		entries, _ := os.ReadDir(m.PoolDir)
-		for _, e := range entries {
-			if strings.HasPrefix(e.Name(), poolReadyPrefix) {
-				if err := m.removeEntry(ctx, e.Name()); err != nil {
-					t.Error(err)
-				}
-			}
-		}
-		for _, key := range claimed {
-			if err := users.Remove(ctx, key); err != nil {
-				t.Error(err)
-			}
-		}
-	})
-	if err := m.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(60 * time.Second); m.PoolReady() < 1; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("pool not filled within 60 s")
-		}
-	}
+	m, users, claimed := openIdentityPool(t, base, "dbct", 1, 4)
+	waitPoolReady(t, m, 1)
 	for i := range 2 {
 		dst := filepath.Join(base, "svc"+strconv.Itoa(i))
 		key, ok, err := m.Claim(ctx, dst)
 		if err != nil || !ok {
 			t.Fatalf("claim %d: %v %v", i, ok, err)
 		}
-		claimed = append(claimed, key)
+		*claimed = append(*claimed, key)
 		who, found, err := users.Lookup(key)
 		if err != nil || !found {
 			t.Fatalf("claim %d: identity %q: %v %v", i, key, found, err)
@@ -85,10 +52,47 @@ func TestPool_ClaimTakesClusterAndIdentity(t *testing.T) {
 			t.Errorf("a take from a full pool changed the target to %d", m.PoolTarget())
 		}
 	}
-	if claimed[0] == claimed[1] {
-		t.Errorf("two claims got the same identity %s", claimed[0])
+	if (*claimed)[0] == (*claimed)[1] {
+		t.Errorf("two claims got the same identity %s", (*claimed)[0])
 	}
 	if got := m.PoolTarget(); got != 2 {
 		t.Errorf("target after a take from a pool not full: %d, want 2 (doubled)", got)
 	}
+}
+
+// openIdentityPool opens a pool of size (growing to maxSize) whose entries
+// get OS users named with prefix, in base. Test cleanup removes the
+// entries left and the users of the claims the test appends to claimed.
+func openIdentityPool(t *testing.T, base, prefix string, size, maxSize int) (*Instances, *osuser.Manager, *[]string) {
+	t.Helper()
+	logger := localtest.Logger(t)
+	users := osuser.New(prefix+strconv.Itoa(os.Getpid()%100000)+"-", osuser.SystemTools(), logger)
+	m, err := NewInstances(Config{BinDir: pgbin.Dir(), PoolDir: filepath.Join(base, "pool"), PoolSize: size,
+		PoolMaxSize: maxSize, Identities: users, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed := new([]string)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		m.Close()
+		// What the pool still holds goes with its users, as on a shrink.
+		entries, _ := os.ReadDir(m.PoolDir)
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), poolReadyPrefix) {
+				if err := m.removeEntry(ctx, e.Name()); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+		for _, key := range *claimed {
+			if err := users.Remove(ctx, key); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	if err := m.Open(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return m, users, claimed
 }

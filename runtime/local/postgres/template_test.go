@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"context"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,7 +14,6 @@ import (
 
 	"dbcloud/internal/pgbin"
 	"dbcloud/runtime/local/internal/localtest"
-	"dbcloud/runtime/local/internal/osuser"
 )
 
 // waitReady waits until m's pool holds n prepared clusters.
@@ -121,34 +119,7 @@ func TestPoolTemplate_EntriesIsolated(t *testing.T) {
 	}
 	ctx := t.Context()
 	base := localtest.Base(t)
-	logger := localtest.Logger(t)
-	users := osuser.New("dbcu"+strconv.Itoa(os.Getpid()%100000)+"-", osuser.SystemTools(), logger)
-	m, err := NewInstances(Config{BinDir: pgbin.Dir(), PoolDir: filepath.Join(base, "pool"), PoolSize: 2,
-		PoolMaxSize: 2, Identities: users, Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var claimed []string
-	t.Cleanup(func() {
-		ctx := context.Background()
-		m.Close()
-		entries, _ := os.ReadDir(m.PoolDir)
-		for _, e := range entries {
-			if strings.HasPrefix(e.Name(), poolReadyPrefix) {
-				if err := m.removeEntry(ctx, e.Name()); err != nil {
-					t.Error(err)
-				}
-			}
-		}
-		for _, key := range claimed {
-			if err := users.Remove(ctx, key); err != nil {
-				t.Error(err)
-			}
-		}
-	})
-	if err := m.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
+	m, users, claimed := openIdentityPool(t, base, "dbcu", 2, 2)
 	waitPoolReady(t, m, 2)
 	var specs []Spec
 	for i, password := range []string{"first-service-pw", "second-service-pw"} {
@@ -158,7 +129,7 @@ func TestPoolTemplate_EntriesIsolated(t *testing.T) {
 		if err != nil || !ok {
 			t.Fatalf("claim %d: %v %v", i, ok, err)
 		}
-		claimed = append(claimed, key)
+		*claimed = append(*claimed, key)
 		who, found, err := users.Lookup(key)
 		if err != nil || !found {
 			t.Fatalf("identity %s: %v %v", key, found, err)

@@ -1,9 +1,11 @@
-package volume
+package volume_test
 
 import (
+	"dbcloud/runtime/local/internal/volume"
+	"dbcloud/runtime/local/internal/volume/volumetest"
+
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 )
@@ -12,35 +14,21 @@ import (
 // and does nothing (no error) on a filesystem without the flag.
 func TestNoCOWDir(t *testing.T) {
 	plain := t.TempDir()
-	if err := NoCOWDir(plain); err != nil {
+	if err := volume.NoCOWDir(plain); err != nil {
 		t.Fatalf("NoCOWDir on %s: %v", plain, err)
 	}
-	if fs, err := Probe(context.Background(), plain); err == nil && fs.Type != "btrfs" {
-		if on, err := IsNoCOW(plain); err != nil || on {
+	if fs, err := volume.Probe(context.Background(), plain); err == nil && fs.Type != "btrfs" {
+		if on, err := volume.IsNoCOW(plain); err != nil || on {
 			t.Errorf("NOCOW %v, %v on %s", on, err, fs.Type)
 		}
 	}
 
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a btrfs image needs root")
-	}
-	if _, err := exec.LookPath("mkfs.btrfs"); err != nil {
-		t.Skip("mkfs.btrfs is missing (scripts/deps.sh installs btrfs-progs)")
-	}
-	if _, err := os.Stat("/dev/loop-control"); err != nil {
-		t.Skip("no loop devices here: /dev/loop-control is missing")
-	}
-	base := t.TempDir()
-	im := Image{File: filepath.Join(base, "img"), Dir: filepath.Join(base, "mnt"), Size: 256 << 20}
-	if err := im.Mount(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { im.Unmount(context.Background()) })
-	dir := filepath.Join(im.Dir, "work")
+	root := volumetest.BtrfsDir(t, 256<<20)
+	dir := filepath.Join(root, "work")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := NoCOWDir(dir); err != nil {
+	if err := volume.NoCOWDir(dir); err != nil {
 		t.Fatal(err)
 	}
 	// What initdb makes there: a directory, files in it.
@@ -52,11 +40,11 @@ func TestNoCOWDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []string{dir, filepath.Join(dir, "pgdata"), file} {
-		if on, err := IsNoCOW(p); err != nil || !on {
+		if on, err := volume.IsNoCOW(p); err != nil || !on {
 			t.Errorf("%s: NOCOW %v, %v; want it inherited", p, on, err)
 		}
 	}
-	if on, err := IsNoCOW(im.Dir); err != nil || on {
+	if on, err := volume.IsNoCOW(root); err != nil || on {
 		t.Errorf("the image's root: NOCOW %v, %v; only the marked directory should be", on, err)
 	}
 }
