@@ -117,6 +117,14 @@ func (s *server) haService(t testing.TB) (service, string) {
 	if code := s.call("POST", s.services()+"/"+svc.ServiceID+"/setHA", map[string]int{"replica_count": 2, "sync_replica_count": 1}, nil); code != 202 {
 		t.Fatalf("setHA: %d", code)
 	}
+	// The service can still show READY before the queued setHA starts:
+	// wait for its operations, then for READY, so the caller's next write
+	// does not meet a pending operation (409).
+	for _, op := range s.operations(created.ServiceID) {
+		if op.State == "pending" {
+			s.waitOperation(op.ID, 60*time.Second)
+		}
+	}
 	s.waitStatus(created.ServiceID, "READY", 60*time.Second)
 	c := s.mustConnect(svc, created.InitialPassword)
 	defer c.Close(context.Background())
