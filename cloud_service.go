@@ -833,32 +833,17 @@ func (c *Cloud) UpdatePassword(ctx context.Context, projectID, id, password stri
 	if timeout <= 0 {
 		timeout = DefaultPasswordTimeout
 	}
+	// One budget bounds the whole request: the wait for the lease and the
+	// work on the tenant's database.
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	owner := "password-" + NewID()
-	var svc *Service
-	err := c.Store.Update(ctx, func(tx Tx) error {
-		s, err := findService(tx, projectID, id)
-		if err != nil {
-			return err
-		}
-		if err := busy(tx, s); err != nil {
-			return err
-		}
-		if err := needReady(s, "updatePassword"); err != nil {
-			return err
-		}
-		now := c.now()
-		ok, err := tx.AcquireLease(s.ID, owner, now, now.Add(timeout+5*time.Second))
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return CodedErrorf(KindConflict, CodeOperationInProgress,
-				"Service %s is being worked on (a change or a repair); retry in a few seconds.", s.ID)
-		}
-		svc = s
-		return nil
-	})
+	svc, err := c.passwordLease(actx, projectID, id, owner, timeout)
 	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return CodedErrorf(KindConflict, CodeOperationInProgress,
+				"Service %s is being worked on (a repair or a snapshot) and was not free within %v; the password was not changed. Retry in a few seconds.", id, timeout)
+		}
 		return err
 	}
 	defer func() {
@@ -868,8 +853,6 @@ func (c *Cloud) UpdatePassword(ctx context.Context, projectID, id, password stri
 			c.Logger.Warn("release password lease", "service", svc.ID, "error", err)
 		}
 	}()
-	actx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	if err := c.Runtime.SetPassword(actx, svc, verifier); err != nil {
 		if ErrorKindOf(err) != KindInternal {
 			return err
@@ -886,6 +869,50 @@ func (c *Cloud) UpdatePassword(ctx context.Context, projectID, id, password stri
 		return "", nil
 	})
 	return err
+}
+
+// passwordLease takes the service's lease for a password change. A lease
+// held by the engine's background work (a snapshot and its restore check,
+// a repair, a usage write) is waited for until ctx ends: those finish on
+// their own, and a caller who just saw READY must not be refused for
+// work it never asked for. A pending operation or a service that is not
+// READY is refused at once, since only the caller can change that.
+func (c *Cloud) passwordLease(ctx context.Context, projectID, id, owner string, timeout time.Duration) (*Service, error) {
+	const poll = 100 * time.Millisecond
+	for {
+		var svc *Service
+		err := c.Store.Update(ctx, func(tx Tx) error {
+			s, err := findService(tx, projectID, id)
+			if err != nil {
+				return err
+			}
+			if err := busy(tx, s); err != nil {
+				return err
+			}
+			if err := needReady(s, "updatePassword"); err != nil {
+				return err
+			}
+			now := c.now()
+			ok, err := tx.AcquireLease(s.ID, owner, now, now.Add(timeout+5*time.Second))
+			if ok {
+				svc = s
+			}
+			return err
+		})
+		if err != nil && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if err != nil || svc != nil {
+			return svc, err
+		}
+		t := time.NewTimer(poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // AttachVPC attaches the service to a VPC of its project and region.

@@ -2,6 +2,7 @@ package http_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -189,6 +190,49 @@ func TestUpdatePassword_TenantTooSlow(t *testing.T) {
 	e.want(204, "", req{Method: "POST", Path: e.pa() + "/services/" + s.ServiceID + "/updatePassword", Body: map[string]string{"password": "a-long-password"}})
 	if verifierOf(t, e, s.ServiceID) == before {
 		t.Error("the stored password did not change after a successful update")
+	}
+}
+
+// TestUpdatePassword_WaitsForBackgroundWork: a lease the engine holds for
+// work nobody asked for (a snapshot, a repair) delays a password change
+// instead of refusing it; one never given back is a 409 within the
+// request's budget, and the password is unchanged.
+func TestUpdatePassword_WaitsForBackgroundWork(t *testing.T) {
+	e := newEnv(t, "sqlite", noLimits)
+	s := e.readyService(map[string]any{"name": "busy"})
+	e.cloud.PasswordTimeout = 2 * time.Second
+	path := e.pa() + "/services/" + s.ServiceID + "/updatePassword"
+	hold := func(owner string) {
+		t.Helper()
+		err := e.store.Update(context.Background(), func(tx dbcloud.Tx) error {
+			ok, err := tx.AcquireLease(s.ServiceID, owner, time.Now(), time.Now().Add(time.Hour))
+			if err == nil && !ok {
+				err = fmt.Errorf("lease on %s is taken", s.ServiceID)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	release := func(owner string) {
+		e.store.Update(context.Background(), func(tx dbcloud.Tx) error { return tx.ReleaseLease(s.ServiceID, owner) })
+	}
+
+	hold("snapshot")
+	go func() {
+		time.Sleep(300 * time.Millisecond) // the snapshot ends while the request waits
+		release("snapshot")
+	}()
+	e.want(204, "", req{Method: "POST", Path: path, Body: map[string]string{"password": "after-the-snapshot"}})
+
+	before := verifierOf(t, e, s.ServiceID)
+	hold("stuck")
+	defer release("stuck")
+	res := e.want(409, dbcloud.CodeOperationInProgress, req{Method: "POST", Path: path, Body: map[string]string{"password": "never-applied-1"}})
+	t.Logf("%s", res.Body)
+	if verifierOf(t, e, s.ServiceID) != before {
+		t.Error("the stored password changed although the lease was never free")
 	}
 }
 
