@@ -214,19 +214,36 @@ func (e *Engine) kindOf(t dbcloud.OperationType) string {
 	return ""
 }
 
-// work reconciles one resource while holding its lease.
+// work reconciles one resource while holding its lease. The transaction
+// that takes the lease also marks the resource's operations started and,
+// for a service, reads it and shows a queued one CONFIGURING: one store
+// write where there were three, on the path of every create.
 func (e *Engine) work(ctx context.Context, resourceID, kind, projectID string) {
-	ctx, release, ok := e.lease(ctx, resourceID)
+	var (
+		svc    *dbcloud.Service
+		queued bool
+	)
+	ctx, release, ok := e.lease(ctx, resourceID, func(tx dbcloud.Tx) (err error) {
+		if err := markStartedTx(tx, resourceID, e.now()); err != nil {
+			return err
+		}
+		if kind == "service" {
+			svc, queued, err = startProvisioning(tx, projectID, resourceID)
+		}
+		return err
+	})
 	if !ok {
 		return
 	}
-	e.markStarted(ctx, resourceID)
 	defer release()
+	if queued {
+		e.Logger.Info("service status", "service", resourceID, "from", dbcloud.StatusQueued, "to", dbcloud.StatusConfiguring)
+	}
 	start := time.Now()
 	var err error
 	switch kind {
 	case "service":
-		err = e.reconcileService(ctx, projectID, resourceID)
+		err = e.reconcileService(ctx, svc, resourceID)
 	case "peering":
 		err = e.reconcilePeering(ctx, projectID, resourceID)
 	case "replica_set":
@@ -248,22 +265,28 @@ func (e *Engine) LeasesHeld() int { return int(e.leasesHeld.Load()) }
 
 // lease takes the resource's lease and keeps renewing it; the returned
 // context ends if the lease is lost, so no two processes act at once.
+// begin, if not nil, runs in the transaction that takes the lease (only if
+// it is taken): what a worker reads or records first is seen together with
+// the lease, in one store write.
 //
 // A renewal that fails with a store error is retried at the next tick;
 // the work is stopped once the lease may have expired (a third of the TTL
 // before, measured from the last renewal that reached the store), so
 // another plane taking it over never finds this one still working.
-func (e *Engine) lease(parent context.Context, resourceID string) (context.Context, func(), bool) {
-	acquire := func(ctx context.Context, now time.Time) (bool, error) {
+func (e *Engine) lease(parent context.Context, resourceID string, begin func(tx dbcloud.Tx) error) (context.Context, func(), bool) {
+	acquire := func(ctx context.Context, now time.Time, begin func(tx dbcloud.Tx) error) (bool, error) {
 		var ok bool
 		err := e.Store.Update(ctx, func(tx dbcloud.Tx) (err error) {
 			ok, err = tx.AcquireLease(resourceID, e.Owner, now, now.Add(e.LeaseTTL))
+			if err == nil && ok && begin != nil {
+				err = begin(tx)
+			}
 			return err
 		})
 		return ok, err
 	}
 	held := e.now()
-	if ok, err := acquire(parent, held); err != nil || !ok {
+	if ok, err := acquire(parent, held, begin); err != nil || !ok {
 		if err != nil && parent.Err() == nil {
 			e.Logger.Warn("acquire lease", "resource", resourceID, "error", err)
 		}
@@ -285,7 +308,7 @@ func (e *Engine) lease(parent context.Context, resourceID string) (context.Conte
 				// store only makes this plane stop early, never late.
 				now := e.now()
 				rctx, rcancel := context.WithTimeout(ctx, e.LeaseTTL/3)
-				ok, err := acquire(rctx, now)
+				ok, err := acquire(rctx, now, nil)
 				rcancel()
 				if ctx.Err() != nil {
 					return
@@ -329,7 +352,7 @@ func (e *Engine) claimLeased(ctx context.Context, id string) (context.Context, f
 	if !e.claimForRepair(id) {
 		return nil, nil, false
 	}
-	lctx, release, ok := e.lease(ctx, id)
+	lctx, release, ok := e.lease(ctx, id, nil)
 	if !ok {
 		e.endRepair(id)
 		return nil, nil, false

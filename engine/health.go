@@ -197,7 +197,7 @@ func (e *Engine) check(ctx context.Context, svc *dbcloud.Service, due bool) *dbc
 
 // repair shows the service UNSTABLE and reconciles it back to READY.
 func (e *Engine) repair(ctx context.Context, svc *dbcloud.Service, obs *dbcloud.Observation) {
-	lctx, release, ok := e.lease(ctx, svc.ID)
+	lctx, release, ok := e.lease(ctx, svc.ID, nil)
 	if !ok {
 		return
 	}

@@ -7,31 +7,24 @@ import (
 	"dbcloud"
 )
 
-// markStarted records when the engine first took up each pending operation
-// of a resource, for the operation history; it writes only when there is
-// one not yet marked.
-func (e *Engine) markStarted(ctx context.Context, resourceID string) {
-	err := e.Store.Update(ctx, func(tx dbcloud.Tx) error {
-		ops, err := tx.ListOperations(dbcloud.OperationFilter{ResourceID: resourceID, Pending: true})
-		if err != nil {
+// markStartedTx records when the engine first took up each pending
+// operation of a resource, for the operation history; it writes only when
+// there is one not yet marked.
+func markStartedTx(tx dbcloud.Tx, resourceID string, now time.Time) error {
+	ops, err := tx.ListOperations(dbcloud.OperationFilter{ResourceID: resourceID, Pending: true})
+	if err != nil {
+		return err
+	}
+	for _, op := range ops {
+		if op.Started != nil {
+			continue
+		}
+		op.Started = &now
+		if err := tx.UpdateOperation(op); err != nil {
 			return err
 		}
-		now := e.now()
-		for _, op := range ops {
-			if op.Started != nil {
-				continue
-			}
-			op.Started = &now
-			if err := tx.UpdateOperation(op); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil && ctx.Err() == nil {
-		// Only the history's start time is missing; the work goes on.
-		e.Logger.Warn("mark operations started", "resource", resourceID, "error", err)
 	}
+	return nil
 }
 
 // repairOperation records, in the transaction that shows the service READY

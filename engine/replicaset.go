@@ -194,7 +194,7 @@ func (e *Engine) checkReplicaSet(ctx context.Context, rp dbcloud.ReplicaSetProvi
 	if obs.Running && set.Status == dbcloud.ReplicaSetActive {
 		return
 	}
-	lctx, release, ok := e.lease(ctx, set.ID)
+	lctx, release, ok := e.lease(ctx, set.ID, nil)
 	if !ok {
 		return
 	}

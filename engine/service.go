@@ -11,11 +11,7 @@ import (
 
 // reconcileService makes one service match its spec. Each step records its
 // progress, so a crash at any point is recovered by reconciling again.
-func (e *Engine) reconcileService(ctx context.Context, projectID, id string) error {
-	svc, err := e.loadService(ctx, projectID, id)
-	if err != nil {
-		return err
-	}
+func (e *Engine) reconcileService(ctx context.Context, svc *dbcloud.Service, id string) error {
 	if svc == nil {
 		// Gone: whatever was pending for it has nothing left to do.
 		return e.finishOperations(ctx, id, 0, dbcloud.OpSucceeded, "")
@@ -24,18 +20,6 @@ func (e *Engine) reconcileService(ctx context.Context, projectID, id string) err
 		return e.deleteService(ctx, svc)
 	}
 	gen := svc.Generation
-	if svc.Status == dbcloud.StatusQueued {
-		// Step 1: provisioning has started.
-		if err := e.updateService(ctx, svc, func(s *dbcloud.Service) bool {
-			if s.Status != dbcloud.StatusQueued {
-				return false
-			}
-			s.Status = dbcloud.StatusConfiguring
-			return true
-		}, nil); err != nil {
-			return err
-		}
-	}
 	start := time.Now()
 	if err := e.ensureAttachment(ctx, svc); err != nil {
 		return e.failed(ctx, svc, err)
@@ -257,17 +241,19 @@ func (e *Engine) deleteService(ctx context.Context, svc *dbcloud.Service) error 
 	return err
 }
 
-func (e *Engine) loadService(ctx context.Context, projectID, id string) (*dbcloud.Service, error) {
-	var svc *dbcloud.Service
-	err := e.Store.View(ctx, func(tx dbcloud.Tx) error {
-		s, err := tx.FindService(projectID, id)
-		if dbcloud.IsNotFound(err) {
-			return nil
-		}
-		svc = s
-		return err
-	})
-	return svc, err
+// startProvisioning reads the service a worker takes up, in the
+// transaction that takes its lease, and shows a queued one CONFIGURING
+// (step 1: provisioning has started), reporting whether it did. A service
+// that is gone is nil.
+func startProvisioning(tx dbcloud.Tx, projectID, id string) (*dbcloud.Service, bool, error) {
+	s, err := tx.FindService(projectID, id)
+	if dbcloud.IsNotFound(err) {
+		return nil, false, nil
+	} else if err != nil || s.Status != dbcloud.StatusQueued {
+		return s, false, err
+	}
+	s.Status = dbcloud.StatusConfiguring
+	return s, true, tx.UpdateService(s)
 }
 
 // updateService re-reads the service inside a write transaction and applies
