@@ -139,6 +139,13 @@ func BenchmarkCreateToReady(b *testing.B) {
 				took[i] = t.took
 			}
 			reportLatency(b, took)
+			// In order: whether the slow ones come when the pool refills
+			// (in the pool row, once half of it is taken).
+			inOrder := make([]string, len(took))
+			for i, d := range took {
+				inOrder[i] = strconv.FormatInt(d.Milliseconds(), 10)
+			}
+			b.Logf("creates in order, ms: %s", strings.Join(inOrder, " "))
 			p50 := percentile(took, 0.5)
 			b.ReportMetric(float64(percentile(took, 0.95))/float64(p50), "p95/p50")
 			if len(floors) > 0 {
