@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -81,6 +82,23 @@ func TestAdmin_ServicesAndTeardown(t *testing.T) {
 	if len(before.Processes) < 3 { // two postmasters, a pooler
 		t.Fatalf("before teardown, processes %+v", before.Processes)
 	}
+	// Each prepared cluster of the pool has an OS user of its own (as
+	// root), which removing the directory alone would leave on the host.
+	var poolUsers []string
+	entries, _ := filepath.Glob(filepath.Join(runtimeDir, "pool", "ready-*"))
+	for _, e := range entries {
+		poolUsers = append(poolUsers, "dbc-p-"+strings.TrimPrefix(filepath.Base(e), "ready-"))
+	}
+	if os.Geteuid() == 0 {
+		if len(poolUsers) == 0 {
+			t.Fatal("before teardown, the pool has no prepared cluster")
+		}
+		for _, u := range poolUsers {
+			if _, err := user.Lookup(u); err != nil {
+				t.Fatalf("OS user of pool entry: %v", err)
+			}
+		}
+	}
 	out, ok = s.tryAdmin("teardown")
 	if !ok || !strings.Contains(out, "deleted 2 services") {
 		t.Fatalf("teardown:\n%s", out)
@@ -104,6 +122,11 @@ func TestAdmin_ServicesAndTeardown(t *testing.T) {
 				c.Close()
 				t.Errorf("%s (was %s of %s) still accepts connections", addr, p.Kind, p.ServiceID)
 			}
+		}
+	}
+	for _, u := range poolUsers {
+		if _, err := user.Lookup(u); err == nil {
+			t.Errorf("OS user %s of a prepared cluster is left after teardown", u)
 		}
 	}
 	// The endpoints (served by proxy processes) are closed too.

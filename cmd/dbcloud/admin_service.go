@@ -139,12 +139,22 @@ func runTeardown(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}, func(c *dbcloud.Cloud) (bool, string, error) {
 		left, pending, err := c.Remaining(ctx)
 		return left == 0 && pending == 0, fmt.Sprintf("%d services and read replica sets left, %d operations pending", left, pending), err
-	}, func(n int) { fmt.Fprintf(stdout, "deleted %d services and read replica sets\n", n) }, &runtimeDir)
+	}, func(n int) { fmt.Fprintf(stdout, "deleted %d services and read replica sets\n", n) }, func(m *Main) error {
+		// The pool's prepared clusters each have an OS user of their
+		// own, which removing the directory would leave behind.
+		if m.runtime != nil {
+			if err := m.runtime.DrainPool(ctx); err != nil {
+				return err
+			}
+		}
+		runtimeDir, _ = m.runtimeDir()
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	// Nothing runs there any more: what is left is prepared clusters of
-	// the pool and empty service directories.
+	// Nothing runs there any more: what is left is the pool's template
+	// and empty service directories.
 	if runtimeDir == "" {
 		return nil
 	}
@@ -248,10 +258,10 @@ func (a *adminCommand) serverRunning() (string, bool) {
 // touched), then waits until done says the engine made it real. When no
 // dbcloud serve runs on the data directory, it runs the engine itself
 // meanwhile, on the same leases serve's engine takes, with no pool of
-// prepared clusters and no snapshots. If runtimeDir is given, it is set to
-// the runtime directory used.
+// prepared clusters and no snapshots; then each finish runs on it, once
+// done (never when serve runs: the runtime is serve's).
 func (a *adminCommand) drive(ctx context.Context, stderr io.Writer, start func(*dbcloud.Cloud) (int, error),
-	done func(*dbcloud.Cloud) (bool, string, error), report func(int), runtimeDir ...*string) error {
+	done func(*dbcloud.Cloud) (bool, string, error), report func(int), finish ...func(m *Main) error) error {
 	c, closeStore, err := a.open(ctx)
 	if err != nil {
 		return err
@@ -261,10 +271,11 @@ func (a *adminCommand) drive(ctx context.Context, stderr io.Writer, start func(*
 	if err != nil {
 		return err
 	}
+	var m *Main
 	if _, up := a.serverRunning(); !up {
 		// serve's configuration (its DBCLOUD_* variables too) on this
 		// data directory, so the runtime and the leases are serve's.
-		m := NewMain(stderr)
+		m = NewMain(stderr)
 		if err := m.ParseFlags([]string{"--data-dir", a.dataDir, "--store", a.store}); err != nil {
 			return err
 		}
@@ -280,9 +291,6 @@ func (a *adminCommand) drive(ctx context.Context, stderr io.Writer, start func(*
 			return err
 		}
 		defer m.Close()
-		if len(runtimeDir) > 0 {
-			*runtimeDir[0], _ = m.runtimeDir()
-		}
 	}
 	for last := ""; ; {
 		ok, state, err := done(c)
@@ -290,6 +298,16 @@ func (a *adminCommand) drive(ctx context.Context, stderr io.Writer, start func(*
 			return err
 		}
 		if ok {
+			// What finishes the job on this host's runtime, which only a
+			// command that opened it (serve is not running) can do.
+			for _, f := range finish {
+				if m == nil {
+					break
+				}
+				if err := f(m); err != nil {
+					return err
+				}
+			}
 			report(n)
 			return nil
 		}

@@ -268,6 +268,13 @@ func (rt *Runtime) Close() error {
 	return rt.instances.Close()
 }
 
+// DrainPool removes the pool's prepared clusters and their OS users, and
+// stops its refill: for a teardown of the runtime directory, once every
+// service is gone.
+func (rt *Runtime) DrainPool(ctx context.Context) error {
+	return rt.instances.DrainPool(ctx)
+}
+
 func (rt *Runtime) serviceDir(id string) string {
 	return filepath.Join(rt.cfg.DataDir, "services", id)
 }

@@ -420,23 +420,60 @@ const PoolIdentityFile = "identity"
 // (letters and digits only) can equal.
 func PoolIdentityKey(name string) string { return "p-" + name }
 
+// DrainPool stops the refill for good and removes every pool entry, ready
+// or half-made, with its OS identity, and the templates: what a teardown
+// of the runtime must not leave on the host. It fails when another
+// process keeps the pool (a control plane still running on the
+// directory).
+func (m *Instances) DrainPool(ctx context.Context) error {
+	m.Close()
+	lock, ok, err := flock.TryLock(filepath.Join(m.PoolDir, poolLockFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // no pool was ever opened here
+	} else if err != nil {
+		return fmt.Errorf("drain pool %s: %w", m.PoolDir, err)
+	}
+	if !ok {
+		return fmt.Errorf("drain pool %s: another control plane keeps it; stop it first", m.PoolDir)
+	}
+	defer lock.Unlock()
+	entries, err := os.ReadDir(m.PoolDir)
+	if err != nil {
+		return fmt.Errorf("drain pool %s: %w", m.PoolDir, err)
+	}
+	for _, e := range entries {
+		if e.Name() == poolLockFile {
+			continue
+		}
+		if err := m.removeEntry(ctx, e.Name()); err != nil {
+			return fmt.Errorf("drain pool %s: %w", m.PoolDir, err)
+		}
+	}
+	return nil
+}
+
 // removeEntry removes a pool entry (by its name in PoolDir) and, with
 // Identities, its OS identity, once nothing of the entry runs any more.
+// The identity goes before the directory that names it: a crash between
+// the two leaves the directory, which the next cleanPool removes (with
+// the identity, again), never an OS user that nothing names.
 func (m *Instances) removeEntry(ctx context.Context, name string) error {
-	if err := removeWorkDir(filepath.Join(m.PoolDir, name)); err != nil {
-		return err
-	}
-	if m.Identities == nil {
-		return nil
-	}
+	dir := filepath.Join(m.PoolDir, name)
 	key := name
 	for _, prefix := range []string{poolGonePrefix, poolTmpPrefix, poolReadyPrefix} {
 		key = strings.TrimPrefix(key, prefix)
 	}
-	if strings.HasPrefix(key, poolTemplatePrefix) {
-		return nil // a template is the Instances' own, no identity's
+	// A template is the Instances' own, no identity's.
+	if m.Identities == nil || strings.HasPrefix(key, poolTemplatePrefix) {
+		return removeWorkDir(dir)
 	}
-	return m.Identities.Remove(ctx, PoolIdentityKey(key))
+	if err := stopWork(dir); err != nil {
+		return err
+	}
+	if err := m.Identities.Remove(ctx, PoolIdentityKey(key)); err != nil {
+		return err
+	}
+	return os.RemoveAll(dir)
 }
 
 func randomName() string {
@@ -572,18 +609,19 @@ func (m *Instances) takeFromPool(ctx context.Context, pgdata string) (string, er
 // Identities, the OS identity it names.
 func (m *Instances) dropTaken(ctx context.Context, dir string) error {
 	raw, err := os.ReadFile(filepath.Join(dir, PoolIdentityFile))
-	if errors.Is(err, fs.ErrNotExist) {
+	if errors.Is(err, fs.ErrNotExist) || err == nil && m.Identities == nil {
 		return removeWorkDir(dir)
 	} else if err != nil {
 		return err
 	}
-	if err := removeWorkDir(dir); err != nil {
+	// The identity before the directory that names it (see removeEntry).
+	if err := stopWork(dir); err != nil {
 		return err
 	}
-	if m.Identities == nil {
-		return nil
+	if err := m.Identities.Remove(ctx, strings.TrimSpace(string(raw))); err != nil {
+		return err
 	}
-	return m.Identities.Remove(ctx, strings.TrimSpace(string(raw)))
+	return os.RemoveAll(dir)
 }
 
 // prepareCluster makes work/pgdata (work exists) a stopped, synced cluster with the
@@ -726,11 +764,19 @@ func lowerPriority(pid, nice int) {
 // initdb's bootstrap backend) ran leaves that process alive, in its own
 // session, writing into the directory.
 func removeWorkDir(dir string) error {
+	if err := stopWork(dir); err != nil {
+		return err
+	}
+	return os.RemoveAll(dir)
+}
+
+// stopWork kills what a preparation in dir has running (workProcesses).
+func stopWork(dir string) error {
 	find := func() ([]int, error) { return workProcesses(dir), nil }
 	if err := proc.KillAll(context.Background(), find, time.Now().Add(10*time.Second)); err != nil {
 		return fmt.Errorf("remove %s: %w", dir, err)
 	}
-	return os.RemoveAll(dir)
+	return nil
 }
 
 // workProcesses finds what a preparation in dir has running: initdb (its

@@ -60,6 +60,42 @@ func TestPool_ClaimTakesClusterAndIdentity(t *testing.T) {
 	}
 }
 
+// TestPool_DrainRemovesEntriesAndIdentities: a teardown's drain leaves
+// nothing of the pool on the host: no cluster, no template, and no OS user
+// of its entries (removing the directory alone left one per entry).
+func TestPool_DrainRemovesEntriesAndIdentities(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("making OS users needs root")
+	}
+	m, users, _ := openIdentityPool(t, localtest.Base(t), "dbcd", 2, 2)
+	waitPoolReady(t, m, 2)
+	var keys []string
+	for _, name := range m.readyEntries() {
+		key := PoolIdentityKey(strings.TrimPrefix(name, poolReadyPrefix))
+		if _, found, err := users.Lookup(key); err != nil || !found {
+			t.Fatalf("identity of entry %s: %v %v", name, found, err)
+		}
+		keys = append(keys, key)
+	}
+	if err := m.DrainPool(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	left, err := os.ReadDir(m.PoolDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range left {
+		if e.Name() != poolLockFile {
+			t.Errorf("after the drain, the pool holds %s", e.Name())
+		}
+	}
+	for _, key := range keys {
+		if _, found, err := users.Lookup(key); err != nil || found {
+			t.Errorf("after the drain, identity %s: found %v, %v", key, found, err)
+		}
+	}
+}
+
 // openIdentityPool opens a pool of size (growing to maxSize) whose entries
 // get OS users named with prefix, in base. Test cleanup removes the
 // entries left and the users of the claims the test appends to claimed.
@@ -75,15 +111,9 @@ func openIdentityPool(t *testing.T, base, prefix string, size, maxSize int) (*In
 	claimed := new([]string)
 	t.Cleanup(func() {
 		ctx := context.Background()
-		m.Close()
-		// What the pool still holds goes with its users, as on a shrink.
-		entries, _ := os.ReadDir(m.PoolDir)
-		for _, e := range entries {
-			if strings.HasPrefix(e.Name(), poolReadyPrefix) {
-				if err := m.removeEntry(ctx, e.Name()); err != nil {
-					t.Error(err)
-				}
-			}
+		// What the pool still holds goes with its users.
+		if err := m.DrainPool(ctx); err != nil {
+			t.Error(err)
 		}
 		for _, key := range *claimed {
 			if err := users.Remove(ctx, key); err != nil {
