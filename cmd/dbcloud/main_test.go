@@ -34,8 +34,20 @@ func (s *syncBuffer) String() string {
 }
 
 // MustRunMain starts `dbcloud serve` in-process on a free port over dir.
+// After the test, once every serve on dir has stopped, the operator's
+// teardown removes what they made outside dir: the runtime directory
+// (under /var/lib/dbcloud when PostgreSQL's OS user cannot reach dir) and,
+// as root, the pool's prepared clusters with their OS users.
 func MustRunMain(tb testing.TB, dir string, logs io.Writer, args ...string) *Main {
 	tb.Helper()
+	if _, err := os.Stat(filepath.Join(dir, "bootstrap.json")); os.IsNotExist(err) {
+		// The first start on dir: registered first, this runs last.
+		tb.Cleanup(func() {
+			if err := runTeardown(context.Background(), []string{"--data-dir", dir}, io.Discard, io.Discard); err != nil {
+				tb.Errorf("teardown of %s: %v", dir, err)
+			}
+		})
+	}
 	m := NewMain(logs)
 	if err := m.ParseFlags(append([]string{"--data-dir", dir, "--listen", "127.0.0.1:0"}, args...)); err != nil {
 		tb.Fatal(err)
