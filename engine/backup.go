@@ -15,12 +15,17 @@ func (e *Engine) backupLoop(ctx context.Context, b dbcloud.BackupMaintainer) {
 	defer e.wg.Done()
 	t := time.NewTicker(e.BackupInterval)
 	defer t.Stop()
+	round := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		if e.changing() && time.Since(round) < backupYieldMax {
+			continue
+		}
+		round = time.Now()
 		w, err := e.settled(ctx)
 		if err != nil {
 			continue // the health loop logs store errors
@@ -32,6 +37,27 @@ func (e *Engine) backupLoop(ctx context.Context, b dbcloud.BackupMaintainer) {
 			}
 		}
 	}
+}
+
+// Snapshots and restore checks copy whole data directories: on a host
+// without clones, tens of MB each, whose writes slow every fsync on the
+// filesystem. A round of them waits until the engine's changes pause for
+// backupYield (a create's instance start and first login took 2-3 times
+// as long beside a new service's first snapshot), but never longer than
+// backupYieldMax since the last round, so a plane that never pauses still
+// takes them.
+const (
+	backupYield    = time.Second
+	backupYieldMax = 30 * time.Second
+)
+
+// changing reports whether a worker of this process runs, or ended less
+// than backupYield ago.
+func (e *Engine) changing() bool {
+	e.mu.Lock()
+	n := len(e.active)
+	e.mu.Unlock()
+	return n > 0 || time.Since(time.Unix(0, e.lastChange.Load())) < backupYield
 }
 
 // backupsDue is a BackupMaintainer that tells cheaply, without the

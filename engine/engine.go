@@ -58,6 +58,9 @@ type Engine struct {
 	Observe func(kind string, d time.Duration, err error)
 
 	queueDepth atomic.Int64 // pending operations at the last dispatch
+	// lastChange is when a worker of this process last began or ended
+	// (UnixNano): the backup loop yields to changes (backup.go).
+	lastChange atomic.Int64
 	leasesHeld atomic.Int64
 
 	wake   chan struct{}
@@ -185,12 +188,14 @@ func (e *Engine) dispatch(ctx context.Context, sem chan struct{}) {
 			return
 		}
 		e.wg.Add(1)
+		e.lastChange.Store(time.Now().UnixNano())
 		go func(op *dbcloud.Operation) {
 			defer e.wg.Done()
 			defer func() { <-sem }()
 			e.work(ctx, op.ResourceID, e.kindOf(op.Type), op.ProjectID)
 			e.mu.Lock()
 			delete(e.active, op.ResourceID)
+			e.lastChange.Store(time.Now().UnixNano())
 			e.mu.Unlock()
 			e.Notify() // the resource may have more pending work
 		}(op)

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -106,6 +107,9 @@ type Instances struct {
 	// lastTake when a create last took a cluster.
 	burstTarget int
 	lastTake    time.Time
+	// waiting counts the creates of this process that found the pool
+	// empty and wait for the refill.
+	waiting atomic.Int32
 	// templateMu makes one template at a time (template.go).
 	templateMu sync.Mutex
 	cancel     context.CancelFunc
