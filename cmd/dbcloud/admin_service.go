@@ -123,7 +123,8 @@ func runAdminService(ctx context.Context, verb string, args []string, stdout, st
 func runTeardown(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var a adminCommand
 	fs := newFlagSet("dbcloud admin teardown", "Delete every service and read replica set of every project, stop every "+
-		"process dbcloud started for them (by PID), remove their cgroups and directories, and the runtime directory. "+
+		"process dbcloud started for them (by PID), remove their cgroups and directories, the pool's prepared clusters with "+
+		"their OS users, and the runtime directory. "+
 		"Projects, keys and the store stay. Stop dbcloud serve first (Ctrl-C).", stderr)
 	a.flags(fs)
 	if err := parseFlags(fs, args); err != nil {
