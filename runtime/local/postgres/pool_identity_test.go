@@ -20,9 +20,6 @@ import (
 // from a pool that is not full grows the target (a burst) and waits for the
 // cluster being prepared instead of reporting none.
 func TestPool_ClaimTakesClusterAndIdentity(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("making OS users needs root")
-	}
 	ctx := t.Context()
 	base := localtest.Base(t)
 	m, users, claimed := openIdentityPool(t, base, "dbct", 1, 4)
@@ -64,9 +61,6 @@ func TestPool_ClaimTakesClusterAndIdentity(t *testing.T) {
 // nothing of the pool on the host: no cluster, no template, and no OS user
 // of its entries (removing the directory alone left one per entry).
 func TestPool_DrainRemovesEntriesAndIdentities(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("making OS users needs root")
-	}
 	m, users, _ := openIdentityPool(t, localtest.Base(t), "dbcd", 2, 2)
 	waitPoolReady(t, m, 2)
 	var keys []string
@@ -97,10 +91,14 @@ func TestPool_DrainRemovesEntriesAndIdentities(t *testing.T) {
 }
 
 // openIdentityPool opens a pool of size (growing to maxSize) whose entries
-// get OS users named with prefix, in base. Test cleanup removes the
-// entries left and the users of the claims the test appends to claimed.
+// get OS users named with prefix, in base; it skips the test without root,
+// which making OS users needs. Test cleanup removes the entries left and
+// the users of the claims the test appends to claimed.
 func openIdentityPool(t *testing.T, base, prefix string, size, maxSize int) (*Instances, *osuser.Manager, *[]string) {
 	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("making OS users needs root")
+	}
 	logger := localtest.Logger(t)
 	users := osuser.New(prefix+strconv.Itoa(os.Getpid()%100000)+"-", osuser.SystemTools(), logger)
 	m, err := NewInstances(Config{BinDir: pgbin.Dir(), PoolDir: filepath.Join(base, "pool"), PoolSize: size,

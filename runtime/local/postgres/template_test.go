@@ -114,9 +114,6 @@ func TestPoolTemplate_RemadeWhenInputsChange(t *testing.T) {
 // its server runs as that user, and it accepts its own service's password
 // only, not another's made from the same template.
 func TestPoolTemplate_EntriesIsolated(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("making OS users needs root")
-	}
 	ctx := t.Context()
 	base := localtest.Base(t)
 	m, users, claimed := openIdentityPool(t, base, "dbcu", 2, 2)
