@@ -168,7 +168,7 @@ func benchFork(b *testing.B, mib int64, serverArgs ...string) {
 			// Each fork right after its own cp; which goes first alternates.
 			for _, strategy := range [][]string{{"NOW", "LAST_SNAPSHOT"}, {"LAST_SNAPSHOT", "NOW"}}[round%2] {
 				cp := cpA(b, pgdata, false)
-				b.Logf("parent before the %s fork: %s", strategy, parentActivity(b, watch))
+				b.Logf("parent before the %s fork: %s", strategy, parentActivity(watch))
 				took := timeFork(b, s, parent, strategy)
 				if strategy == "NOW" {
 					cpNow, now = append(cpNow, cp), append(now, took)
@@ -199,7 +199,7 @@ func benchFork(b *testing.B, mib int64, serverArgs ...string) {
 
 // parentActivity says what the parent is doing besides the forks: its
 // autovacuum workers and the WAL it has written so far.
-func parentActivity(b *testing.B, c *pgx.Conn) string {
+func parentActivity(c *pgx.Conn) string {
 	var workers int
 	var lsn string
 	err := c.QueryRow(context.Background(), "SELECT (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'), pg_current_wal_lsn()::text").Scan(&workers, &lsn)

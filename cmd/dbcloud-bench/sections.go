@@ -59,6 +59,7 @@ func sections() []section {
 			Test:    goTest{Pkg: "./e2e/", Bench: "^BenchmarkFork$", Benchtime: "1x", Timeout: "120m"},
 			Columns: cols("parent-MB", "parent MB", "now-s", "NOW s", "last-snapshot-s", "LAST_SNAPSHOT s", "cp-s", "cp -a s", "now/cp", "NOW/cp", "last/cp", "LAST_SNAPSHOT/cp", "last/now", "LAST_SNAPSHOT/NOW", "cp-sync-s", "cp -a + sync s", "rounds", "rounds"),
 			About: "A parent loaded with 1 GiB or 10 GiB of table data (wide rows by INSERT ... SELECT from generate_series), " +
+				"then VACUUMed (the rewrite of every page that follows a bulk load is over before the rounds), " +
 				"forked NOW and LAST_SNAPSHOT, each timed from the POST to READY, right after a `cp -a` of the parent's data " +
 				"directory on the same disk; medians of the rounds. Rows: on a btrfs image dbcloud makes with " +
 				"--storage-image-gib (btrfs-image), where copies are clones, " +
