@@ -154,6 +154,9 @@ func BenchmarkCreateToReady(b *testing.B) {
 			if floorP50 > 0 {
 				b.ReportMetric(float64(p50)/float64(floorP50), "p50/floor")
 			}
+			if len(timings) > 0 {
+				b.Logf("pool preparations during the row, ms (median / max):\n%s", s.preparations(timings[0].start))
+			}
 			for _, p := range []float64{0.5, 0.95} {
 				d := percentile(took, p)
 				for _, t := range timings {
@@ -196,6 +199,49 @@ func (s *server) steps(t createTiming) string {
 		delete(entry, "msg")
 		fields, _ := json.Marshal(entry)
 		fmt.Fprintf(&out, "  %6.1f  %s %s\n", float64(at.Sub(t.start).Microseconds())/1000, msg, fields)
+	}
+	return out.String()
+}
+
+// preparations sums up the pool's preparations the server logged since
+// since: how many, and the median and slowest of each step (the OS user of
+// the entry, the copy of the template, pg_resetwal, syncfs, and the whole
+// preparation). A create that finds the pool empty waits for one of them.
+func (s *server) preparations(since time.Time) string {
+	raw, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
+	steps := map[string][]time.Duration{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		var entry map[string]any
+		if json.Unmarshal([]byte(line), &entry) != nil {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(entry["time"]))
+		if err != nil || at.Before(since) {
+			continue
+		}
+		add := func(step, field string) {
+			if ms, ok := entry[field].(float64); ok {
+				steps[step] = append(steps[step], time.Duration(ms)*time.Millisecond)
+			}
+		}
+		switch entry["msg"] {
+		case "OS user created":
+			if strings.Contains(fmt.Sprint(entry["user"]), "-p-") {
+				add("os user", "ms")
+			}
+		case "pool cluster copied from the template":
+			add("copy", "copy_ms")
+			add("pg_resetwal", "resetwal_ms")
+			add("syncfs", "sync_ms")
+		case "pool cluster prepared":
+			add("whole", "ms")
+		}
+	}
+	var out strings.Builder
+	for _, step := range []string{"os user", "copy", "pg_resetwal", "syncfs", "whole"} {
+		if d := steps[step]; len(d) > 0 {
+			fmt.Fprintf(&out, "  %-12s %3d  %5d / %5d\n", step, len(d), percentile(d, 0.5).Milliseconds(), slices.Max(d).Milliseconds())
+		}
 	}
 	return out.String()
 }
