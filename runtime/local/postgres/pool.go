@@ -262,6 +262,14 @@ func (m *Instances) urgent() bool {
 	return len(m.readyEntries()) <= 1
 }
 
+// bursting says whether the pool's target has grown for a burst of
+// creates that has not yet ended (poolIdle without takes ends it).
+func (m *Instances) bursting() bool {
+	m.poolMu.Lock()
+	defer m.poolMu.Unlock()
+	return m.burstTarget > 0
+}
+
 // refillLoop keeps the pool at its target: it prepares clusters, several
 // at once when more than one is missing (prepareSlots bounds how many),
 // and otherwise sleeps until a take wakes it or poolRecheck passes. While
@@ -269,7 +277,7 @@ func (m *Instances) urgent() bool {
 // take, so the refill does not compete with the creates coming right
 // then; with one or none left, poolUrgentDelay after it (the create that
 // just took one starts its instance first), and at once for a create
-// that waits.
+// that waits or during a burst.
 func (m *Instances) refillLoop(ctx context.Context) {
 	backoff := poolBackoffMin
 	// notBefore postpones the refill after a take; retryAt after a failed
@@ -319,7 +327,10 @@ func (m *Instances) refillLoop(ctx context.Context) {
 			}
 		case <-m.refill:
 			switch {
-			case m.waiting.Load() > 0:
+			case m.waiting.Load() > 0, m.urgent() && m.bursting():
+				// During a burst the next create comes before the
+				// create that just took a cluster would have started:
+				// waiting for it only makes the next one wait longer.
 				notBefore = time.Time{}
 			case m.urgent():
 				notBefore = time.Now().Add(poolUrgentDelay)
