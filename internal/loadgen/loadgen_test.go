@@ -3,6 +3,7 @@ package loadgen_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -69,5 +70,42 @@ func TestRecorder_Errors(t *testing.T) {
 	s := rec.Stats()[0]
 	if s.Errors != 1 || s.LastError != "connection refused" || s.Count != 1 || s.Status[201] != 1 {
 		t.Errorf("stats %+v", s)
+	}
+}
+
+// A client holds no more connections than it was made for, however many
+// goroutines share it: a server that caps connections per address (dbcloud
+// serve does, at 256) would close the extra ones, and their requests would
+// fail with EOF.
+func TestNewClientCapsConnections(t *testing.T) {
+	var open, most atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(time.Millisecond) // so that requests overlap
+		w.Write([]byte(`{"ok":true}`))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, state http.ConnState) {
+		switch state {
+		case http.StateNew:
+			n := open.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+		case http.StateClosed, http.StateHijacked:
+			open.Add(-1)
+		}
+	}
+	srv.StartTLS()
+	defer srv.Close()
+	const conns = 4
+	client := loadgen.NewClient(srv.Client().Transport.(*http.Transport).TLSClientConfig, conns)
+	rec := loadgen.NewRecorder()
+	loadgen.Run(context.Background(), 4*conns, 300*time.Millisecond, func(ctx context.Context, i int) {
+		req, _ := http.NewRequest("GET", srv.URL, nil)
+		loadgen.Do(ctx, rec, client, "get", req)
+	})
+	if s := rec.Stats(); len(s) != 1 || s[0].Count == 0 || s[0].Errors != 0 {
+		t.Fatalf("stats: %+v", s)
+	}
+	if n := most.Load(); n > conns {
+		t.Errorf("the server saw %d connections open at once, want at most %d", n, conns)
 	}
 }
