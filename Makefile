@@ -4,7 +4,7 @@ export PATH := $(PATH):/usr/local/go/bin
 
 .PHONY: bench bench-short fuzz chaos chaos-short
 
-# Every benchmark, one after another (about 10 minutes here), into
+# Every benchmark, one after another (about 32 minutes here with BASE), into
 # bench/report.md and bench/report.json; raw go test output in bench/out/.
 # BASE=rev also runs each section at that commit, alternating with ours,
 # so old numbers sit beside new ones from the same run.
