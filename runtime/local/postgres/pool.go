@@ -277,7 +277,7 @@ func (m *Instances) bursting() bool {
 // take, so the refill does not compete with the creates coming right
 // then; with one or none left, poolUrgentDelay after it (the create that
 // just took one starts its instance first), and at once for a create
-// that waits or during a burst.
+// that waits or during a burst (refillAt).
 func (m *Instances) refillLoop(ctx context.Context) {
 	backoff := poolBackoffMin
 	// notBefore postpones the refill after a take; retryAt after a failed
@@ -326,19 +326,28 @@ func (m *Instances) refillLoop(ctx context.Context) {
 				backoff = min(2*backoff, poolBackoffMax)
 			}
 		case <-m.refill:
-			switch {
-			case m.waiting.Load() > 0, m.urgent() && m.bursting():
-				// During a burst the next create comes before the
-				// create that just took a cluster would have started:
-				// waiting for it only makes the next one wait longer.
-				notBefore = time.Time{}
-			case m.urgent():
-				notBefore = time.Now().Add(poolUrgentDelay)
-			default:
-				notBefore = later(notBefore, time.Now().Add(poolRefillDelay))
-			}
+			notBefore = refillAt(time.Now(), notBefore, m.waiting.Load() > 0, m.urgent(), m.bursting())
 		case <-time.After(wait):
 		}
+	}
+}
+
+// refillAt is when the refill may start after a take, given the time it
+// was postponed to before (notBefore), whether a create waits for a
+// cluster, whether one or none is left (urgent) and whether a burst is
+// on: at once (the zero time) for a waiting create, and during a burst
+// when urgent, since the next create comes before the one that just took
+// a cluster would have started its instance, so waiting for it only makes
+// the next create wait longer; poolUrgentDelay from now when urgent
+// otherwise; else poolRefillDelay after the last take.
+func refillAt(now, notBefore time.Time, waiting, urgent, bursting bool) time.Time {
+	switch {
+	case waiting, urgent && bursting:
+		return time.Time{}
+	case urgent:
+		return now.Add(poolUrgentDelay)
+	default:
+		return later(notBefore, now.Add(poolRefillDelay))
 	}
 }
 
