@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"dbcloud/internal/atomicfile"
+	"dbcloud/internal/tenantfs"
 	"dbcloud/runtime/local/internal/cgroup"
 	"dbcloud/runtime/local/internal/proc"
 	"dbcloud/runtime/local/postgres"
@@ -30,7 +31,9 @@ func (ps *Poolers) run(ctx context.Context, p Spec) (int, error) {
 		return 0, err
 	}
 	ini, hba := renderPoolerConfig(p)
-	old, _ := os.ReadFile(p.path(poolerIniFile))
+	// The pooler's directory is its OS user's: what is there is read
+	// without following a link or waiting on a FIFO.
+	old, _ := tenantfs.ReadFile(p.path(poolerIniFile))
 	changed := !bytes.Equal(old, ini)
 	for _, f := range []struct {
 		name string
@@ -92,7 +95,7 @@ func (ps *Poolers) run(ctx context.Context, p Spec) (int, error) {
 func (ps *Poolers) reload(ctx context.Context, p Spec, pid int) error {
 	logPath := p.path(poolerLogFile)
 	var offset int64
-	if fi, err := os.Stat(logPath); err == nil {
+	if fi, err := tenantfs.Lstat(logPath); err == nil && fi.Mode().IsRegular() {
 		offset = fi.Size()
 	}
 	begin := time.Now()
@@ -120,18 +123,29 @@ const logMax = 16 << 20
 
 // rotateLog copies a log grown past logMax to <log>.1 and empties it in
 // place: PgBouncer writes to it through a descriptor opened for appending,
-// which then continues at the new end.
+// which then continues at the new end. The directory is the pooler's OS
+// user's, so both files are opened through tenantfs (a link or a FIFO in
+// their place is refused), and the log is emptied through the descriptor
+// that was copied, not by its name again.
 func rotateLog(path string) error {
-	fi, err := os.Stat(path)
-	if err != nil || fi.Size() < logMax {
-		return nil
-	}
-	src, err := os.Open(path)
+	dir, err := tenantfs.OpenDir(filepath.Dir(path))
 	if err != nil {
 		return err
 	}
+	defer dir.Close()
+	name := filepath.Base(path)
+	src, err := dir.OpenFile(name, os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
 	defer src.Close()
-	dst, err := os.OpenFile(path+".1", os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	fi, err := src.Stat()
+	if err != nil || fi.Size() < logMax {
+		return err
+	}
+	dst, err := dir.OpenFile(name+".1", os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
@@ -142,11 +156,11 @@ func rotateLog(path string) error {
 	if err := dst.Close(); err != nil {
 		return err
 	}
-	return os.Truncate(path, 0)
+	return src.Truncate(0)
 }
 
 func readFrom(path string, offset int64) []byte {
-	f, err := os.Open(path)
+	f, err := tenantfs.Open(path)
 	if err != nil {
 		return nil
 	}

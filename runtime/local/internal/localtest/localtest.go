@@ -4,12 +4,17 @@
 package localtest
 
 import (
+	"context"
 	"log/slog"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"dbcloud/internal/testports"
+	"dbcloud/runtime/local/internal/osuser"
 )
 
 // Base returns a fresh directory directly in os.TempDir() (whose ancestors
@@ -46,4 +51,41 @@ func Logger(tb testing.TB) *slog.Logger {
 func FreePort(tb testing.TB) int {
 	tb.Helper()
 	return testports.MustPort(tb)
+}
+
+// ServiceUser makes a real OS identity, as a service gets one (useradd
+// through osuser), removed at the end of the test. Tests that play a
+// tenant with a shell act as it through AsUser. It skips without root.
+func ServiceUser(tb testing.TB) osuser.Identity {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		tb.Skip("making an OS user needs root")
+	}
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		tb.Skip("setpriv is not installed")
+	}
+	m := osuser.New(osuser.DefaultPrefix, osuser.SystemTools(), Logger(tb))
+	ctx := context.Background()
+	key := "t" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
+	id, err := m.Ensure(ctx, key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := m.Remove(ctx, key); err != nil {
+			tb.Errorf("remove OS user %s: %v", id.Name, err)
+		}
+	})
+	return id
+}
+
+// AsUser runs a shell script as id (its uid and gid, no supplementary
+// group), as a tenant's shell would, and fails the test if it fails.
+func AsUser(tb testing.TB, id osuser.Identity, script string) {
+	tb.Helper()
+	cmd := exec.Command("setpriv", "--reuid="+strconv.Itoa(int(id.UID)), "--regid="+strconv.Itoa(int(id.GID)),
+		"--clear-groups", "/bin/sh", "-ec", script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("as %s: %s: %v: %s", id.Name, script, err, out)
+	}
 }
