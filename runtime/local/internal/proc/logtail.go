@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"os"
 	"strings"
-	"syscall"
+
+	"dbcloud/internal/tenantfs"
 )
 
 // LogTail returns what a failed process wrote to its log after offset, for the
@@ -15,13 +15,13 @@ func LogTail(path string, offset int64) string {
 	// The log lives in a directory the server's OS user can write: a symlink
 	// or FIFO put in its place must neither be followed (its target would
 	// end up in an error message) nor block the read.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	f, err := tenantfs.Open(path)
 	if err != nil {
 		return ""
 	}
 	defer f.Close()
 	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
+	if err != nil {
 		return ""
 	}
 	if fi.Size()-offset > 4096 {

@@ -19,6 +19,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"dbcloud/internal/tenantfs"
 )
 
 // PollInterval is how often exits and readiness are checked. A start takes
@@ -72,7 +74,8 @@ type Spec struct {
 	// Credential is who the process runs as; nil is dbcloud's own user.
 	Credential *syscall.Credential
 	// LogPath receives stdout and stderr, appended; the file is made and
-	// owned by Credential.
+	// owned by Credential. Its directory is that user's, so the file is
+	// opened through tenantfs: a link or FIFO put there is refused.
 	LogPath string
 	// JoinCgroups are cgroup.procs files the process writes its own PID
 	// into before the program runs (a tiny sh wrapper, which then execs
@@ -101,13 +104,13 @@ func (s *Supervisor) Spawn(spec Spec) (*Child, int64, error) {
 	var logFile *os.File
 	var logStart int64
 	if spec.LogPath != "" {
-		f, err := os.OpenFile(spec.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		f, err := tenantfs.OpenFile(spec.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, fmt.Errorf("run %s: log: %w", spec.Path, err)
 		}
 		defer f.Close() // the child has its own descriptor
 		if c := spec.Credential; c != nil {
-			if err := os.Lchown(spec.LogPath, int(c.Uid), int(c.Gid)); err != nil {
+			if err := f.Chown(int(c.Uid), int(c.Gid)); err != nil {
 				return nil, 0, err
 			}
 		}
@@ -376,9 +379,10 @@ func Args(pid int) []string {
 	return strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
 }
 
-// ReadPID reads the PID on the first line of a pid file.
+// ReadPID reads the PID on the first line of a pid file. Pid files live in
+// the directories of the processes' OS users: read through tenantfs.
 func ReadPID(path string) (int, error) {
-	data, err := os.ReadFile(path)
+	data, err := tenantfs.ReadFile(path)
 	if err != nil {
 		return 0, err
 	}
