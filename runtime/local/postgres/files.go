@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"dbcloud/internal/atomicfile"
+	"dbcloud/internal/tenantfs"
 )
 
 // Owner is the credential of s's processes and files: its service's OS
@@ -174,22 +175,14 @@ func (m *Instances) ownTree(s Spec, dir string) error {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid == c.Uid && st.Gid == c.Gid {
 		return nil
 	}
-	begin, files := time.Now(), 0
-	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if path == dir {
-			return nil
-		}
-		files++
-		return os.Lchown(path, int(c.Uid), int(c.Gid))
-	})
+	// The tree may hold what a tenant put there (a service from before
+	// identities, a rewound former primary): each entry is re-owned by
+	// descriptor, and no link, whether the entry or a directory on the way,
+	// is followed.
+	begin := time.Now()
+	files, err := tenantfs.ChownTree(dir, int(c.Uid), int(c.Gid))
 	if err != nil {
 		return fmt.Errorf("give %s to uid %d: %w", dir, c.Uid, err)
-	}
-	if err := os.Lchown(dir, int(c.Uid), int(c.Gid)); err != nil {
-		return err
 	}
 	m.Logger.Info("files given to the service's OS user", "instance", s.ID, "dir", dir, "uid", c.Uid,
 		"files", files, "ms", time.Since(begin).Milliseconds())

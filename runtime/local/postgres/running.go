@@ -2,11 +2,11 @@ package postgres
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
+	"dbcloud/internal/tenantfs"
 	"dbcloud/runtime/local/internal/cgroup"
 	"dbcloud/runtime/local/internal/proc"
 )
@@ -20,9 +20,11 @@ type PidFile struct {
 	Status string
 }
 
-// ReadPidFile reads pgdata/postmaster.pid.
+// ReadPidFile reads pgdata/postmaster.pid. The data directory is the
+// service's OS user's: a link or a FIFO there is an error, never followed
+// or waited on (a FIFO once held the health loop for minutes).
 func ReadPidFile(pgdata string) (PidFile, error) {
-	data, err := os.ReadFile(filepath.Join(pgdata, "postmaster.pid"))
+	data, err := tenantfs.ReadFile(filepath.Join(pgdata, "postmaster.pid"))
 	if err != nil {
 		return PidFile{}, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"dbcloud/internal/atomicfile"
+	"dbcloud/internal/tenantfs"
 	"dbcloud/runtime/local/internal/volume"
 )
 
@@ -165,15 +166,32 @@ func (m *Instances) ReceivedLSN(ctx context.Context, spec Spec) (int64, error) {
 	return lsn, err
 }
 
+// WriteStandbySignal makes the data directory start as a standby. The
+// directory is the service user's: the file is made through tenantfs, so a
+// link in its place is refused rather than followed to create a file
+// wherever it points.
 func (m *Instances) WriteStandbySignal(spec Spec) error {
-	path := filepath.Join(spec.PGData(), "standby.signal")
-	if _, err := os.Stat(path); err == nil {
-		return nil
-	}
-	if err := os.WriteFile(path, nil, 0o600); err != nil {
+	return m.appendServerFile(spec, "standby.signal", "")
+}
+
+// appendServerFile appends text to the file name of s's data directory,
+// making it (owned by s's OS user) when missing, through tenantfs.
+func (m *Instances) appendServerFile(s Spec, name, text string) error {
+	f, err := tenantfs.OpenFile(filepath.Join(s.PGData(), name), os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
 		return err
 	}
-	return m.Chown(spec, path)
+	if c := m.Owner(s); c != nil {
+		if err := f.Chown(int(c.Uid), int(c.Gid)); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	_, err = f.WriteString(text)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // command runs a PostgreSQL client tool as s's OS user, so what it writes
@@ -236,21 +254,10 @@ func (m *Instances) Rewind(ctx context.Context, primary, spec Spec) error {
 	// pg_rewind first completes the target's crash recovery in single-user
 	// mode, which reads the data directory's own postgresql.conf (ours is
 	// in Dir/conf): without wal_log_hints there, pg_rewind refuses.
-	f, err := os.OpenFile(filepath.Join(spec.PGData(), "postgresql.conf"), os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteString("\n# dbcloud: pg_rewind's single-user recovery\nwal_log_hints = on\n")
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := m.appendServerFile(spec, "postgresql.conf", "\n# dbcloud: pg_rewind's single-user recovery\nwal_log_hints = on\n"); err != nil {
 		return err
 	}
 	if err := m.ownTree(spec, spec.PGData()); err != nil {
-		return err
-	}
-	if err := m.Chown(spec, filepath.Join(spec.PGData(), "postgresql.conf")); err != nil {
 		return err
 	}
 	src := fmt.Sprintf("host=%s port=%d user=%s dbname=postgres", QuoteDSN(primary.RunDir()), primary.Port, ReplicatorRole)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"dbcloud/internal/tenantfs"
 	"dbcloud/runtime/local/internal/cgroup"
 	"dbcloud/runtime/local/internal/proc"
 )
@@ -57,7 +59,7 @@ func (m *Instances) start(ctx context.Context, s Spec) (int, error) {
 		return pid, nil
 	}
 	for _, f := range []string{filepath.Join(s.PGData(), "PG_VERSION"), s.ConfPath(confFile)} {
-		if _, err := os.Stat(f); err != nil {
+		if _, err := tenantfs.Lstat(f); err != nil {
 			return 0, fmt.Errorf("not prepared: %w", err)
 		}
 	}
@@ -234,23 +236,14 @@ func (m *Instances) abort(s Spec, c *proc.Child, cg *cgroup.Group) {
 // bind failure is one). In PostgreSQL 15 the logging collector starts
 // before the postmaster binds its sockets, so the cause of a failed start
 // ("could not bind ...: Address already in use") is there, not in
-// startup.log.
+// startup.log. The log directory is the server's OS user's: files are read
+// through tenantfs, so a link or FIFO there is skipped.
 func serverErrors(logDir string, since time.Time) string {
 	since = since.Truncate(time.Millisecond) // the log's precision
 	files, _ := filepath.Glob(filepath.Join(logDir, "postgresql-*.json"))
 	var msgs []string
 	for _, f := range files {
-		fi, err := os.Stat(f)
-		if err != nil || fi.ModTime().Before(since) {
-			continue
-		}
-		data, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		if len(data) > 64<<10 {
-			data = data[len(data)-64<<10:]
-		}
+		data := readTail(f, since, 64<<10)
 		for _, line := range bytes.Split(data, []byte("\n")) {
 			var entry struct {
 				Timestamp string `json:"timestamp"`
@@ -281,4 +274,23 @@ func serverErrors(logDir string, since time.Time) string {
 		return ""
 	}
 	return " (" + strings.Join(msgs, "; ") + ")"
+}
+
+// readTail returns the last limit bytes of the regular file at path if it
+// was modified at or after since, nil otherwise or on any error.
+func readTail(path string, since time.Time, limit int64) []byte {
+	f, err := tenantfs.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || fi.ModTime().Before(since) {
+		return nil
+	}
+	if _, err := f.Seek(max(fi.Size()-limit, 0), io.SeekStart); err != nil {
+		return nil
+	}
+	data, _ := io.ReadAll(io.LimitReader(f, limit))
+	return data
 }

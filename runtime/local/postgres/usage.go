@@ -11,7 +11,7 @@ import (
 	"strings"
 	"syscall"
 
-	"golang.org/x/sys/unix"
+	"dbcloud/internal/tenantfs"
 )
 
 // Usage is what an instance consumes right now.
@@ -63,36 +63,42 @@ func (m *Instances) DataSize(s Spec) (int64, error) {
 }
 
 // dirSize sums the sizes of the regular files under dir. Files that vanish
-// during the walk (recycled WAL, temp files) are skipped. Each file is
-// stat'ed by its name relative to its directory's descriptor (fstatat), so
-// the kernel resolves one path component per file rather than the whole
-// path: the walk runs for every service every few minutes.
+// during the walk (recycled WAL, temp files) are skipped. The data
+// directory is the service user's: the walk goes through tenantfs, each
+// entry stat'ed relative to its directory's descriptor (fstatat, one path
+// component per file: the walk runs for every service every few minutes)
+// and each directory entered without following a link, so a directory
+// swapped for a link to / mid-walk makes the walk fail, not measure the
+// host.
 func dirSize(dir string) (int64, error) {
-	f, err := os.Open(dir)
+	d, err := tenantfs.OpenDir(dir)
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
-	entries, err := f.ReadDir(-1)
+	defer d.Close()
+	return treeSize(d)
+}
+
+func treeSize(d *tenantfs.Dir) (int64, error) {
+	infos, err := d.ReadDir()
 	if err != nil {
 		return 0, err
 	}
 	var total int64
-	fd := int(f.Fd())
-	for _, e := range entries {
+	for _, fi := range infos {
 		switch {
-		case e.Type().IsRegular():
-			var st unix.Stat_t
-			if err := unix.Fstatat(fd, e.Name(), &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
-				total += st.Size
-			} else if !errors.Is(err, unix.ENOENT) {
-				return 0, fmt.Errorf("stat %s: %w", filepath.Join(dir, e.Name()), err)
-			}
-		case e.IsDir():
-			n, err := dirSize(filepath.Join(dir, e.Name()))
+		case fi.Mode().IsRegular():
+			total += fi.Size()
+		case fi.IsDir():
+			sub, err := d.OpenDir(fi.Name())
 			if errors.Is(err, fs.ErrNotExist) {
 				continue
 			} else if err != nil {
+				return 0, err
+			}
+			n, err := treeSize(sub)
+			sub.Close()
+			if err != nil {
 				return 0, err
 			}
 			total += n
