@@ -75,6 +75,10 @@ func (d *Dir) Path() string { return d.path }
 
 func (d *Dir) fd() int { return int(d.f.Fd()) }
 
+// File is the directory's descriptor, for ioctls on the directory itself
+// (its NOCOW flag); it stays d's to close.
+func (d *Dir) File() *os.File { return d.f }
+
 // Open opens the regular file name for reading.
 func (d *Dir) Open(name string) (*os.File, error) {
 	return d.OpenFile(name, os.O_RDONLY, 0)

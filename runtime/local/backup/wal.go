@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"dbcloud/internal/tenantfs"
 )
 
 // Every service archives its WAL into DATA/services/<id>/archive with
@@ -111,7 +113,7 @@ func WaitArchived(ctx context.Context, archiveDir, segment string, bound time.Du
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	for {
-		if _, err := os.Stat(filepath.Join(archiveDir, segment)); err == nil {
+		if fi, err := tenantfs.Lstat(filepath.Join(archiveDir, segment)); err == nil && fi.Mode().IsRegular() {
 			return nil
 		}
 		select {
@@ -175,7 +177,9 @@ func (b *Backups) LastArchivedCommit(ctx context.Context, archiveDir, from strin
 	}
 	var segs []string
 	for _, e := range entries {
-		if isSegmentName(e.Name()) && e.Name()[8:] >= start {
+		// Only regular files: the archive is the service user's, and a
+		// FIFO or link named like a segment is none of the archiver's.
+		if e.Type().IsRegular() && isSegmentName(e.Name()) && e.Name()[8:] >= start {
 			segs = append(segs, e.Name())
 		}
 	}
@@ -211,12 +215,27 @@ func (b *Backups) LastArchivedCommit(ctx context.Context, archiveDir, from strin
 	return found, nil
 }
 
+// waldumpTimeout bounds one pg_waldump run: a segment takes well under a
+// second, and one that is a FIFO would never end.
+const waldumpTimeout = 2 * time.Minute
+
 // segmentLastCommit runs pg_waldump over one archived segment and returns
-// its last transaction commit or abort.
+// its last transaction commit or abort. The archive is written by the
+// service's OS user, and pg_waldump opens what is there by name (a link to
+// a file of root's, a FIFO): it runs as the archive's owner, so it reads
+// nothing that user could not, and within waldumpTimeout.
 func segmentLastCommit(ctx context.Context, binDir, archiveDir, segment string) (*ArchivedCommit, error) {
+	ctx, cancel := context.WithTimeout(ctx, waldumpTimeout)
+	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "pg_waldump"), "--path", archiveDir,
 		"--rmgr", "Transaction", segment, segment)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "LANG=C", "TZ=UTC"}
+	cmd.Dir = "/"
+	cred, err := archiveOwner(archiveDir)
+	if err != nil {
+		return nil, err
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	// A segment ends in an unused tail, which pg_waldump reports as an
@@ -238,6 +257,24 @@ func segmentLastCommit(ctx context.Context, binDir, archiveDir, segment string) 
 		}
 	}
 	return last, sc.Err()
+}
+
+// archiveOwner is the credential to read archiveDir with: its owner's when
+// dbcloud runs as root and the directory is a service user's, nil (dbcloud's
+// own) otherwise.
+func archiveOwner(archiveDir string) (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	fi, err := os.Lstat(archiveDir)
+	if err != nil {
+		return nil, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || st.Uid == 0 {
+		return nil, nil
+	}
+	return &syscall.Credential{Uid: st.Uid, Gid: st.Gid, Groups: []uint32{}}, nil
 }
 
 // parseWaldumpCommit reads a pg_waldump line of a commit or abort record:

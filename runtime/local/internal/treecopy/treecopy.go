@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"dbcloud/internal/atomicfile"
+	"dbcloud/internal/tenantfs"
 	"dbcloud/runtime/local/internal/volume"
 )
 
@@ -68,164 +70,219 @@ type Stats struct {
 // Files that vanish during the walk (a live data directory drops and
 // recycles files) are skipped, as pg_basebackup does; what they held is
 // rebuilt from WAL.
+//
+// The source is often a data directory its service's OS user writes while
+// root copies it: it is read through tenantfs, so a link is copied as a
+// link and never followed (not even a directory swapped for one mid-walk),
+// and only regular files are read. The copy's directories stay root's
+// until the copy is complete and are then given to Owner deepest first, so
+// no path root writes through can be changed by that user meanwhile.
 func Tree(ctx context.Context, src, dst string, opt Options) (Stats, error) {
-	var (
-		stats    Stats
-		files    atomic.Int64
-		bytes    atomic.Int64
-		clones   atomic.Int64
-		noClone  atomic.Bool
-		firstErr error
-		errOnce  sync.Once
-		wg       sync.WaitGroup
-		dirs     []string
-	)
+	root, err := tenantfs.OpenDir(src)
+	if err != nil {
+		return Stats{}, fmt.Errorf("copy %s to %s: %w", src, dst, err)
+	}
+	defer root.Close()
+	rootInfo, err := root.Lstat(".")
+	if err != nil {
+		return Stats{}, fmt.Errorf("copy %s to %s: %w", src, dst, err)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	fail := func(err error) {
-		errOnce.Do(func() { firstErr = err; cancel() })
-	}
-	type job struct {
-		src, dst string
-		mode     fs.FileMode
-	}
-	jobs := make(chan job, 64)
+	c := &copier{ctx: ctx, root: root, dst: dst, opt: opt, jobs: make(chan job, 64)}
+	var wg sync.WaitGroup
 	for range copyWorkers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if opt.Nice > 0 {
-				defer lowerThread(opt.Nice)()
-			}
-			for j := range jobs {
-				if ctx.Err() != nil {
-					continue
-				}
-				n, cloned, err := File(j.src, j.dst, j.mode, opt.Owner, opt.Sync, &noClone)
-				if errors.Is(err, fs.ErrNotExist) {
-					continue // dropped while we walked
-				}
-				if err != nil {
-					fail(err)
-					continue
-				}
-				files.Add(1)
-				bytes.Add(n)
-				if cloned {
-					clones.Add(1)
-				}
-			}
+			c.work(cancel)
 		}()
 	}
-	walkErr := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if ctx.Err() != nil {
-			return ctx.Err()
+	walkErr := c.dir(root, ".", rootInfo, false)
+	close(c.jobs)
+	wg.Wait()
+	if c.firstErr != nil {
+		return Stats{}, fmt.Errorf("copy %s to %s: %w", src, dst, c.firstErr)
+	}
+	if walkErr != nil {
+		return Stats{}, fmt.Errorf("copy %s to %s: %w", src, dst, walkErr)
+	}
+	// Deepest first: each directory is given away while its parent is
+	// still root's, so the owner can rename nothing on the way.
+	for i := len(c.dirs) - 1; i >= 0; i-- {
+		if err := Chown(c.dirs[i], opt.Owner); err != nil {
+			return Stats{}, fmt.Errorf("copy %s to %s: %w", src, dst, err)
+		}
+	}
+	var stats Stats
+	switch {
+	case opt.Sync && c.clones.Load() > 0:
+		if err := syncFS(dst); err != nil {
+			return stats, fmt.Errorf("copy %s to %s: %w", src, dst, err)
+		}
+	case opt.Sync:
+		for i := len(c.dirs) - 1; i >= 0; i-- {
+			if err := atomicfile.SyncDir(c.dirs[i]); err != nil {
+				return stats, err
+			}
+		}
+	}
+	stats.Files, stats.Bytes = c.files.Load(), c.bytes.Load()
+	stats.Reflinked = stats.Files > 0 && c.clones.Load() == stats.Files
+	return stats, nil
+}
+
+// job is one regular file to copy, named relative to the source's root.
+type job struct {
+	rel  string
+	mode fs.FileMode
+}
+
+// copier is one Tree copy: the walk feeds regular files to the workers.
+type copier struct {
+	ctx  context.Context
+	root *tenantfs.Dir
+	dst  string
+	opt  Options
+	jobs chan job
+	dirs []string // made in dst, in walk order
+
+	files, bytes, clones atomic.Int64
+	noClone              atomic.Bool
+	errOnce              sync.Once
+	firstErr             error
+}
+
+// work copies the files the walk sends until it is done.
+func (c *copier) work(cancel context.CancelFunc) {
+	if c.opt.Nice > 0 {
+		defer lowerThread(c.opt.Nice)()
+	}
+	for j := range c.jobs {
+		if c.ctx.Err() != nil {
+			continue
+		}
+		n, cloned, err := c.copyFile(j)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // dropped while we walked
 		}
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) && path != src {
-				return nil
-			}
+			c.errOnce.Do(func() { c.firstErr = err; cancel() })
+			continue
+		}
+		c.files.Add(1)
+		c.bytes.Add(n)
+		if cloned {
+			c.clones.Add(1)
+		}
+	}
+}
+
+func (c *copier) copyFile(j job) (int64, bool, error) {
+	in, err := c.root.Open(j.rel)
+	if err != nil {
+		return 0, false, err
+	}
+	defer in.Close()
+	return copyOpen(in, filepath.Join(c.dst, j.rel), j.mode, c.opt.Owner, c.opt.Sync, &c.noClone)
+}
+
+// dir copies the directory d (rel to the source's root) and, unless
+// skipContents, what is in it.
+func (c *copier) dir(d *tenantfs.Dir, rel string, info fs.FileInfo, skipContents bool) error {
+	target := filepath.Join(c.dst, rel)
+	if err := os.Mkdir(target, info.Mode().Perm()); err != nil {
+		return err
+	}
+	// Mkdir applies the umask; the data directory must be 0700 or 0750
+	// exactly, so set the mode as it was.
+	if err := os.Chmod(target, info.Mode().Perm()); err != nil {
+		return err
+	}
+	// Files made in it later (by the copy, or by the PostgreSQL that runs
+	// on it) take its flag, as they did in the source.
+	if err := matchDirNoCOW(target, d.File()); err != nil {
+		return err
+	}
+	c.dirs = append(c.dirs, target)
+	if skipContents {
+		return nil
+	}
+	entries, err := d.ReadDir()
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	for _, fi := range entries {
+		if err := c.ctx.Err(); err != nil {
 			return err
 		}
-		rel, err := filepath.Rel(src, path)
-		if err != nil {
+		if err := c.entry(d, path.Join(rel, fi.Name()), fi); err != nil {
 			return err
 		}
-		target := filepath.Join(dst, rel)
-		skipContents := false
-		if rel != "." && opt.Skip != nil {
-			var skip bool
-			skip, skipContents = opt.Skip(filepath.ToSlash(rel), d)
-			if skip {
-				if d.IsDir() {
-					return filepath.SkipDir
-				}
-				return nil
-			}
+	}
+	return nil
+}
+
+// entry copies one entry of d.
+func (c *copier) entry(d *tenantfs.Dir, rel string, fi fs.FileInfo) error {
+	skipContents := false
+	if c.opt.Skip != nil {
+		var skip bool
+		if skip, skipContents = c.opt.Skip(rel, fs.FileInfoToDirEntry(fi)); skip {
+			return nil
 		}
-		info, err := d.Info()
+	}
+	switch {
+	case fi.IsDir():
+		sub, err := d.OpenDir(fi.Name())
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		} else if err != nil {
 			return err
 		}
-		switch {
-		case d.IsDir():
-			if err := os.Mkdir(target, info.Mode().Perm()); err != nil {
-				return err
-			}
-			// Mkdir applies the umask; the data directory must be 0700 or
-			// 0750 exactly, so set the mode as it was.
-			if err := os.Chmod(target, info.Mode().Perm()); err != nil {
-				return err
-			}
-			if err := Chown(target, opt.Owner); err != nil {
-				return err
-			}
-			// Files made in it later (by the copy, or by the PostgreSQL
-			// that runs on it) take its flag, as they did in the source.
-			if err := matchDirNoCOW(target, path); err != nil {
-				return err
-			}
-			dirs = append(dirs, target)
-			if skipContents {
-				return filepath.SkipDir
-			}
-		case d.Type()&fs.ModeSymlink != 0:
-			link, err := os.Readlink(path)
-			if err != nil {
-				return err
-			}
-			if err := os.Symlink(link, target); err != nil {
-				return err
-			}
-			if err := Chown(target, opt.Owner); err != nil {
-				return err
-			}
-		case d.Type().IsRegular():
-			select {
-			case jobs <- job{src: path, dst: target, mode: info.Mode().Perm()}:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		default:
-			// Sockets and the like are not data.
+		defer sub.Close()
+		return c.dir(sub, rel, fi, skipContents)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		link, err := d.Readlink(fi.Name())
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		} else if err != nil {
+			return err
 		}
-		return nil
-	})
-	close(jobs)
-	wg.Wait()
-	if firstErr != nil {
-		return stats, fmt.Errorf("copy %s to %s: %w", src, dst, firstErr)
-	}
-	if walkErr != nil {
-		return stats, fmt.Errorf("copy %s to %s: %w", src, dst, walkErr)
-	}
-	switch {
-	case opt.Sync && clones.Load() > 0:
-		if err := syncFS(dst); err != nil {
-			return stats, fmt.Errorf("copy %s to %s: %w", src, dst, err)
+		target := filepath.Join(c.dst, rel)
+		if err := os.Symlink(link, target); err != nil {
+			return err
 		}
-	case opt.Sync:
-		for i := len(dirs) - 1; i >= 0; i-- {
-			if err := atomicfile.SyncDir(dirs[i]); err != nil {
-				return stats, err
-			}
+		return Chown(target, c.opt.Owner)
+	case fi.Mode().IsRegular():
+		select {
+		case c.jobs <- job{rel: rel, mode: fi.Mode().Perm()}:
+			return nil
+		case <-c.ctx.Done():
+			return c.ctx.Err()
 		}
+	default:
+		return nil // sockets, FIFOs and the like are not data
 	}
-	stats.Files, stats.Bytes = files.Load(), bytes.Load()
-	stats.Reflinked = stats.Files > 0 && clones.Load() == stats.Files
-	return stats, nil
 }
 
 // File copies one regular file to a new file dst, by FICLONE unless
 // noClone says the filesystem cannot (it is set at the first refusal).
+// src is opened through tenantfs: it may lie in a directory a service's
+// OS user writes (a WAL archive), and a link or FIFO there is refused.
 func File(src, dst string, mode fs.FileMode, owner *syscall.Credential, sync bool, noClone *atomic.Bool) (n int64, cloned bool, err error) {
-	in, err := os.Open(src)
+	in, err := tenantfs.Open(src)
 	if err != nil {
 		return 0, false, err
 	}
 	defer in.Close()
+	return copyOpen(in, dst, mode, owner, sync, noClone)
+}
+
+// copyOpen copies the open file in to a new file dst.
+func copyOpen(in *os.File, dst string, mode fs.FileMode, owner *syscall.Credential, sync bool, noClone *atomic.Bool) (n int64, cloned bool, err error) {
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
 		return 0, false, err
@@ -270,21 +327,15 @@ func File(src, dst string, mode fs.FileMode, owner *syscall.Credential, sync boo
 	return n, false, err
 }
 
-// matchDirNoCOW gives the new directory dst src's NOCOW flag.
-func matchDirNoCOW(dst, src string) error {
-	s, err := os.Open(src)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil // dropped while we walked: the copy skips its contents
-	} else if err != nil {
-		return err
-	}
-	defer s.Close()
+// matchDirNoCOW gives the new directory dst the NOCOW flag of the open
+// directory src.
+func matchDirNoCOW(dst string, src *os.File) error {
 	d, err := os.Open(dst)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	return volume.MatchNoCOW(d, s)
+	return volume.MatchNoCOW(d, src)
 }
 
 // syncFS commits everything written to the filesystem holding dir.
