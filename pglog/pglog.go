@@ -25,8 +25,9 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
+
+	"dbcloud/internal/tenantfs"
 )
 
 // MaxEntries is the page size when Query.Limit is not set; it is the limit
@@ -234,27 +235,16 @@ var errNotRegular = errors.New("not a regular file")
 // openRegular opens path for reading only if it is a regular file. A log
 // directory is writable by the server's OS user, so a tenant who got a
 // shell could put a symlink there (to make dbcloud read, and show, a file
-// of another service or of the host) or a FIFO (to make it hang):
-// O_NOFOLLOW refuses the symlink, O_NONBLOCK keeps the open of a FIFO from
-// waiting for a writer, and the fstat of what was opened refuses anything
-// but a regular file.
+// of another service or of the host) or a FIFO (to make it hang): the file
+// is opened through tenantfs, the one way root opens a file in such a
+// directory, and what it refuses is errNotRegular to the reader, which
+// skips it.
 func openRegular(path string) (*os.File, error) {
-	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-	if errors.Is(err, syscall.ELOOP) {
-		return nil, fmt.Errorf("%s: %w", path, errNotRegular)
-	} else if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	f, err := tenantfs.Open(path)
+	if errors.Is(err, tenantfs.ErrSymlink) || errors.Is(err, tenantfs.ErrNotRegular) {
+		return nil, fmt.Errorf("%w: %w", errNotRegular, err)
 	}
-	var st syscall.Stat_t
-	if err := syscall.Fstat(fd, &st); err != nil {
-		syscall.Close(fd)
-		return nil, &os.PathError{Op: "fstat", Path: path, Err: err}
-	}
-	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
-		syscall.Close(fd)
-		return nil, fmt.Errorf("%s: %w", path, errNotRegular)
-	}
-	return os.NewFile(uintptr(fd), path), nil
+	return f, err
 }
 
 // nameTime parses the time of a name made by

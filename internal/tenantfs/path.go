@@ -56,3 +56,14 @@ func ChownTree(path string, uid, gid int) (int, error) {
 	defer d.Close()
 	return d.ChownTree(uid, gid)
 }
+
+// ReadDir describes the entries of the directory at path (which must not
+// be a link), links described, not followed.
+func ReadDir(path string) ([]fs.FileInfo, error) {
+	d, err := OpenDir(path)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return d.ReadDir()
+}

@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
 
 	"dbcloud"
+	"dbcloud/internal/tenantfs"
 	"dbcloud/runtime/local/postgres"
 )
 
@@ -47,7 +47,7 @@ func (rt *Runtime) primaryUp(serviceID string) {
 // come back (its data directory gone: no grace), then a standby takes over.
 func (rt *Runtime) recoverPrimary(ctx context.Context, svc *dbcloud.Service, base postgres.Spec, st *haState) error {
 	pspec := rt.haSpec(svc, base, st, st.Primary)
-	_, statErr := os.Stat(filepath.Join(pspec.PGData(), "PG_VERSION"))
+	_, statErr := tenantfs.Lstat(filepath.Join(pspec.PGData(), "PG_VERSION"))
 	dataGone := statErr != nil
 	// Standbys that are stopped but intact are started first: they are
 	// safe (read-only) and may be the only copy of the data.
@@ -57,7 +57,7 @@ func (rt *Runtime) recoverPrimary(ctx context.Context, svc *dbcloud.Service, bas
 			continue
 		}
 		spec := rt.haSpec(svc, base, st, n)
-		if _, err := os.Stat(filepath.Join(spec.PGData(), "standby.signal")); err != nil {
+		if _, err := tenantfs.Lstat(filepath.Join(spec.PGData(), "standby.signal")); err != nil {
 			continue // never built, or not a standby
 		}
 		if _, ok := rt.instances.Running(spec); !ok {

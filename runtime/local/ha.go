@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"dbcloud/internal/tenantfs"
 	"dbcloud/runtime/local/postgres"
 
 	"dbcloud"
@@ -311,7 +312,7 @@ func (rt *Runtime) ensureStandby(ctx context.Context, svc *dbcloud.Service, base
 	if err := rt.instances.CreateSlot(ctx, pspec, slotName(n)); err != nil {
 		return err
 	}
-	_, statErr := os.Stat(filepath.Join(spec.PGData(), "PG_VERSION"))
+	_, statErr := tenantfs.Lstat(filepath.Join(spec.PGData(), "PG_VERSION"))
 	switch {
 	case slices.Contains(st.Rebuild, n):
 		if err := rt.instances.Stop(ctx, spec, 10*time.Second); err != nil {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"dbcloud/internal/tenantfs"
 	"dbcloud/runtime/local/postgres"
 
 	"github.com/jackc/pgx/v5"
@@ -274,7 +275,7 @@ func (rt *Runtime) ensureReplicaSet(ctx context.Context, parent *dbcloud.Service
 // is set). Without a running upstream a node with data still starts and
 // serves what it has.
 func (rt *Runtime) ensureNode(ctx context.Context, upstream postgres.Spec, upstreamUp bool, spec postgres.Spec, app string, fresh bool) error {
-	_, statErr := os.Stat(filepath.Join(spec.PGData(), "PG_VERSION"))
+	_, statErr := tenantfs.Lstat(filepath.Join(spec.PGData(), "PG_VERSION"))
 	if (statErr != nil || fresh) && !upstreamUp {
 		return fmt.Errorf("node %s waits for its primary %s to run", spec.ID, upstream.ID)
 	}
@@ -339,7 +340,7 @@ func (rt *Runtime) dropStaleSlots(ctx context.Context, conn *pgx.Conn, primary p
 	// A persistent slot has its directory in pg_replslot from its
 	// creation on: with none there (every new service) there is nothing
 	// to drop, and no query to wait for on an instance under its CPU quota.
-	if held, err := os.ReadDir(filepath.Join(primary.PGData(), "pg_replslot")); err == nil && len(held) == 0 {
+	if held, err := tenantfs.ReadDir(filepath.Join(primary.PGData(), "pg_replslot")); err == nil && len(held) == 0 {
 		return nil
 	}
 	rows, err := conn.Query(ctx, `SELECT slot_name::text FROM pg_replication_slots WHERE slot_name LIKE 'dbcloud\_rs\_%' AND NOT active`)

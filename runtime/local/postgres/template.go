@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"dbcloud/internal/atomicfile"
+	"dbcloud/internal/tenantfs"
 	"dbcloud/runtime/local/internal/osuser"
 	"dbcloud/runtime/local/internal/treecopy"
 	"dbcloud/runtime/local/internal/volume"
@@ -192,8 +193,10 @@ func isTemplate(name string) bool { return strings.HasPrefix(name, poolTemplateP
 // newSystemIdentifier gives the stopped cluster at pgdata (a copy of the
 // template, without WAL) a random system identifier and the WAL to match.
 func (m *Instances) newSystemIdentifier(ctx context.Context, s Spec, pgdata string, nice int) error {
+	// The entry's files are its OS user's: read and written through
+	// tenantfs like every such file.
 	path := filepath.Join(pgdata, "global", "pg_control")
-	raw, err := os.ReadFile(path)
+	raw, err := tenantfs.ReadFile(path)
 	if err != nil {
 		return err
 	}
@@ -209,7 +212,7 @@ func (m *Instances) newSystemIdentifier(ctx context.Context, s Spec, pgdata stri
 	}
 	copy(raw, id[:])
 	binary.NativeEndian.PutUint32(raw[at:], crc32.Checksum(raw[:at], crc32.MakeTable(crc32.Castagnoli)))
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	f, err := tenantfs.OpenFile(path, os.O_WRONLY, 0)
 	if err != nil {
 		return err
 	}

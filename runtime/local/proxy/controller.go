@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"dbcloud/internal/atomicfile"
+	"dbcloud/internal/tenantfs"
 	"dbcloud/runtime/local/internal/proc"
 )
 
@@ -108,7 +109,9 @@ func (c *Controller) Set(ctx context.Context, dir string, owner *syscall.Credent
 	}
 	deadline := time.Now().Add(proxyApplyTimeout)
 	for {
-		raw, _ := os.ReadFile(filepath.Join(dir, proxyAppliedFile))
+		// The proxy's directory is its OS user's: a FIFO there must not
+		// hold this loop, nor a link make root read another file.
+		raw, _ := tenantfs.ReadFile(filepath.Join(dir, proxyAppliedFile))
 		if g, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64); err == nil && g == cfg.Generation {
 			if _, ok := c.pid(dir); ok {
 				c.logger.Debug("endpoint proxy applied its config", "dir", dir, "pid", pid)
