@@ -41,6 +41,9 @@ var ErrSymlink = errors.New("symbolic link refused")
 // link (a hard link to a file outside the directory).
 var ErrNotRegular = errors.New("not a regular file of this directory")
 
+// ErrNotSocket is DialUnix's answer when name is not a socket.
+var ErrNotSocket = errors.New("not a socket")
+
 // ErrTooLarge is ReadFile's answer for a file past MaxReadFile.
 var ErrTooLarge = errors.New("file too large")
 
@@ -329,7 +332,11 @@ func (d *Dir) openat(name string, flag int, mode uint32) (int, error) {
 	if err := checkName(name); err != nil {
 		return -1, err
 	}
-	flag |= unix.O_NOFOLLOW | unix.O_CLOEXEC | unix.O_NONBLOCK | unix.O_NOCTTY
+	if flag&unix.O_PATH != 0 {
+		flag |= unix.O_NOFOLLOW | unix.O_CLOEXEC // openat2 refuses any other flag with O_PATH
+	} else {
+		flag |= unix.O_NOFOLLOW | unix.O_CLOEXEC | unix.O_NONBLOCK | unix.O_NOCTTY
+	}
 	if flag&unix.O_CREAT == 0 {
 		mode = 0 // openat2 refuses a mode without O_CREAT
 	}

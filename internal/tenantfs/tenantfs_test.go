@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -252,4 +253,42 @@ func TestOpenDir_Link(t *testing.T) {
 	if !errors.Is(err, ErrSymlink) {
 		t.Errorf("OpenDir(link to a directory) = %v, want %v", err, ErrSymlink)
 	}
+}
+
+// DialUnix reaches a socket of the directory and refuses a link to one
+// elsewhere, and anything that is not a socket.
+func TestDialUnix(t *testing.T) {
+	modes(t, func(t *testing.T, open func(string) *Dir) {
+		f := mustFixture(t)
+		elsewhere := filepath.Join(f.victimDir, "s")
+		l, err := net.Listen("unix", elsewhere)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		own, err := net.Listen("unix", filepath.Join(f.dir, "own"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer own.Close()
+		if err := os.Symlink(elsewhere, filepath.Join(f.dir, "sock")); err != nil {
+			t.Fatal(err)
+		}
+		d := open(f.dir)
+		ctx := context.Background()
+		if c, err := d.DialUnix(ctx, "own"); err != nil {
+			t.Errorf("DialUnix(own socket): %v", err)
+		} else {
+			c.Close()
+		}
+		if c, err := d.DialUnix(ctx, "sock"); !errors.Is(err, ErrSymlink) {
+			if c != nil {
+				c.Close()
+			}
+			t.Errorf("DialUnix(link to a socket elsewhere) = %v, want %v", err, ErrSymlink)
+		}
+		if _, err := d.DialUnix(ctx, "plain"); !errors.Is(err, ErrNotSocket) {
+			t.Errorf("DialUnix(regular file) = %v, want %v", err, ErrNotSocket)
+		}
+	})
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"dbcloud/internal/tenantfs"
 )
 
 // Limits of dbcloud's statements on tenant databases (see Connect).
@@ -45,11 +47,24 @@ func (m *Instances) Connect(ctx context.Context, s Spec, db string) (*pgx.Conn, 
 	// named like a catalog one would then run as, or be read by, the
 	// superuser. A startup option outranks the database's setting.
 	cfg.RuntimeParams["search_path"] = SuperuserSearchPath
+	// The socket directory is the service user's: a link there in place of
+	// the socket would connect root, as the superuser by peer identity, to
+	// the server of whatever socket it names (another service's).
+	cfg.DialFunc = dialSocket
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to instance %s: %w", s.ID, err)
 	}
 	return conn, nil
+}
+
+// dialSocket connects to a server's unix socket through tenantfs, which
+// follows no link; Connect never dials anything else.
+func dialSocket(ctx context.Context, network, addr string) (net.Conn, error) {
+	if network != "unix" {
+		return nil, fmt.Errorf("dial %s %s: superuser connections use the unix socket only", network, addr)
+	}
+	return tenantfs.DialUnix(ctx, addr)
 }
 
 // QuoteDSN quotes a keyword/value connection string value.

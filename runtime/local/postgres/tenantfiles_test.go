@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -139,5 +140,59 @@ func TestServerErrors_TenantFiles(t *testing.T) {
 	got := within(t, "serverErrors with a FIFO", func() string { return serverErrors(s.LogDir(), since) })
 	if strings.Contains(got, "root secret") {
 		t.Errorf("serverErrors = %q: read a root file through the tenant's link", got)
+	}
+}
+
+// A link in place of the server's socket would make dbcloud's superuser
+// connection reach the socket it names (another service's server, where
+// peer identity makes root its superuser): Connect never follows it.
+func TestConnect_SocketLink(t *testing.T) {
+	s, victim, as := tenantInstance(t)
+	s.Port = 5432
+	run := s.RunDir()
+	if err := os.Mkdir(run, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(run, int(s.Owner.UID), int(s.Owner.GID)); err != nil {
+		t.Fatal(err)
+	}
+	// Another service's socket, in a directory only root reaches.
+	other := filepath.Join(filepath.Dir(victim), "other")
+	if err := os.Mkdir(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", filepath.Join(other, ".s.PGSQL.5432"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	// Connect fails only once the accepted connection is closed, after
+	// the accept was recorded: the check below needs no waiting.
+	reached := make(chan struct{}, 1)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			reached <- struct{}{}
+			c.Close()
+		}
+	}()
+	as(run, "ln -s "+filepath.Join(other, ".s.PGSQL.5432")+" .s.PGSQL.5432")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := (&Instances{}).Connect(ctx, s, "postgres")
+	if err == nil {
+		conn.Close(ctx)
+	}
+	t.Logf("Connect: %v", err)
+	select {
+	case <-reached:
+		t.Fatal("the superuser connection reached the socket the tenant's link names")
+	default:
+	}
+	if err == nil {
+		t.Error("Connect through a link: no error")
 	}
 }
