@@ -225,11 +225,12 @@ func (d *Dir) Readlink(name string) (string, error) {
 // OpenDir opens the directory name beneath d.
 func (d *Dir) OpenDir(name string) (*Dir, error) {
 	if name == "." {
-		fd, err := unix.Dup(d.fd())
+		// A new open file description, not a dup: its offset (ReadDir
+		// reads through it) is its own.
+		fd, err := unix.Openat(d.fd(), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return nil, pathError("open", d.path, err)
 		}
-		unix.CloseOnExec(fd)
 		return &Dir{f: os.NewFile(uintptr(fd), d.path), path: d.path, noOpenat2: d.noOpenat2}, nil
 	}
 	fd, err := d.openat(name, unix.O_RDONLY|unix.O_DIRECTORY, 0)
@@ -249,9 +250,6 @@ func (d *Dir) ReadDir() ([]fs.FileInfo, error) {
 		return nil, err
 	}
 	defer own.Close()
-	if _, err := own.f.Seek(0, io.SeekStart); err != nil {
-		return nil, err
-	}
 	names, err := own.f.Readdirnames(-1)
 	if err != nil {
 		return nil, err
