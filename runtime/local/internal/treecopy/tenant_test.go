@@ -18,62 +18,63 @@ import (
 // Skip hook, which runs as each entry is reached) is never followed: no
 // root-only byte reaches the copy, which then belongs to that user.
 func TestTree_TenantSwapsForLinks(t *testing.T) {
-	id := localtest.ServiceUser(t)
-	base := localtest.Base(t)
-	src, dst := filepath.Join(base, "pgdata"), filepath.Join(base, "copy")
-	secretDir := filepath.Join(base, "secret")
-	const secret = "root only secret\n"
-	for _, d := range []string{src, filepath.Join(src, "base"), secretDir} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(secretDir, "key"), []byte(secret), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(src, "PG_VERSION"), []byte("15\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(src, "base", "1259"), []byte("tenant data\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []string{src, filepath.Join(src, "base"), filepath.Join(src, "PG_VERSION"), filepath.Join(src, "base", "1259")} {
-		if err := os.Chown(p, int(id.UID), int(id.GID)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	localtest.AsUser(t, id, "ln -s "+secretDir+" "+filepath.Join(src, "planted"))
-	swapped := map[string]bool{}
-	skip := func(rel string, d fs.DirEntry) (bool, bool) {
-		// The tenant's move, timed as it would have to be: the walk has
-		// seen a directory (base) and a file (PG_VERSION), and reaches them
-		// now.
-		switch rel {
-		case "base":
-			localtest.AsUser(t, id, "cd "+src+" && mv base base.old && ln -s "+secretDir+" base")
-			swapped[rel] = true
-		case "PG_VERSION":
-			localtest.AsUser(t, id, "cd "+src+" && mv PG_VERSION v.old && ln -s "+filepath.Join(secretDir, "key")+" PG_VERSION")
-			swapped[rel] = true
-		}
-		return false, false
-	}
-	_, err := Tree(context.Background(), src, dst, Options{Skip: skip, Owner: id.Credential()})
-	t.Logf("Tree: %v", err)
-	if !swapped["base"] || !swapped["PG_VERSION"] {
-		t.Fatalf("the walk never reached the swapped entries: %v", swapped)
-	}
-	filepath.WalkDir(dst, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return nil
-		}
-		if b, _ := os.ReadFile(p); strings.Contains(string(b), "root only") {
-			t.Errorf("%s in the copy holds the root-only file's bytes", p)
-		}
-		return nil
-	})
-	if fi, err := os.Lstat(filepath.Join(dst, "planted")); err == nil && fi.Mode()&fs.ModeSymlink == 0 {
-		t.Errorf("planted link copied as %v, want a link", fi.Mode())
+	for _, c := range []struct{ name, rel, swap string }{
+		{"Directory", "base", "mv base base.old && ln -s SECRET base"},
+		{"File", "PG_VERSION", "mv PG_VERSION v.old && ln -s SECRET/key PG_VERSION"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			id := localtest.ServiceUser(t)
+			base := localtest.Base(t)
+			src, dst := filepath.Join(base, "pgdata"), filepath.Join(base, "copy")
+			secretDir := filepath.Join(base, "secret")
+			for _, d := range []string{src, filepath.Join(src, "base"), secretDir} {
+				if err := os.Mkdir(d, 0o700); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for p, text := range map[string]string{
+				filepath.Join(secretDir, "key"):    "root only secret\n",
+				filepath.Join(src, "PG_VERSION"):   "15\n",
+				filepath.Join(src, "base", "1259"): "tenant data\n",
+			} {
+				if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, p := range []string{src, filepath.Join(src, "base"), filepath.Join(src, "PG_VERSION"), filepath.Join(src, "base", "1259")} {
+				if err := os.Chown(p, int(id.UID), int(id.GID)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			localtest.AsUser(t, id, "ln -s "+secretDir+" "+filepath.Join(src, "planted"))
+			swapped := false
+			skip := func(rel string, d fs.DirEntry) (bool, bool) {
+				// The tenant's move, timed as it would have to be: the
+				// walk has listed the entry and reaches it now.
+				if rel == c.rel {
+					localtest.AsUser(t, id, "cd "+src+" && "+strings.ReplaceAll(c.swap, "SECRET", secretDir))
+					swapped = true
+				}
+				return false, false
+			}
+			_, err := Tree(context.Background(), src, dst, Options{Skip: skip, Owner: id.Credential()})
+			t.Logf("Tree: %v", err)
+			if !swapped {
+				t.Fatalf("the walk never reached %s", c.rel)
+			}
+			filepath.WalkDir(dst, func(p string, d fs.DirEntry, err error) error {
+				if err != nil || !d.Type().IsRegular() {
+					return nil
+				}
+				if b, _ := os.ReadFile(p); strings.Contains(string(b), "root only") {
+					t.Errorf("%s in the copy holds the root-only file's bytes", p)
+				}
+				return nil
+			})
+			if fi, err := os.Lstat(filepath.Join(dst, "planted")); err == nil && fi.Mode()&fs.ModeSymlink == 0 {
+				t.Errorf("planted link copied as %v, want a link", fi.Mode())
+			}
+		})
 	}
 }
 
