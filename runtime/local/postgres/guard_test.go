@@ -411,6 +411,110 @@ func noReplicationSlots(t *testing.T, m *Instances, s Spec, conn *pgx.Conn) {
 	}
 }
 
+// TestGuard_SuperuserIgnoresTenantSettings: the owner of tsdb attaches to
+// it every setting PostgreSQL lets it attach that would change how a
+// session behaves (read-only, a 1 ms statement timeout, another role, a
+// tablespace nobody can write, other date and string syntax ...); dbcloud's
+// superuser sessions must still work as dbcloud expects. Settings attached
+// before the guard refused them (local_preload_libraries, on every role
+// tsdb_admin.read_only_role) are set here by the superuser, as an instance
+// made before this change may have them.
+func TestGuard_SuperuserIgnoresTenantSettings(t *testing.T) {
+	ctx := context.Background()
+	m, s, dsn := guardInstance(t)
+	conn := mustConnect(t, dsn)
+	for _, sql := range []string{
+		"ALTER DATABASE tsdb SET default_transaction_read_only = on",
+		"ALTER DATABASE tsdb SET statement_timeout = '1ms'",
+		"ALTER DATABASE tsdb SET lock_timeout = '1ms'",
+		"ALTER DATABASE tsdb SET idle_session_timeout = '1ms'",
+		"ALTER DATABASE tsdb SET idle_in_transaction_session_timeout = '1ms'",
+		"ALTER DATABASE tsdb SET role = 'tsdbadmin'",
+		"ALTER DATABASE tsdb SET default_tablespace = 'pg_global'",
+		"ALTER DATABASE tsdb SET default_transaction_isolation = 'serializable'",
+		"ALTER DATABASE tsdb SET default_transaction_deferrable = on",
+		"ALTER DATABASE tsdb SET standard_conforming_strings = off",
+		"ALTER DATABASE tsdb SET DateStyle = 'SQL, DMY'",
+		"ALTER DATABASE tsdb SET IntervalStyle = 'sql_standard'",
+		"ALTER DATABASE tsdb SET TimeZone = 'Pacific/Kiritimati'",
+		"ALTER DATABASE tsdb SET bytea_output = 'escape'",
+		"ALTER DATABASE tsdb SET check_function_bodies = off",
+		"ALTER DATABASE tsdb SET client_min_messages = 'error'",
+		"ALTER DATABASE tsdb SET synchronous_commit = off",
+		"ALTER ROLE ALL IN DATABASE tsdb SET search_path = public",
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	t.Run("TenantSettings", func(t *testing.T) { superuserUnaffected(t, m, s) })
+	t.Run("SettingsFromBeforeTheGuard", func(t *testing.T) {
+		for _, sql := range []string{
+			"ALTER DATABASE tsdb SET local_preload_libraries = 'dbcloud_guard_missing'",
+			"ALTER ROLE ALL IN DATABASE tsdb SET tsdb_admin.read_only_role = on",
+		} {
+			if err := m.Exec(ctx, s, "postgres", sql); err != nil {
+				t.Fatalf("%s: %v", sql, err)
+			}
+		}
+		// In force for everyone else: a new tsdbadmin session is refused
+		// (the missing library).
+		if c, err := pgx.Connect(ctx, dsn); err == nil {
+			c.Close(ctx)
+			t.Error("a new tsdbadmin session started: the attached settings are not in force")
+		}
+		superuserUnaffected(t, m, s)
+	})
+	if err := m.Exec(ctx, s, "postgres", "ALTER DATABASE tsdb RESET ALL; ALTER ROLE ALL IN DATABASE tsdb RESET ALL"); err != nil {
+		t.Errorf("the superuser resetting the settings: %v", err)
+	}
+}
+
+// superuserUnaffected opens dbcloud's superuser session on tsdb and wants
+// it to behave as dbcloud expects, whatever is attached to tsdb.
+func superuserUnaffected(t *testing.T, m *Instances, s Spec) {
+	t.Helper()
+	ctx := context.Background()
+	super, err := m.Connect(ctx, s, "tsdb")
+	if err != nil {
+		t.Fatalf("dbcloud's superuser connection to tsdb: %v", err)
+	}
+	defer super.Close(ctx)
+	for _, c := range []struct{ sql, want string }{
+		{"SELECT current_user::text", "postgres"},
+		{"SHOW default_transaction_read_only", "off"},
+		{"SHOW transaction_isolation", "read committed"},
+		{"SHOW DateStyle", "ISO, MDY"},
+		{"SELECT '1 day 02:00'::interval::text", "1 day 02:00:00"},
+		{"SELECT '2024-01-02 03:04:05+00'::timestamptz::text", "2024-01-02 03:04:05+00"},
+		{`SELECT 'a\b'`, `a\b`},
+		{`SELECT '\x01'::bytea::text`, `\x01`},
+		{"SHOW local_preload_libraries", ""},
+		{"SHOW tsdb_admin.read_only_role", "off"},
+		{"SHOW synchronous_commit", "on"},
+		{"SHOW search_path", SuperuserSearchPath},
+		// Outlives a 1 ms statement, lock and idle timeout.
+		{"SELECT pg_sleep(0.05)::text", ""},
+		{"SELECT pg_sleep(0.05)::text", ""},
+	} {
+		var got string
+		if err := super.QueryRow(ctx, c.sql).Scan(&got); err != nil || got != c.want {
+			t.Errorf("%s: %q (%v), want %q", c.sql, got, err, c.want)
+		}
+	}
+	// It writes, in a table and a temporary table, in the default tablespace.
+	for _, sql := range []string{
+		"CREATE TABLE public.dbcloud_probe AS SELECT 1 AS i",
+		"CREATE TEMP TABLE dbcloud_probe_tmp(i int)",
+		"BEGIN; LOCK TABLE public.dbcloud_probe; COMMIT",
+		"DROP TABLE public.dbcloud_probe",
+	} {
+		if _, err := super.Exec(ctx, sql); err != nil {
+			t.Errorf("superuser %s: %v", sql, err)
+		}
+	}
+}
+
 // roEscapes are the ways out of a read-only session a client would try.
 // Each is followed by a write, which must fail with 25006 whatever the
 // attempt itself answered.
