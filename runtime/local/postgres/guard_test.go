@@ -824,15 +824,39 @@ func TestGuard_StorageReadOnly(t *testing.T) {
 		"CREATE TRIGGER emit BEFORE DELETE ON trapped FOR EACH ROW EXECUTE FUNCTION emit_on_delete()",
 		"PREPARE emit_prepared AS SELECT pg_logical_emit_message(true, 'x', 'y')",
 		"EXECUTE emit_prepared",
+		`CREATE FUNCTION emit_plpgsql() RETURNS void LANGUAGE plpgsql AS
+			'DECLARE l pg_lsn; BEGIN l := pg_logical_emit_message(false, ''x'', ''y''); END'`,
 	} {
 		if _, err := conn.Exec(ctx, sql); err != nil {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
+	// A PL/pgSQL expression keeps its evaluation state for the rest of the
+	// transaction: this one was set up before the limit was reached.
+	held := mustConnect(t, dsn)
+	if _, err := held.Exec(ctx, "BEGIN; SELECT emit_plpgsql()"); err != nil {
+		t.Fatal(err)
+	}
 	walBefore := walLSN(t, m, s)
 
 	setStorageReadOnly("on")
 	waitInsert("25006")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var on string
+		if err := held.QueryRow(ctx, "SHOW dbcloud_guard.storage_read_only").Scan(&on); err != nil {
+			t.Fatal(err)
+		}
+		if on == "on" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the open transaction's session never saw storage_read_only")
+		}
+	}
+	if _, err := held.Exec(ctx, "SELECT emit_plpgsql()"); pgtest.SQLState(err) != "25006" {
+		t.Errorf("in a transaction opened before the limit, a PL/pgSQL expression set up then: %v, want 25006", err)
+	}
+	_, _ = held.Exec(ctx, "ROLLBACK")
 	for _, c := range []struct{ sql, state string }{
 		{"UPDATE kept SET x = x + 1", "25006"},
 		{"CREATE TABLE more (x int)", "25006"},
