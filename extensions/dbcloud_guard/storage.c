@@ -35,14 +35,17 @@
 #include "dbcloud_guard.h"
 
 /*
- * storage_limited: the service is near its storage limit and the current
- * role is not a superuser (dbcloud's own work goes on). Runs inside a
- * transaction, where superuser() may read the catalog.
+ * storage_limited: the service is near its storage limit and the session
+ * is not dbcloud's own: its user or the current role is not a superuser.
+ * The session user counts too, so that a function a superuser owns and
+ * runs as its definer (an extension's) cannot write for a tenant. Runs
+ * inside a transaction, where the catalog may be read.
  */
 bool
 storage_limited(void)
 {
-	return guard_storage_ro && IsTransactionState() && !superuser();
+	return guard_storage_ro && IsTransactionState() &&
+		(!superuser() || !superuser_arg(GetSessionUserId()));
 }
 
 static void

@@ -831,6 +831,11 @@ func TestGuard_StorageReadOnly(t *testing.T) {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
+	// An extension's function runs as its owner, a superuser, for anyone.
+	if err := m.Exec(ctx, s, "tsdb", `CREATE FUNCTION public.definer_emit() RETURNS pg_lsn LANGUAGE sql SECURITY DEFINER
+		AS 'SELECT pg_catalog.pg_logical_emit_message(false, ''x'', ''y'')'`); err != nil {
+		t.Fatal(err)
+	}
 	// A PL/pgSQL expression keeps its evaluation state for the rest of the
 	// transaction: this one was set up before the limit was reached.
 	held := mustConnect(t, dsn)
@@ -876,6 +881,7 @@ func TestGuard_StorageReadOnly(t *testing.T) {
 		{"DO $$ BEGIN EXECUTE 'SELECT pg_logical_emit_message(false, ''x'', ''y'')'; END $$", "25006"},
 		{"DO $$ DECLARE l pg_lsn; BEGIN l := pg_logical_emit_message(false, 'x', 'y'); END $$", "25006"},
 		{"DELETE FROM trapped", "25006"},
+		{"SELECT definer_emit()", "25006"},
 		{"SELECT lo_from_bytea(0, 'x')", "25006"},
 		{"SELECT lo_creat(-1)", "25006"},
 		{"SELECT lo_create(0)", "25006"},
