@@ -24,12 +24,17 @@
  */
 #include "postgres.h"
 
+#include "access/transam.h"
+#include "catalog/dependency.h"
+#include "catalog/pg_proc.h"
+#include "commands/extension.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
 #include "nodes/plannodes.h"
 #include "tcop/dest.h"
 #include "tcop/utility.h"
 #include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
 #include "utils/plancache.h"
 
 #include "dbcloud_guard.h"
@@ -171,6 +176,44 @@ guard_storage_executor(QueryDesc *queryDesc)
 }
 
 /*
+ * TimescaleDB's functions that add rows or data from C, past the executor:
+ * jobs and policies (a row each, without bound in a loop), hypertables and
+ * dimensions, decompressing (the data grows by the compression ratio),
+ * rewriting chunks (like CLUSTER) and refreshing continuous aggregates.
+ * drop_chunks and compress_chunk, which free space, stay.
+ */
+static const char *const timescaledb_growth[] = {
+	"add_job", "alter_job", "create_hypertable", "add_dimension",
+	"attach_tablespace", "decompress_chunk", "convert_to_rowstore",
+	"reorder_chunk", "move_chunk", "merge_chunks",
+	"refresh_continuous_aggregate", "add_retention_policy",
+	"add_reorder_policy", "add_compression_policy",
+	"add_columnstore_policy", "add_continuous_aggregate_policy",
+	"add_policies",
+};
+
+static bool
+timescaledb_grows(Oid fn)
+{
+	Oid			ext;
+	char	   *extname;
+	char	   *name;
+	int			i;
+
+	if (fn < FirstNormalObjectId)
+		return false;
+	ext = getExtensionOfObject(ProcedureRelationId, fn);
+	extname = OidIsValid(ext) ? get_extension_name(ext) : NULL;
+	if (extname == NULL || strcmp(extname, "timescaledb") != 0)
+		return false;
+	name = get_func_name(fn);
+	for (i = 0; name != NULL && i < lengthof(timescaledb_growth); i++)
+		if (strcmp(name, timescaledb_growth[i]) == 0)
+			return true;
+	return false;
+}
+
+/*
  * guard_storage_function refuses the functions that write without a
  * statement the other checks see. WAL without bound: logical decoding
  * messages (transactional or not: the non-transactional one has no
@@ -213,6 +256,8 @@ guard_storage_function(Oid fn)
 			refuse_growth("writing WAL");
 			break;
 		default:
+			if (timescaledb_grows(fn))
+				refuse_growth(get_func_name(fn));
 			break;
 	}
 }

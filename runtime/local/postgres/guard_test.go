@@ -826,6 +826,11 @@ func TestGuard_StorageReadOnly(t *testing.T) {
 		"EXECUTE emit_prepared",
 		`CREATE FUNCTION emit_plpgsql() RETURNS void LANGUAGE plpgsql AS
 			'DECLARE l pg_lsn; BEGIN l := pg_logical_emit_message(false, ''x'', ''y''); END'`,
+		"CREATE TABLE metrics(time timestamptz NOT NULL, v int)",
+		"SELECT create_hypertable('metrics', 'time', chunk_time_interval => interval '1 day')",
+		"INSERT INTO metrics SELECT now() - i * interval '1 day', i FROM generate_series(0, 29) i",
+		"CREATE TABLE plain(time timestamptz NOT NULL)",
+		"CREATE PROCEDURE noop(job_id int, config jsonb) LANGUAGE plpgsql AS 'BEGIN END'",
 	} {
 		if _, err := conn.Exec(ctx, sql); err != nil {
 			t.Fatalf("%s: %v", sql, err)
@@ -882,6 +887,10 @@ func TestGuard_StorageReadOnly(t *testing.T) {
 		{"DO $$ DECLARE l pg_lsn; BEGIN l := pg_logical_emit_message(false, 'x', 'y'); END $$", "25006"},
 		{"DELETE FROM trapped", "25006"},
 		{"SELECT definer_emit()", "25006"},
+		// TimescaleDB's C functions that add rows or data.
+		{"SELECT add_job('noop', '1h')", "25006"},
+		{"SELECT add_retention_policy('metrics', interval '1 year')", "25006"},
+		{"SELECT create_hypertable('plain', 'time')", "25006"},
 		{"SELECT lo_from_bytea(0, 'x')", "25006"},
 		{"SELECT lo_creat(-1)", "25006"},
 		{"SELECT lo_create(0)", "25006"},
@@ -918,6 +927,8 @@ func TestGuard_StorageReadOnly(t *testing.T) {
 		{"DROP TABLE gone", ""},
 		{"VACUUM kept", ""},
 		{"ANALYZE kept", ""},
+		{"SELECT time_bucket('1 week', time), sum(v) FROM metrics GROUP BY 1", ""},
+		{"SELECT count(*) FROM drop_chunks('metrics', older_than => now() - interval '10 days')", ""},
 		{"SELECT length(lo_get(4243))", ""},
 		{"SELECT lo_unlink(4243)", ""},
 		{"SET work_mem = '8MB'", ""},
