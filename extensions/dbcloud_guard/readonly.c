@@ -9,7 +9,6 @@
  */
 #include "postgres.h"
 
-#include "access/parallel.h"
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
@@ -147,16 +146,16 @@ guard_read_only_xact(XactEvent event, void *arg)
  * made it: a client may not send it at startup (a startup option outranks
  * the role's setting), and nothing inside a session (SET, RESET,
  * set_config, a function's SET clause) may change it. ALTER ROLE's own
- * validation (PGC_S_TEST) passes. A superuser may send it at startup:
- * dbcloud's own sessions send it off, so that no setting attached to a
- * database or to every role makes them read-only (a parallel worker
- * restores its leader's settings, which passed here already).
+ * validation (PGC_S_TEST) passes. Attached to a database or to every role
+ * (by a superuser, or on an instance from before the guard refused it), it
+ * never makes dbcloud's own superuser sessions read-only: those settings
+ * are applied at login inside a transaction, where the session's user is
+ * known.
  */
 bool
 check_read_only_role(bool *newval, void **extra, GucSource source)
 {
-	if (source == PGC_S_CLIENT && !InitializingParallelWorker &&
-		!(IsTransactionState() && superuser()))
+	if (source == PGC_S_CLIENT)
 	{
 		GUC_check_errcode(ERRCODE_INSUFFICIENT_PRIVILEGE);
 		GUC_check_errmsg("%s cannot be set by a client", RO_ROLE);
@@ -170,5 +169,8 @@ check_read_only_role(bool *newval, void **extra, GucSource source)
 		GUC_check_errdetail("It is set with ALTER ROLE by the role's administrator.");
 		return false;
 	}
+	if (*newval && source >= PGC_S_GLOBAL && source <= PGC_S_DATABASE_USER &&
+		IsTransactionState() && superuser_arg(GetSessionUserId()))
+		*newval = false;
 	return true;
 }

@@ -50,10 +50,13 @@ const SuperuserSearchPath = "pg_catalog, pg_temp"
 //     a crash may lose), client_min_messages;
 //   - whether they start at all: local_preload_libraries and
 //     session_preload_libraries (a missing library refuses every login),
-//     and the guard's read-only settings, which make a session read-only.
+//     and tsdb_admin.read_only_connection.
 //
-// Left out: transaction_read_only (it lasts only the login's own
-// transaction, and asking read-write fails on a standby), settings a
+// Left out: tsdb_admin.read_only_role (no client may send it, not even a
+// superuser, and a postmaster keeps the guard it started with; the guard
+// ignores it on superuser sessions instead), transaction_read_only (it
+// lasts only the login's own transaction, and asking read-write fails on a
+// standby), settings a
 // tenant cannot attach (superuser context, such as session_replication_role
 // or timescaledb.restoring; dbcloud_guard.storage_read_only is a reload
 // setting), and settings that only make a statement slower (planner and
@@ -81,7 +84,6 @@ var superuserSessionSettings = map[string]string{
 	"local_preload_libraries":             "",
 	"session_preload_libraries":           "",
 	"tsdb_admin.read_only_connection":     "off",
-	"tsdb_admin.read_only_role":           "off",
 }
 
 // Connect returns a superuser connection over the unix socket in Dir/run:
