@@ -19,7 +19,7 @@ CACHE=${DBCLOUD_EXT_CACHE:-/var/cache/dbcloud/extensions}
 log() { echo "dbcloud: dbcloud_guard: $*" >&2; }
 
 [ -x "$PG_CONFIG" ] || { log "$PG_CONFIG not found: PostgreSQL 15 is not installed"; exit 1; }
-hash=$({ "$PG_CONFIG" --version; cat "$src/Makefile" "$src"/*.c; } | sha256sum | cut -c1-16)
+hash=$({ "$PG_CONFIG" --version; cat "$src/Makefile" "$src"/*.c "$src"/*.h; } | sha256sum | cut -c1-16)
 dir="$CACHE/dbcloud_guard-$hash"
 lib="$("$PG_CONFIG" --pkglibdir)/dbcloud_guard.so"
 
@@ -60,7 +60,7 @@ if [ ! -f "$dir/dbcloud_guard.so" ]; then
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >>"$buildlog" 2>&1 ||
 			fail "installing ${need[*]} failed"
 	fi
-	cp "$src/Makefile" "$src"/*.c "$dir/src/"
+	cp "$src/Makefile" "$src"/*.c "$src"/*.h "$dir/src/"
 	# with_llvm=no: no JIT bitcode, so clang's version need not match.
 	make -C "$dir/src" -j2 with_llvm=no PG_CONFIG="$PG_CONFIG" >>"$buildlog" 2>&1 || fail "make failed"
 	mv "$dir/src/dbcloud_guard.so" "$dir/dbcloud_guard.so"

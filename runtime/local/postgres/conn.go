@@ -27,6 +27,67 @@ const (
 // Statements that create objects name their schema.
 const SuperuserSearchPath = "pg_catalog, pg_temp"
 
+// superuserSessionSettings are sent by dbcloud's superuser sessions as
+// startup parameters. A startup parameter outranks whatever is attached to
+// the database or to roles in it (ALTER DATABASE ... SET, ALTER ROLE ALL IN
+// DATABASE ... SET), which the database's owner, a tenant, chooses. These
+// are the settings PostgreSQL lets such an owner attach (context user) that
+// would break dbcloud's statements or change what they mean:
+//   - who runs them: role (SET ROLE at login, to the owner's own role);
+//   - whether and how long they run: default_transaction_read_only,
+//     default_transaction_isolation and _deferrable (serialization
+//     failures, waits), idle_session_timeout and
+//     idle_in_transaction_session_timeout (lock_timeout and
+//     statement_timeout are dbcloud's own limits, set in Connect);
+//   - where they write: default_tablespace (pg_global refuses every table),
+//     default_table_access_method;
+//   - what they mean: search_path (SuperuserSearchPath: a function or
+//     table in the owner's schema named like a catalog one would otherwise
+//     run as, or be read by, the superuser),
+//     standard_conforming_strings (QuoteLiteral assumes on: off turns a
+//     backslash in a literal into an escape), DateStyle, IntervalStyle,
+//     TimeZone, bytea_output, extra_float_digits (values read as text),
+//     client_encoding, check_function_bodies;
+//   - what they leave behind: synchronous_commit (off acknowledges a commit
+//     a crash may lose), client_min_messages;
+//   - whether they start at all: local_preload_libraries and
+//     session_preload_libraries (a missing library refuses every login),
+//     and tsdb_admin.read_only_connection.
+//
+// Left out: tsdb_admin.read_only_role (no client may send it, not even a
+// superuser, and a postmaster keeps the guard it started with; the guard
+// ignores it on superuser sessions instead), transaction_read_only (it
+// lasts only the login's own transaction, and asking read-write fails on a
+// standby), settings a
+// tenant cannot attach (superuser context, such as session_replication_role
+// or timescaledb.restoring; dbcloud_guard.storage_read_only is a reload
+// setting), and settings that only make a statement slower (planner and
+// memory settings), which statement_timeout bounds.
+var superuserSessionSettings = map[string]string{
+	"role":                                "none",
+	"default_transaction_read_only":       "off",
+	"default_transaction_isolation":       "read committed",
+	"default_transaction_deferrable":      "off",
+	"idle_session_timeout":                "0",
+	"idle_in_transaction_session_timeout": "0",
+	"default_tablespace":                  "",
+	"default_table_access_method":         "heap",
+	"search_path":                         SuperuserSearchPath,
+	"standard_conforming_strings":         "on",
+	"DateStyle":                           "ISO, MDY",
+	"IntervalStyle":                       "postgres",
+	"TimeZone":                            "UTC",
+	"bytea_output":                        "hex",
+	"extra_float_digits":                  "1",
+	"client_encoding":                     "UTF8",
+	"check_function_bodies":               "on",
+	"synchronous_commit":                  "on",
+	"client_min_messages":                 "notice",
+	"local_preload_libraries":             "",
+	"session_preload_libraries":           "",
+	"tsdb_admin.read_only_connection":     "off",
+}
+
 // Connect returns a superuser connection over the unix socket in Dir/run:
 // peer authentication maps the OS user dbcloud runs as to the postgres
 // role, so no superuser password exists. The caller closes it.
@@ -37,16 +98,15 @@ func (m *Instances) Connect(ctx context.Context, s Spec, db string) (*pgx.Conn, 
 	if err != nil {
 		return nil, fmt.Errorf("connect to instance %s: %w", s.ID, err)
 	}
-	// The database belongs to a tenant, who may hold locks or make any
-	// statement slow: dbcloud's own statements give up instead of waiting
-	// behind them.
+	// The database belongs to a tenant, who may attach settings to it
+	// (superuserSessionSettings): a startup parameter outranks them.
+	for k, v := range superuserSessionSettings {
+		cfg.RuntimeParams[k] = v
+	}
+	// The tenant may also hold locks or make any statement slow: dbcloud's
+	// own statements give up instead of waiting behind them.
 	cfg.RuntimeParams["lock_timeout"] = TenantLockTimeout
 	cfg.RuntimeParams["statement_timeout"] = TenantStatementTimeout
-	// The owner of a database sets its search_path (ALTER DATABASE ... SET
-	// search_path = own_schema, pg_catalog); a function or table there
-	// named like a catalog one would then run as, or be read by, the
-	// superuser. A startup option outranks the database's setting.
-	cfg.RuntimeParams["search_path"] = SuperuserSearchPath
 	// The socket directory is the service user's: a link there in place of
 	// the socket would connect root, as the superuser by peer identity, to
 	// the server of whatever socket it names (another service's).

@@ -22,7 +22,8 @@ import (
 // (TimescaleDB preloaded, both addons' extensions created in tsdb by the
 // superuser, as servePrimary does), with a tsdbadmin password, plus the
 // pooler's lookup role as PgBouncer's setup would create it, and a role
-// that a superuser made a member of pg_read_server_files. It returns the
+// that a superuser made a member of pg_read_server_files (and one of
+// pg_read_all_data). It returns the
 // spec and a DSN for tsdbadmin over TLS.
 func guardInstance(t *testing.T) (*Instances, Spec, string) {
 	t.Helper()
@@ -43,6 +44,8 @@ func guardInstance(t *testing.T) (*Instances, Spec, string) {
 		"CREATE ROLE " + PoolerRole + " LOGIN",
 		"CREATE ROLE filereader NOLOGIN",
 		"GRANT pg_read_server_files TO filereader",
+		"CREATE ROLE datareader NOLOGIN",
+		"GRANT pg_read_all_data TO datareader",
 	} {
 		if err := m.Exec(ctx, s, "tsdb", sql); err != nil {
 			if strings.Contains(sql, "EXTENSION") && os.Getenv("CI") == "" {
@@ -106,6 +109,35 @@ func TestGuard_EscapeMatrix(t *testing.T) {
 		"CREATE FUNCTION c_fn() RETURNS void LANGUAGE c AS 'dbcloud_guard', '_PG_init'",
 		"CREATE FUNCTION internal_fn(cstring) RETURNS int LANGUAGE internal AS 'int4in'",
 		"ALTER ROLE tsdbadmin SUPERUSER",
+		// Issue 30: the predefined data roles. With pg_write_all_data a row
+		// in _timescaledb_config.bgw_job owned by postgres ran as postgres.
+		"GRANT pg_write_all_data TO tsdbadmin",
+		"GRANT pg_read_all_data TO tsdbadmin",
+		"GRANT pg_read_all_data, pg_write_all_data TO victim",
+		"GRANT datareader TO tsdbadmin",
+		"CREATE ROLE esc4 IN ROLE pg_write_all_data",
+		"CREATE ROLE esc5 ADMIN tsdbadmin IN ROLE datareader",
+		"ALTER GROUP pg_read_all_data ADD USER tsdbadmin",
+		"ALTER GROUP datareader ADD USER victim",
+		// Libraries loaded at every login of a database or role.
+		"ALTER DATABASE tsdb SET local_preload_libraries = 'x'",
+		"ALTER DATABASE tsdb SET session_preload_libraries = 'x'",
+		"ALTER ROLE tsdbadmin SET local_preload_libraries = 'x'",
+		"ALTER ROLE victim IN DATABASE tsdb SET local_preload_libraries = 'x'",
+		"ALTER ROLE ALL IN DATABASE tsdb SET local_preload_libraries = 'x'",
+		"ALTER ROLE ALL SET session_preload_libraries = 'x'",
+		"ALTER ROLE ALL IN DATABASE tsdb SET tsdb_admin.read_only_role = true",
+		// Reserved names, after case folding, trimming and NFKC.
+		`CREATE ROLE "postgres "`,
+		`CREATE ROLE "Postgres"`,
+		`CREATE ROLE "DBCLOUD_POOLER"`,
+		`CREATE ROLE " dbcloud_replicator"`,
+		`CREATE ROLE "PG_MONITOR2"`,
+		`CREATE ROLE U&"postgres\200B"`,
+		`CREATE ROLE U&"postgres\00A0"`,
+		`CREATE ROLE U&"\FF50\FF4F\FF53\FF54\FF47\FF52\FF45\FF53"`,
+		`CREATE USER U&"\0009postgres"`,
+		`ALTER ROLE victim2 RENAME TO "Dbcloud_Victim"`,
 		// Last: without the guard they take the role away from the rows above.
 		"ALTER ROLE " + PoolerRole + " RENAME TO pooler2",
 		"DROP ROLE " + PoolerRole,
@@ -137,6 +169,34 @@ func TestGuard_EscapeMatrix(t *testing.T) {
 	if members != 0 {
 		t.Errorf("%d memberships in the reserved roles were granted", members)
 	}
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_auth_members a JOIN pg_roles r ON r.oid = a.roleid
+		WHERE r.rolname IN ('pg_read_all_data', 'pg_write_all_data', 'datareader')
+		  AND a.member <> 'datareader'::regrole`).Scan(&members); err != nil || members != 0 {
+		t.Errorf("%d memberships in the data roles were granted (%v)", members, err)
+	}
+	// pg_read_all_data would read the password hashes.
+	var n int
+	err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_authid").Scan(&n)
+	if got := pgtest.SQLState(err); got != "42501" {
+		t.Errorf("tsdbadmin reading pg_authid: got %q (%d rows, %v), want 42501", got, n, err)
+	}
+	var lookalikes []string
+	rows, err := conn.Query(ctx, `SELECT rolname FROM pg_roles WHERE rolname NOT IN ('postgres', $1, $2)
+		AND (lower(normalize(rolname, NFKC)) LIKE ANY (ARRAY['%postgres%', '%dbcloud%', '%pg\_monitor2%']))`, PoolerRole, ReplicatorRole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lookalikes, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil || len(lookalikes) > 0 {
+		t.Errorf("roles named like reserved ones were made: %q (%v)", lookalikes, err)
+	}
+	var settings int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_db_role_setting s, unnest(s.setconfig) c
+		WHERE c ILIKE '%preload%' OR c ILIKE 'tsdb_admin%'`).Scan(&settings); err != nil || settings != 0 {
+		t.Errorf("%d preload or read-only settings were attached (%v)", settings, err)
+	}
+
+	t.Run("PredefinedRoles", func(t *testing.T) { predefinedRoles(t, conn) })
+	t.Run("NoReplicationSlots", func(t *testing.T) { noReplicationSlots(t, m, s, conn) })
 
 	// A database owner's search_path is not the superuser's: a function
 	// named like a catalog one, first in tsdb's search_path, is not what
@@ -277,6 +337,182 @@ func TestGuard_EscapeMatrix(t *testing.T) {
 			t.Errorf("tsdbadmin terminating the superuser's session: got %q (%v), want 42501", got, err)
 		}
 	})
+}
+
+// predefinedRoles grants each of PostgreSQL 15's predefined roles to a
+// role of the tenant's, as tsdbadmin, and wants exactly the ones judged
+// harmless in docs/security.md granted (then revoked again).
+func predefinedRoles(t *testing.T, conn *pgx.Conn) {
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, "CREATE ROLE holder NOLOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		role    string
+		granted bool
+	}{
+		{"pg_monitor", true},
+		{"pg_read_all_settings", true},
+		{"pg_read_all_stats", true},
+		{"pg_stat_scan_tables", true},
+		{"pg_signal_backend", true},
+		{"pg_checkpoint", false},
+		{"pg_database_owner", false},
+		{"pg_read_all_data", false},
+		{"pg_write_all_data", false},
+		{"pg_read_server_files", false},
+		{"pg_write_server_files", false},
+		{"pg_execute_server_program", false},
+	} {
+		_, err := conn.Exec(ctx, "GRANT "+c.role+" TO holder")
+		if c.granted {
+			if err != nil {
+				t.Errorf("GRANT %s: %v, want granted", c.role, err)
+			} else if _, err := conn.Exec(ctx, "REVOKE "+c.role+" FROM holder"); err != nil {
+				t.Errorf("REVOKE %s: %v", c.role, err)
+			}
+			continue
+		}
+		// pg_database_owner has no explicit members: PostgreSQL itself refuses.
+		if got := pgtest.SQLState(err); got != "42501" && !(c.role == "pg_database_owner" && err != nil) {
+			t.Errorf("GRANT %s: got SQLSTATE %q (%v), want 42501", c.role, got, err)
+			_, _ = conn.Exec(ctx, "REVOKE "+c.role+" FROM holder")
+		}
+	}
+}
+
+// noReplicationSlots: tsdbadmin, without REPLICATION and unable to get it
+// or to become a role that has it, can neither make a slot (which would
+// hold WAL) nor drop dbcloud's.
+func noReplicationSlots(t *testing.T, m *Instances, s Spec, conn *pgx.Conn) {
+	ctx := context.Background()
+	if err := m.Exec(ctx, s, "postgres", "SELECT pg_create_physical_replication_slot('dbcloud_guard_test')"); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Exec(ctx, s, "postgres", "SELECT pg_drop_replication_slot('dbcloud_guard_test')")
+	for _, sql := range []string{
+		"SELECT pg_create_physical_replication_slot('tenant_slot', true)",
+		"SELECT pg_create_logical_replication_slot('tenant_slot', 'pgoutput')",
+		"SELECT pg_drop_replication_slot('dbcloud_guard_test')",
+		"CREATE ROLE replicant LOGIN REPLICATION",
+		"ALTER ROLE tsdbadmin REPLICATION",
+		"SET ROLE " + ReplicatorRole,
+		"GRANT " + ReplicatorRole + " TO tsdbadmin",
+	} {
+		_, err := conn.Exec(ctx, sql)
+		_, _ = conn.Exec(ctx, "RESET ROLE")
+		if got := pgtest.SQLState(err); got != "42501" {
+			t.Errorf("%s: got SQLSTATE %q (%v), want 42501", sql, got, err)
+		}
+	}
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'dbcloud_guard_test'").Scan(&n); err != nil || n != 1 {
+		t.Errorf("dbcloud's slot: %d (%v), want it kept", n, err)
+	}
+}
+
+// TestGuard_SuperuserIgnoresTenantSettings: the owner of tsdb attaches to
+// it every setting PostgreSQL lets it attach that would change how a
+// session behaves (read-only, a 1 ms statement timeout, another role, a
+// tablespace nobody can write, other date and string syntax ...); dbcloud's
+// superuser sessions must still work as dbcloud expects. Settings attached
+// before the guard refused them (local_preload_libraries, on every role
+// tsdb_admin.read_only_role) are set here by the superuser, as an instance
+// made before this change may have them.
+func TestGuard_SuperuserIgnoresTenantSettings(t *testing.T) {
+	ctx := context.Background()
+	m, s, dsn := guardInstance(t)
+	conn := mustConnect(t, dsn)
+	for _, sql := range []string{
+		"ALTER DATABASE tsdb SET default_transaction_read_only = on",
+		"ALTER DATABASE tsdb SET statement_timeout = '1ms'",
+		"ALTER DATABASE tsdb SET lock_timeout = '1ms'",
+		"ALTER DATABASE tsdb SET idle_session_timeout = '1ms'",
+		"ALTER DATABASE tsdb SET idle_in_transaction_session_timeout = '1ms'",
+		"ALTER DATABASE tsdb SET role = 'tsdbadmin'",
+		"ALTER DATABASE tsdb SET default_tablespace = 'pg_global'",
+		"ALTER DATABASE tsdb SET default_transaction_isolation = 'serializable'",
+		"ALTER DATABASE tsdb SET default_transaction_deferrable = on",
+		"ALTER DATABASE tsdb SET standard_conforming_strings = off",
+		"ALTER DATABASE tsdb SET DateStyle = 'SQL, DMY'",
+		"ALTER DATABASE tsdb SET IntervalStyle = 'sql_standard'",
+		"ALTER DATABASE tsdb SET TimeZone = 'Pacific/Kiritimati'",
+		"ALTER DATABASE tsdb SET bytea_output = 'escape'",
+		"ALTER DATABASE tsdb SET check_function_bodies = off",
+		"ALTER DATABASE tsdb SET client_min_messages = 'error'",
+		"ALTER DATABASE tsdb SET synchronous_commit = off",
+		"ALTER ROLE ALL IN DATABASE tsdb SET search_path = public",
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	t.Run("TenantSettings", func(t *testing.T) { superuserUnaffected(t, m, s) })
+	t.Run("SettingsFromBeforeTheGuard", func(t *testing.T) {
+		for _, sql := range []string{
+			"ALTER DATABASE tsdb SET local_preload_libraries = 'dbcloud_guard_missing'",
+			"ALTER ROLE ALL IN DATABASE tsdb SET tsdb_admin.read_only_role = on",
+		} {
+			if err := m.Exec(ctx, s, "postgres", sql); err != nil {
+				t.Fatalf("%s: %v", sql, err)
+			}
+		}
+		// In force for everyone else: a new tsdbadmin session is refused
+		// (the missing library).
+		if c, err := pgx.Connect(ctx, dsn); err == nil {
+			c.Close(ctx)
+			t.Error("a new tsdbadmin session started: the attached settings are not in force")
+		}
+		superuserUnaffected(t, m, s)
+	})
+	if err := m.Exec(ctx, s, "postgres", "ALTER DATABASE tsdb RESET ALL; ALTER ROLE ALL IN DATABASE tsdb RESET ALL"); err != nil {
+		t.Errorf("the superuser resetting the settings: %v", err)
+	}
+}
+
+// superuserUnaffected opens dbcloud's superuser session on tsdb and wants
+// it to behave as dbcloud expects, whatever is attached to tsdb.
+func superuserUnaffected(t *testing.T, m *Instances, s Spec) {
+	t.Helper()
+	ctx := context.Background()
+	super, err := m.Connect(ctx, s, "tsdb")
+	if err != nil {
+		t.Fatalf("dbcloud's superuser connection to tsdb: %v", err)
+	}
+	defer super.Close(ctx)
+	for _, c := range []struct{ sql, want string }{
+		{"SELECT current_user::text", "postgres"},
+		{"SHOW default_transaction_read_only", "off"},
+		{"SHOW transaction_isolation", "read committed"},
+		{"SHOW DateStyle", "ISO, MDY"},
+		{"SELECT '1 day 02:00'::interval::text", "1 day 02:00:00"},
+		{"SELECT '2024-01-02 03:04:05+00'::timestamptz::text", "2024-01-02 03:04:05+00"},
+		{`SELECT 'a\b'`, `a\b`},
+		{`SELECT '\x01'::bytea::text`, `\x01`},
+		{"SHOW local_preload_libraries", ""},
+		{"SHOW tsdb_admin.read_only_role", "off"},
+		{"SHOW synchronous_commit", "on"},
+		{"SHOW search_path", SuperuserSearchPath},
+		// Outlives a 1 ms statement, lock and idle timeout.
+		{"SELECT pg_sleep(0.05)::text", ""},
+		{"SELECT pg_sleep(0.05)::text", ""},
+	} {
+		var got string
+		if err := super.QueryRow(ctx, c.sql).Scan(&got); err != nil || got != c.want {
+			t.Errorf("%s: %q (%v), want %q", c.sql, got, err, c.want)
+		}
+	}
+	// It writes, in a table and a temporary table, in the default tablespace.
+	for _, sql := range []string{
+		"CREATE TABLE public.dbcloud_probe AS SELECT 1 AS i",
+		"CREATE TEMP TABLE dbcloud_probe_tmp(i int)",
+		"BEGIN; LOCK TABLE public.dbcloud_probe; COMMIT",
+		"DROP TABLE public.dbcloud_probe",
+	} {
+		if _, err := super.Exec(ctx, sql); err != nil {
+			t.Errorf("superuser %s: %v", sql, err)
+		}
+	}
 }
 
 // roEscapes are the ways out of a read-only session a client would try.
@@ -506,6 +742,22 @@ func TestGuard_ReadOnly(t *testing.T) {
 	})
 }
 
+// walLSN is the instance's current WAL position, in bytes.
+func walLSN(t *testing.T, m *Instances, s Spec) int64 {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := m.Connect(ctx, s, "postgres")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int64
+	if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_insert_lsn(), '0/0')::bigint").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // TestCheckGuard: without the library dbcloud refuses to start, saying
 // what to run; with it (as scripts/deps.sh installs it here) it starts.
 func TestCheckGuard(t *testing.T) {
@@ -561,8 +813,60 @@ func TestGuard_StorageReadOnly(t *testing.T) {
 		}
 	}
 
+	// Made before the limit is reached: what later tries to grow through them.
+	for _, sql := range []string{
+		"CREATE SEQUENCE seq",
+		"SELECT lo_create(4243)",
+		`CREATE FUNCTION emit(text) RETURNS pg_lsn LANGUAGE sql AS 'SELECT pg_logical_emit_message(false, ''x'', $1)'`,
+		`CREATE FUNCTION emit_on_delete() RETURNS trigger LANGUAGE plpgsql AS
+			'BEGIN PERFORM pg_logical_emit_message(false, ''x'', ''y''); RETURN OLD; END'`,
+		"CREATE TABLE trapped AS SELECT 1 AS x",
+		"CREATE TRIGGER emit BEFORE DELETE ON trapped FOR EACH ROW EXECUTE FUNCTION emit_on_delete()",
+		"PREPARE emit_prepared AS SELECT pg_logical_emit_message(true, 'x', 'y')",
+		"EXECUTE emit_prepared",
+		`CREATE FUNCTION emit_plpgsql() RETURNS void LANGUAGE plpgsql AS
+			'DECLARE l pg_lsn; BEGIN l := pg_logical_emit_message(false, ''x'', ''y''); END'`,
+		"CREATE TABLE metrics(time timestamptz NOT NULL, v int)",
+		"SELECT create_hypertable('metrics', 'time', chunk_time_interval => interval '1 day')",
+		"INSERT INTO metrics SELECT now() - i * interval '1 day', i FROM generate_series(0, 29) i",
+		"CREATE TABLE plain(time timestamptz NOT NULL)",
+		"CREATE PROCEDURE noop(job_id int, config jsonb) LANGUAGE plpgsql AS 'BEGIN END'",
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	// An extension's function runs as its owner, a superuser, for anyone.
+	if err := m.Exec(ctx, s, "tsdb", `CREATE FUNCTION public.definer_emit() RETURNS pg_lsn LANGUAGE sql SECURITY DEFINER
+		AS 'SELECT pg_catalog.pg_logical_emit_message(false, ''x'', ''y'')'`); err != nil {
+		t.Fatal(err)
+	}
+	// A PL/pgSQL expression keeps its evaluation state for the rest of the
+	// transaction: this one was set up before the limit was reached.
+	held := mustConnect(t, dsn)
+	if _, err := held.Exec(ctx, "BEGIN; SELECT emit_plpgsql()"); err != nil {
+		t.Fatal(err)
+	}
+	walBefore := walLSN(t, m, s)
+
 	setStorageReadOnly("on")
 	waitInsert("25006")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var on string
+		if err := held.QueryRow(ctx, "SHOW dbcloud_guard.storage_read_only").Scan(&on); err != nil {
+			t.Fatal(err)
+		}
+		if on == "on" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the open transaction's session never saw storage_read_only")
+		}
+	}
+	if _, err := held.Exec(ctx, "SELECT emit_plpgsql()"); pgtest.SQLState(err) != "25006" {
+		t.Errorf("in a transaction opened before the limit, a PL/pgSQL expression set up then: %v, want 25006", err)
+	}
+	_, _ = held.Exec(ctx, "ROLLBACK")
 	for _, c := range []struct{ sql, state string }{
 		{"UPDATE kept SET x = x + 1", "25006"},
 		{"CREATE TABLE more (x int)", "25006"},
@@ -573,6 +877,45 @@ func TestGuard_StorageReadOnly(t *testing.T) {
 		{"WITH w AS (INSERT INTO kept VALUES (1) RETURNING x) SELECT * FROM w", "25006"},
 		{"DO $$ BEGIN INSERT INTO kept VALUES (1); END $$", "25006"},
 		{"CREATE DATABASE more", "25006"},
+		// Issue 30: WAL and large objects, whatever calls them.
+		{"SELECT pg_logical_emit_message(true, 'x', repeat('m', 1024 * 1024)) FROM generate_series(1, 3)", "25006"},
+		{"SELECT pg_logical_emit_message(false, 'x', repeat('m', 1024 * 1024)::bytea)", "25006"},
+		{"SELECT * FROM pg_logical_emit_message(false, 'x', 'y')", "25006"},
+		{"SELECT emit(repeat('m', 1024 * 1024))", "25006"},
+		{"EXECUTE emit_prepared", "25006"},
+		{"DO $$ BEGIN EXECUTE 'SELECT pg_logical_emit_message(false, ''x'', ''y'')'; END $$", "25006"},
+		{"DO $$ DECLARE l pg_lsn; BEGIN l := pg_logical_emit_message(false, 'x', 'y'); END $$", "25006"},
+		{"DELETE FROM trapped", "25006"},
+		{"SELECT definer_emit()", "25006"},
+		// TimescaleDB's C functions that add rows or data.
+		{"SELECT add_job('noop', '1h')", "25006"},
+		{"SELECT add_retention_policy('metrics', interval '1 year')", "25006"},
+		{"SELECT create_hypertable('plain', 'time')", "25006"},
+		{"SELECT lo_from_bytea(0, 'x')", "25006"},
+		{"SELECT lo_creat(-1)", "25006"},
+		{"SELECT lo_create(0)", "25006"},
+		{"SELECT lo_put(4243, 0, 'x')", "25006"},
+		{"SELECT lowrite(lo_open(4243, 131072), 'x')", "25006"},
+		{"SELECT lo_truncate(lo_open(4243, 131072), 10)", "25006"},
+		{"SELECT nextval('seq')", "25006"},
+		{"SELECT setval('seq', 42)", "25006"},
+		{"NOTIFY chan, 'x'", "25006"},
+		{"SELECT pg_notify('chan', 'x')", "25006"},
+		{"SELECT * FROM kept FOR UPDATE", "25006"},
+		{"EXPLAIN ANALYZE CREATE TABLE more AS SELECT 1", "25006"},
+		{"DO $$ BEGIN EXECUTE 'CREATE TABLE more AS SELECT 1'; END $$", "25006"},
+		{"CREATE TEMP TABLE tmp(x int)", "25006"},
+		{"COMMENT ON TABLE kept IS 'grows pg_description'", "25006"},
+		{"GRANT SELECT ON kept TO PUBLIC", "25006"},
+		{"CREATE FUNCTION f() RETURNS int LANGUAGE sql AS 'SELECT 1'", "25006"},
+		{"CREATE VIEW v AS SELECT 1", "25006"},
+		{"CREATE SCHEMA grows", "25006"},
+		{"CREATE TYPE grows AS (a int)", "25006"},
+		{"CREATE SEQUENCE grows_seq", "25006"},
+		{"CREATE ROLE grows", "25006"},
+		{"ALTER ROLE tsdbadmin SET work_mem = '1MB'", "25006"},
+		{"BEGIN; PREPARE TRANSACTION 'grows'", "25006"},
+		{"ROLLBACK", ""},
 		// No way out from inside a session.
 		{"SET dbcloud_guard.storage_read_only = off", "55P02"},
 		{"ALTER SYSTEM SET dbcloud_guard.storage_read_only = off", "42501"},
@@ -583,6 +926,16 @@ func TestGuard_StorageReadOnly(t *testing.T) {
 		{"TRUNCATE emptied", ""},
 		{"DROP TABLE gone", ""},
 		{"VACUUM kept", ""},
+		{"ANALYZE kept", ""},
+		{"SELECT time_bucket('1 week', time), sum(v) FROM metrics GROUP BY 1", ""},
+		{"SELECT count(*) FROM drop_chunks('metrics', older_than => now() - interval '10 days')", ""},
+		{"SELECT length(lo_get(4243))", ""},
+		{"SELECT lo_unlink(4243)", ""},
+		{"SET work_mem = '8MB'", ""},
+		{"LISTEN chan", ""},
+		{"EXPLAIN SELECT * FROM kept", ""},
+		{"BEGIN; DECLARE c CURSOR FOR SELECT * FROM kept; FETCH 1 FROM c; COMMIT", ""},
+		{"BEGIN; LOCK TABLE kept IN ACCESS SHARE MODE; COMMIT", ""},
 	} {
 		_, err := conn.Exec(ctx, c.sql)
 		if got := pgtest.SQLState(err); got != c.state {
@@ -592,8 +945,20 @@ func TestGuard_StorageReadOnly(t *testing.T) {
 	if _, err := conn.Exec(ctx, "COPY kept FROM STDIN"); pgtest.SQLState(err) != "25006" {
 		t.Errorf("COPY FROM STDIN: %v, want 25006", err)
 	}
+	if err := fastPathWrite(t, conn); pgtest.SQLState(err) != "25006" {
+		t.Errorf("lo_creat by fast-path call: %v, want 25006", err)
+	}
+	// What the refused calls would have written: 3 MiB of messages, twice.
+	if grown := walLSN(t, m, s) - walBefore; grown > 1<<20 {
+		t.Errorf("WAL grew by %d bytes while storage was read-only", grown)
+	} else {
+		t.Logf("WAL grew by %d bytes while storage was read-only", grown)
+	}
 	if err := m.Exec(ctx, s, "tsdb", "INSERT INTO public.kept VALUES (-1)"); err != nil {
 		t.Errorf("the superuser's write while storage is read-only: %v", err)
+	}
+	if err := m.Exec(ctx, s, "tsdb", "SELECT pg_catalog.pg_logical_emit_message(false, 'dbcloud', 'x'), pg_catalog.nextval('public.seq')"); err != nil {
+		t.Errorf("the superuser's WAL and sequence while storage is read-only: %v", err)
 	}
 
 	setStorageReadOnly("off")
