@@ -2,11 +2,12 @@
 # Installs what dbcloud needs on Debian 12, only when it is missing:
 # PostgreSQL 15 (the local runtime's server binaries), PgBouncer 1.24 (the
 # connection pooler: Debian 12's 1.18 lacks auth_dbname, so
-# scripts/pgbouncer.sh builds Debian 13's source into
-# /usr/local/lib/dbcloud; about 85 s on a fresh machine, then cached;
-# without it dbcloud refuses poolers), btrfs-progs (per-service volumes
-# with quotas and copy-on-write clones, on a btrfs runtime directory or
-# storage image), and the extensions behind the addons, TimescaleDB
+# scripts/pgbouncer.sh builds Debian 13's source into /usr/local/lib/dbcloud;
+# about 30 s on a fresh machine, 85 s when its build dependencies must be
+# installed first, then cached; without it dbcloud refuses poolers),
+# btrfs-progs (per-service volumes with quotas and copy-on-write clones, on
+# a btrfs runtime directory or storage image), and the extensions behind
+# the addons, TimescaleDB
 # (time-series) and pgvector (ai), which Debian 12 does not ship: they are
 # built from Debian 13 source packages by scripts/extensions.sh (versions
 # pinned in scripts/extensions.env; about 35 s on a fresh machine, then
