@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"dbcloud/runtime/local/internal/proc"
 	"dbcloud/runtime/local/postgres"
 )
 
@@ -37,6 +39,44 @@ func (ps *Poolers) ensureAuth(ctx context.Context, source postgres.Spec) error {
 	defer db.Close(context.WithoutCancel(ctx))
 	if _, err := db.Exec(ctx, poolerLookupSQL); err != nil {
 		return fmt.Errorf("lookup function: %w", err)
+	}
+	return nil
+}
+
+// awaitLookup waits until target, a standby of the primary the lookup
+// was made on (a read replica set's node), has replayed it: PgBouncer asks
+// the instance it pools, and a client arriving before would be refused.
+func (ps *Poolers) awaitLookup(ctx context.Context, target postgres.Spec) error {
+	deadline := time.Now().Add(postgres.StreamingWait)
+	for {
+		err := ps.hasLookup(ctx, target)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the pooler's lookup has not reached %s after %v: %w", target.ID, postgres.StreamingWait, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(proc.PollInterval):
+		}
+	}
+}
+
+// hasLookup fails until target has the lookup's database and function.
+func (ps *Poolers) hasLookup(ctx context.Context, target postgres.Spec) error {
+	conn, err := ps.instances.Connect(ctx, target, postgres.PoolerDatabase)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT pg_catalog.to_regprocedure('pgbouncer.get_auth(text)') IS NOT NULL`).Scan(&ok); err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("no pgbouncer.get_auth yet")
 	}
 	return nil
 }

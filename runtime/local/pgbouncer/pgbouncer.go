@@ -252,11 +252,12 @@ func firstLine(s string) string {
 func (ps *Poolers) Available() bool { return ps.binary != "" }
 
 // Ensure makes the pooler of p run and serve TLS on its port: it writes
-// its files, installs the lookup role and function on source (the primary:
-// the instance pooled itself, or the primary a pooled standby replicates
-// from), starts PgBouncer (or adopts the one already running, reloading it
-// when its config changed and restarting it when a startup-only setting
-// did) and waits until the port serves TLS with the target's certificate.
+// its files, installs the lookup role, database and function on source
+// (the primary: the instance pooled itself, or the primary a pooled
+// standby replicates from, which it then waits for), starts PgBouncer (or
+// adopts the one already running, reloading it when its config changed
+// and restarting it when a startup-only setting or the binary did) and
+// waits until the port serves TLS with the target's certificate.
 func (ps *Poolers) Ensure(ctx context.Context, p Spec, source postgres.Spec) error {
 	if ps.binary == "" {
 		return ErrNotInstalled
@@ -268,6 +269,11 @@ func (ps *Poolers) Ensure(ctx context.Context, p Spec, source postgres.Spec) err
 	defer ps.instances.Lock(p.Dir)()
 	if err := ps.ensureAuth(ctx, source); err != nil {
 		return err
+	}
+	if p.Target.ID != source.ID {
+		if err := ps.awaitLookup(ctx, p.Target); err != nil {
+			return err
+		}
 	}
 	pid, err := ps.run(ctx, p)
 	if err != nil {
