@@ -150,6 +150,41 @@ func TestPooler_Auth(t *testing.T) {
 		mustFailLogin(t, f, "tsdbadmin", pw, "tsdb", "the real lookup is back")
 		f.mustQueryThrough(t, f.password)
 	})
+
+	// A service from before: the lookup's copies in template1 and tsdb
+	// (as earlier versions installed them), no lookup database. The ensure
+	// that makes the database drops those copies, and leaves a tenant's
+	// own schema pgbouncer alone.
+	t.Run("OldCopiesDropped", func(t *testing.T) {
+		if _, err := direct.Exec(ctx, `CREATE DATABASE ownschema TEMPLATE template0`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.mustDirect(t, "ownschema").Exec(ctx, `CREATE SCHEMA pgbouncer`); err != nil {
+			t.Fatal(err)
+		}
+		const oldLookup = `CREATE SCHEMA pgbouncer AUTHORIZATION postgres;
+			CREATE FUNCTION pgbouncer.get_auth(p_usename text) RETURNS TABLE (usename name, passwd text)
+			LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+			AS $$ SELECT usename, passwd FROM pg_catalog.pg_shadow WHERE usename = p_usename $$`
+		for _, db := range []string{"template1", "tsdb"} {
+			if err := f.rt.instances.Exec(ctx, f.spec, db, oldLookup); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := f.rt.instances.Exec(ctx, f.spec, "postgres", `DROP DATABASE `+postgres.PoolerDatabase+` WITH (FORCE)`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.rt.ensurePooler(ctx, f.svc, f.spec, f.spec, f.port); err != nil {
+			t.Fatal(err)
+		}
+		for db, want := range map[string]int{"template1": 0, "tsdb": 0, "ownschema": 1, postgres.PoolerDatabase: 1} {
+			var n int
+			if err := superQueryRow(ctx, f.rt.instances, f.spec, db, `SELECT count(*) FROM pg_namespace WHERE nspname = 'pgbouncer'`, &n); err != nil || n != want {
+				t.Errorf("schema pgbouncer in %s: %d, %v; want %d", db, n, err, want)
+			}
+		}
+		f.mustQueryThrough(t, f.password)
+	})
 }
 
 // mustDirect connects as tsdbadmin to db on the service's own endpoint,

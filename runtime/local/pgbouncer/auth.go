@@ -18,8 +18,9 @@ import (
 // its attributes and memberships re-asserted every time (tsdbadmin has
 // CREATEROLE, which in PostgreSQL 15 reaches every non-superuser role),
 // dbcloud's database for the lookup and the function in it. No tenant
-// database is connected to: a session there (template1 above all) would
-// make the tenant's CREATE DATABASE fail.
+// database is connected to, but once, when that database is made: a
+// session there (template1 above all) makes the tenant's CREATE DATABASE
+// fail while it lasts.
 func (ps *Poolers) ensureAuth(ctx context.Context, source postgres.Spec) error {
 	conn, err := ps.connect(ctx, source, "postgres")
 	if err != nil {
@@ -29,7 +30,8 @@ func (ps *Poolers) ensureAuth(ctx context.Context, source postgres.Spec) error {
 	if _, err := conn.Exec(ctx, poolerRoleSQL); err != nil {
 		return fmt.Errorf("lookup role: %w", err)
 	}
-	if err := ensureAuthDatabase(ctx, conn); err != nil {
+	made, err := ensureAuthDatabase(ctx, conn)
+	if err != nil {
 		return err
 	}
 	db, err := ps.connect(ctx, source, postgres.PoolerDatabase)
@@ -40,8 +42,61 @@ func (ps *Poolers) ensureAuth(ctx context.Context, source postgres.Spec) error {
 	if _, err := db.Exec(ctx, poolerLookupSQL); err != nil {
 		return fmt.Errorf("lookup function: %w", err)
 	}
+	if made {
+		ps.dropOldLookups(ctx, source, conn)
+	}
 	return nil
 }
+
+// dropOldLookups removes the copies of get_auth that earlier versions
+// installed in every database (and so, through template1, in every
+// database made since). Nothing reads them any more; they would only
+// linger in the tenant's databases, where it cannot drop them. Only the
+// superuser's schema goes, and only with nothing else in it. Best effort,
+// once: a copy left behind is harmless.
+func (ps *Poolers) dropOldLookups(ctx context.Context, source postgres.Spec, conn *pgx.Conn) {
+	rows, err := conn.Query(ctx, `SELECT datname::text FROM pg_catalog.pg_database WHERE datallowconn AND datname <> $1 ORDER BY oid`,
+		postgres.PoolerDatabase)
+	if err != nil {
+		ps.logger.Warn("list databases for old lookup functions", "instance", source.ID, "error", err)
+		return
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		ps.logger.Warn("list databases for old lookup functions", "instance", source.ID, "error", err)
+		return
+	}
+	for _, name := range names {
+		if err := ps.dropOldLookup(ctx, source, name); err != nil {
+			ps.logger.Warn("drop an old lookup function", "instance", source.ID, "database", name, "error", err)
+		}
+	}
+}
+
+func (ps *Poolers) dropOldLookup(ctx context.Context, source postgres.Spec, db string) error {
+	conn, err := ps.connect(ctx, source, db)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	_, err = conn.Exec(ctx, dropOldLookupSQL)
+	return err
+}
+
+// dropOldLookupSQL drops schema pgbouncer and its get_auth when they are
+// the superuser's and nothing else is there (a tenant's own schema of that
+// name stays).
+const dropOldLookupSQL = `
+DO $$
+BEGIN
+	IF EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = 'pgbouncer' AND nspowner = 'postgres'::regrole) THEN
+		DROP FUNCTION IF EXISTS pgbouncer.get_auth(text);
+		DROP SCHEMA pgbouncer RESTRICT;
+	END IF;
+EXCEPTION WHEN dependent_objects_still_exist THEN
+	NULL; -- something else is in it: all of it stays
+END
+$$`
 
 // awaitLookup waits until target, a standby of the primary the lookup
 // was made on (a read replica set's node), has replayed it: PgBouncer asks
@@ -109,8 +164,10 @@ func (e *AuthDatabaseTakenError) Error() string {
 // ensureAuthDatabase creates the lookup's database when it is missing and
 // keeps everyone but the lookup role out of it. It is the superuser's, so
 // no tenant can drop, rename or change it, and made from template0, so
-// nothing a tenant put in template1 comes with it.
-func ensureAuthDatabase(ctx context.Context, conn *pgx.Conn) error {
+// nothing a tenant put in template1 comes with it. It reports whether it
+// made the database.
+func ensureAuthDatabase(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	made := false
 	for attempt := 0; ; attempt++ {
 		var owner string
 		err := conn.QueryRow(ctx, `SELECT pg_catalog.pg_get_userbyid(datdba)::text FROM pg_catalog.pg_database WHERE datname = $1`,
@@ -120,18 +177,19 @@ func ensureAuthDatabase(ctx context.Context, conn *pgx.Conn) error {
 			_, err := conn.Exec(ctx, "CREATE DATABASE "+postgres.QuoteIdent(postgres.PoolerDatabase)+" OWNER postgres TEMPLATE template0")
 			var pgErr *pgconn.PgError
 			if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "42P04") { // 42P04: made meanwhile
-				return fmt.Errorf("create lookup database: %w", err)
+				return false, fmt.Errorf("create lookup database: %w", err)
 			}
+			made = err == nil
 			continue
 		case err != nil:
-			return fmt.Errorf("lookup database: %w", err)
+			return false, fmt.Errorf("lookup database: %w", err)
 		case owner != "postgres":
-			return &AuthDatabaseTakenError{Owner: owner}
+			return false, &AuthDatabaseTakenError{Owner: owner}
 		}
 		if _, err := conn.Exec(ctx, authDatabaseACLSQL); err != nil {
-			return fmt.Errorf("lookup database privileges: %w", err)
+			return false, fmt.Errorf("lookup database privileges: %w", err)
 		}
-		return nil
+		return made, nil
 	}
 }
 
