@@ -3,6 +3,8 @@ package local
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -10,6 +12,7 @@ import (
 
 	"dbcloud"
 	"dbcloud/internal/pgtest"
+	"dbcloud/runtime/local/internal/proc"
 	"dbcloud/runtime/local/postgres"
 )
 
@@ -182,6 +185,43 @@ func TestPooler_Auth(t *testing.T) {
 			if err := superQueryRow(ctx, f.rt.instances, f.spec, db, `SELECT count(*) FROM pg_namespace WHERE nspname = 'pgbouncer'`, &n); err != nil || n != want {
 				t.Errorf("schema pgbouncer in %s: %d, %v; want %d", db, n, err, want)
 			}
+		}
+		f.mustQueryThrough(t, f.password)
+	})
+
+	// A pooler another PgBouncer runs (one from before an upgrade) is
+	// restarted onto the binary this runtime found, not merely reloaded.
+	t.Run("NewBinaryRestarts", func(t *testing.T) {
+		other := filepath.Join(filepath.Dir(f.cfg.DataDir), "bin", "pgbouncer")
+		if err := os.MkdirAll(filepath.Dir(other), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(f.rt.poolers.Binary())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(other, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cfg := f.cfg
+		cfg.PgBouncer = other
+		rt2, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rt2.Close()
+		if _, err := rt2.ensurePooler(ctx, f.svc, f.spec, f.spec, f.port); err != nil {
+			t.Fatal(err)
+		}
+		pid := f.pid(t)
+		if exe := proc.Exe(pid); exe != other {
+			t.Fatalf("pooler runs %s, want %s", exe, other)
+		}
+		if _, err := f.rt.ensurePooler(ctx, f.svc, f.spec, f.spec, f.port); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.pid(t); got == pid || proc.Exe(got) != f.rt.poolers.Binary() {
+			t.Errorf("after an ensure with %s: pid %d -> %d running %s", f.rt.poolers.Binary(), pid, got, proc.Exe(got))
 		}
 		f.mustQueryThrough(t, f.password)
 	})

@@ -247,6 +247,10 @@ func firstLine(s string) string {
 	return line
 }
 
+// Binary is the PgBouncer poolers run (its real path), "" when none is
+// usable.
+func (ps *Poolers) Binary() string { return ps.binary }
+
 // Available reports whether a PgBouncer of MinMajor.MinMinor or newer is
 // installed.
 func (ps *Poolers) Available() bool { return ps.binary != "" }
