@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Installs what dbcloud needs on Debian 12, only when it is missing:
-# PostgreSQL 15 (the local runtime's server binaries), PgBouncer (the
-# connection pooler), btrfs-progs (per-service volumes with quotas and
-# copy-on-write clones, on a btrfs runtime directory or storage image),
-# and the extensions behind the addons, TimescaleDB
+# PostgreSQL 15 (the local runtime's server binaries), PgBouncer 1.24 (the
+# connection pooler: Debian 12's 1.18 lacks auth_dbname, so
+# scripts/pgbouncer.sh builds Debian 13's source into /usr/local/lib/dbcloud;
+# about 30 s on a fresh machine, 85 s when its build dependencies must be
+# installed first, then cached; without it dbcloud refuses poolers),
+# btrfs-progs (per-service volumes with quotas and copy-on-write clones, on
+# a btrfs runtime directory or storage image), and the extensions behind
+# the addons, TimescaleDB
 # (time-series) and pgvector (ai), which Debian 12 does not ship: they are
 # built from Debian 13 source packages by scripts/extensions.sh (versions
 # pinned in scripts/extensions.env; about 35 s on a fresh machine, then
@@ -18,7 +22,7 @@ set -euo pipefail
 
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for pkg in postgresql-15 postgresql-contrib pgbouncer btrfs-progs; do
+for pkg in postgresql-15 postgresql-contrib btrfs-progs; do
 	have_pkg "$pkg" || need+=("$pkg")
 done
 # Headless Chromium drives the console's browser tests (e2e/browser_test.go);
@@ -41,6 +45,10 @@ for ext in timescaledb pgvector; do
 		echo "dbcloud: WARNING: could not build the $ext extension; services with its addon will answer ADDON_UNAVAILABLE" >&2
 	fi
 done
+
+if ! "$(dirname "$0")/pgbouncer.sh"; then
+	echo "dbcloud: WARNING: could not build PgBouncer; dbcloud refuses connection poolers until it is built" >&2
+fi
 
 if ! "$(dirname "$0")/guard.sh"; then
 	echo "dbcloud: ERROR: could not build the dbcloud_guard library (extensions/dbcloud_guard); dbcloud does not run services without it" >&2

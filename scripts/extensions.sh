@@ -23,10 +23,11 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=extensions.env
 . "$here/extensions.env"
+# shellcheck source=debsrc.sh
+. "$here/debsrc.sh"
 
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 CACHE=${DBCLOUD_EXT_CACHE:-/var/cache/dbcloud/extensions}
-SRC_LIST=/etc/apt/sources.list.d/dbcloud-extensions-src.list
 
 pkg=${1:?usage: extensions.sh timescaledb|pgvector}
 case "$pkg" in
@@ -107,34 +108,11 @@ if [ "${#need[@]}" -gt 0 ]; then
 		fail "installing ${need[*]} failed"
 fi
 
-# The deb-src line names the Debian mirror the host already uses.
-lists=()
-for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list; do
-	if [ -f "$f" ] && [ "$f" != "$SRC_LIST" ]; then lists+=("$f"); fi
-done
-mirror=$(grep -hoE '^[^#]*https?://[^ ]+/debian/?( |$)' "${lists[@]}" 2>/dev/null | grep -oE 'https?://[^ ]+' |
-	grep -v -- "-security" | head -n 1)
-mirror=${mirror:-http://deb.debian.org/debian}
-line="deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] ${mirror%/} $DBCLOUD_EXT_SUITE main"
-if [ "$(cat "$SRC_LIST" 2>/dev/null)" != "$line" ]; then
-	echo "$line" >"$SRC_LIST"
-fi
-has_source() { apt-cache showsrc "$pkg" 2>/dev/null | grep -qx "Version: $srcver"; }
-if ! has_source; then
-	# Refresh only this source's index; the host's other lists stay as they are.
-	apt-get update -qq -o Dir::Etc::sourcelist="$SRC_LIST" -o Dir::Etc::sourceparts=- \
-		-o APT::Get::List-Cleanup=0 >>"$buildlog" 2>&1 || fail "cannot read the $DBCLOUD_EXT_SUITE source index from $mirror"
-	has_source || fail "$mirror $DBCLOUD_EXT_SUITE has no source package $pkg $srcver"
-fi
-
 rm -rf "$dir/src" "$dir/root"
 mkdir -p "$dir/src"
-cd "$dir/src"
 log "fetching the source package"
-apt-get source -qq --download-only "$pkg=$srcver" >>"$buildlog" 2>&1 || fail "apt-get source $pkg=$srcver failed"
-# apt checked the files against the signed Sources index already.
-dpkg-source -x --no-check ./*.dsc tree >>"$buildlog" 2>&1 || fail "unpacking the source failed"
-cd tree
+debsrc_unpack "$pkg" "$srcver" "$dir/src" "$buildlog"
+cd "$dir/src/tree"
 
 log "building (log: $buildlog)"
 export PG_CONFIG

@@ -29,6 +29,7 @@ import (
 	"dbcloud/internal/atomicfile"
 	"dbcloud/internal/pgbin"
 	"dbcloud/runtime/local"
+	"dbcloud/runtime/local/pgbouncer"
 	"dbcloud/runtime/local/postgres"
 	"dbcloud/tlsca"
 )
@@ -74,7 +75,8 @@ type Config struct {
 	// LogMaxAge and LogMaxBytes bound each instance's PostgreSQL logs.
 	LogMaxAge   time.Duration
 	LogMaxBytes int64
-	// PgBouncer is the PgBouncer binary; empty finds it.
+	// PgBouncer is the PgBouncer binary; empty finds dbcloud's own build
+	// (pgbouncer.DefaultBinary), else one of MinMajor.MinMinor or newer.
 	PgBouncer string
 	// StorageLimits size what each service may keep on disk.
 	StorageLimits dbcloud.StorageLimits
@@ -186,7 +188,8 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.DurationVar(&c.HTTP.WriteTimeout, "http-write-timeout", c.HTTP.WriteTimeout, "longest time to write a response")
 	fs.DurationVar(&c.HTTP.IdleTimeout, "http-idle-timeout", c.HTTP.IdleTimeout, "how long an idle kept-alive connection stays open")
 	fs.IntVar(&c.HTTP.MaxConnsPerAddr, "max-conns-per-addr", c.HTTP.MaxConnsPerAddr, "connections one client address may hold at once (0: no cap)")
-	fs.StringVar(&c.PgBouncer, "pgbouncer", c.PgBouncer, "PgBouncer binary for connection poolers (default /usr/sbin/pgbouncer, else PATH)")
+	fs.StringVar(&c.PgBouncer, "pgbouncer", c.PgBouncer, fmt.Sprintf("PgBouncer binary for connection poolers, %d.%d or newer (default %s, which scripts/deps.sh builds, else /usr/sbin/pgbouncer, else PATH); without one, poolers are refused",
+		pgbouncer.MinMajor, pgbouncer.MinMinor, pgbouncer.DefaultBinary))
 	fs.StringVar(&c.RuntimeDir, "runtime-dir", c.RuntimeDir, "where service instances live (default DATA_DIR/runtime, or /var/lib/dbcloud/HASH when PostgreSQL's OS user cannot reach DATA_DIR)")
 	fs.Func("vpc-address-block", `block inside 127.0.0.0/8 for VPC endpoint addresses (default "127.77.0.0/16")`, func(v string) error {
 		p, err := netip.ParsePrefix(v)

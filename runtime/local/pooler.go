@@ -34,8 +34,13 @@ func (rt *Runtime) ensurePooler(ctx context.Context, svc *dbcloud.Service, targe
 		return nil, dbcloud.Terminal(fmt.Errorf("service %s has no pooler port (%d)", svc.ID, port))
 	}
 	if !rt.poolers.Available() {
+		// One started before (by an older PgBouncer, say) must not go on.
+		if err := rt.stopPooler(ctx, svc.ID); err != nil {
+			return nil, err
+		}
 		return nil, dbcloud.Terminal(dbcloud.Errorf(dbcloud.KindUnavailable,
-			"The connection pooler (PgBouncer) is not installed on this server; disable the pooler or ask the operator to install it."))
+			"The connection pooler (PgBouncer %d.%d or newer) is not installed on this server; disable the pooler or ask the operator to install it (scripts/deps.sh).",
+			pgbouncer.MinMajor, pgbouncer.MinMinor))
 	}
 	p := pgbouncer.Spec{
 		ID: svc.ID + "-pooler", Dir: rt.poolerDir(svc.ID),
@@ -44,6 +49,12 @@ func (rt *Runtime) ensurePooler(ctx context.Context, svc *dbcloud.Service, targe
 	if err := rt.poolers.Ensure(ctx, p, source); err != nil {
 		if errors.Is(err, pgbouncer.ErrInvalidSpec) {
 			return nil, dbcloud.Terminal(fmt.Errorf("pooler of %s: %w", svc.ID, err))
+		}
+		var taken *pgbouncer.AuthDatabaseTakenError
+		if errors.As(err, &taken) {
+			return nil, dbcloud.Terminal(fmt.Errorf("%w (%v)", dbcloud.Errorf(dbcloud.KindConflict,
+				"This service has a database named %q, which dbcloud reserves for its connection pooler's sign-in lookup; rename it (ALTER DATABASE %[1]s RENAME TO ...), then enable the pooler again.",
+				postgres.PoolerDatabase), err))
 		}
 		return nil, fmt.Errorf("pooler of %s: %w", svc.ID, err)
 	}

@@ -2,24 +2,27 @@ package pgbouncer
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"dbcloud/runtime/local/internal/proc"
 	"dbcloud/runtime/local/postgres"
 )
 
-// ensureAuth makes the lookup role and function right. The role's
-// attributes and memberships are re-asserted every time (tsdbadmin has
-// CREATEROLE, which in PostgreSQL 15 reaches every non-superuser role);
-// the function is installed in every database that can be connected to,
-// template1 included so that new databases have it, but only in those not
-// yet done (a marker file lists them by OID): connecting to template1 makes
-// a concurrent CREATE DATABASE fail, so it happens once, not on every
-// reconcile.
-func (ps *Poolers) ensureAuth(ctx context.Context, p Spec, source postgres.Spec) error {
-	conn, err := ps.instances.Connect(ctx, source, "postgres")
+// ensureAuth makes the lookup right on source (the primary; a standby has
+// it by replication, a fork from its parent's copy): the lookup role, with
+// its attributes and memberships re-asserted every time (tsdbadmin has
+// CREATEROLE, which in PostgreSQL 15 reaches every non-superuser role),
+// dbcloud's database for the lookup and the function in it. No tenant
+// database is connected to, but once, when that database is made: a
+// session there (template1 above all) makes the tenant's CREATE DATABASE
+// fail while it lasts.
+func (ps *Poolers) ensureAuth(ctx context.Context, source postgres.Spec) error {
+	conn, err := ps.connect(ctx, source, "postgres")
 	if err != nil {
 		return err
 	}
@@ -27,98 +30,195 @@ func (ps *Poolers) ensureAuth(ctx context.Context, p Spec, source postgres.Spec)
 	if _, err := conn.Exec(ctx, poolerRoleSQL); err != nil {
 		return fmt.Errorf("lookup role: %w", err)
 	}
-	// The marker is the cluster's: a different data directory (restored,
-	// say) starts over.
-	var sysID string
-	if err := conn.QueryRow(ctx, "SELECT system_identifier::text FROM pg_control_system()").Scan(&sysID); err != nil {
-		return err
-	}
-	rows, err := conn.Query(ctx, "SELECT oid::bigint, datname FROM pg_database WHERE datallowconn ORDER BY oid")
+	made, err := ensureAuthDatabase(ctx, conn)
 	if err != nil {
 		return err
 	}
-	type database struct {
-		oid  int64
-		name string
-	}
-	var dbs []database
-	for rows.Next() {
-		var d database
-		if err := rows.Scan(&d.oid, &d.name); err != nil {
-			return err
-		}
-		dbs = append(dbs, d)
-	}
-	if err := rows.Err(); err != nil {
+	db, err := ps.connect(ctx, source, postgres.PoolerDatabase)
+	if err != nil {
 		return err
 	}
-	if err := ps.instances.MakeServerDir(p.Target, p.Dir); err != nil {
-		return err
+	defer db.Close(context.WithoutCancel(ctx))
+	if _, err := db.Exec(ctx, poolerLookupSQL); err != nil {
+		return fmt.Errorf("lookup function: %w", err)
 	}
-	done := readAuthMarker(p.path(poolerAuthMarker), sysID)
-	var installed []string
-	for _, d := range dbs {
-		key := strconv.FormatInt(d.oid, 10)
-		if !done[key] {
-			ok, err := ps.installLookup(ctx, source, d.name)
-			if err != nil {
-				return fmt.Errorf("lookup function in %s: %w", d.name, err)
-			}
-			if !ok {
-				continue // not ours to fix; tried again next time
-			}
-		}
-		installed = append(installed, key)
-	}
-	marker := "v" + poolerAuthVersion + " " + sysID + " " + strings.Join(installed, " ") + "\n"
-	if err := ps.instances.WriteServerFile(p.Target, p.path(poolerAuthMarker), []byte(marker), 0o600); err != nil {
-		return err
+	if made {
+		ps.dropOldLookups(ctx, source, conn)
 	}
 	return nil
 }
 
-// readAuthMarker returns the OIDs of the databases that have the current
-// lookup function, as the marker file lists them for this cluster.
-func readAuthMarker(path, sysID string) map[string]bool {
-	data, err := os.ReadFile(path)
+// dropOldLookups removes the copies of get_auth that earlier versions
+// installed in every database (and so, through template1, in every
+// database made since). Nothing reads them any more; they would only
+// linger in the tenant's databases, where it cannot drop them. Only the
+// superuser's schema goes, and only with nothing else in it. Best effort,
+// once: a copy left behind is harmless.
+func (ps *Poolers) dropOldLookups(ctx context.Context, source postgres.Spec, conn *pgx.Conn) {
+	rows, err := conn.Query(ctx, `SELECT datname::text FROM pg_catalog.pg_database WHERE datallowconn AND datname <> $1 ORDER BY oid`,
+		postgres.PoolerDatabase)
 	if err != nil {
-		return nil
+		ps.logger.Warn("list databases for old lookup functions", "instance", source.ID, "error", err)
+		return
 	}
-	fields := strings.Fields(string(data))
-	if len(fields) < 2 || fields[0] != "v"+poolerAuthVersion || fields[1] != sysID {
-		return nil
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		ps.logger.Warn("list databases for old lookup functions", "instance", source.ID, "error", err)
+		return
 	}
-	done := map[string]bool{}
-	for _, f := range fields[2:] {
-		done[f] = true
+	for _, name := range names {
+		if err := ps.dropOldLookup(ctx, source, name); err != nil {
+			ps.logger.Warn("drop an old lookup function", "instance", source.ID, "database", name, "error", err)
+		}
 	}
-	return done
 }
 
-// installLookup creates the lookup function in one database. A schema
-// "pgbouncer" someone else owns (a client may create one in a database it
-// owns) is left alone: it reports false. PgBouncer then runs whatever
-// function is there for that database, which can only refuse logins: the
-// server checks every login's SCRAM proof itself, and PgBouncer's HBA never
-// lets a client in as a role that enters by peer.
-func (ps *Poolers) installLookup(ctx context.Context, source postgres.Spec, db string) (bool, error) {
-	conn, err := ps.instances.Connect(ctx, source, db)
+func (ps *Poolers) dropOldLookup(ctx context.Context, source postgres.Spec, db string) error {
+	conn, err := ps.connect(ctx, source, db)
 	if err != nil {
-		return false, err
+		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	var owner string
-	err = conn.QueryRow(ctx, "SELECT pg_get_userbyid(nspowner)::text FROM pg_namespace WHERE nspname = 'pgbouncer'").Scan(&owner)
-	if err == nil && owner != "postgres" {
-		ps.logger.Warn("schema pgbouncer belongs to another role; the pooler's lookup function is not installed there",
-			"instance", source.ID, "database", db, "owner", owner)
-		return false, nil
-	}
-	if _, err := conn.Exec(ctx, poolerLookupSQL); err != nil {
-		return false, err
-	}
-	return true, nil
+	_, err = conn.Exec(ctx, dropOldLookupSQL)
+	return err
 }
+
+// dropOldLookupSQL drops schema pgbouncer and its get_auth when they are
+// the superuser's and nothing else is there (a tenant's own schema of that
+// name stays).
+const dropOldLookupSQL = `
+DO $$
+BEGIN
+	IF EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname = 'pgbouncer' AND nspowner = 'postgres'::regrole) THEN
+		DROP FUNCTION IF EXISTS pgbouncer.get_auth(text);
+		DROP SCHEMA pgbouncer RESTRICT;
+	END IF;
+EXCEPTION WHEN dependent_objects_still_exist THEN
+	NULL; -- something else is in it: all of it stays
+END
+$$`
+
+// awaitLookup waits until target, a standby of the primary the lookup
+// was made on (a read replica set's node), has replayed it: PgBouncer asks
+// the instance it pools, and a client arriving before would be refused.
+func (ps *Poolers) awaitLookup(ctx context.Context, target postgres.Spec) error {
+	deadline := time.Now().Add(postgres.StreamingWait)
+	for {
+		err := ps.hasLookup(ctx, target)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the pooler's lookup has not reached %s after %v: %w", target.ID, postgres.StreamingWait, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(proc.PollInterval):
+		}
+	}
+}
+
+// hasLookup fails until target has the lookup's database and function.
+func (ps *Poolers) hasLookup(ctx context.Context, target postgres.Spec) error {
+	conn, err := ps.instances.Connect(ctx, target, postgres.PoolerDatabase)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT pg_catalog.to_regprocedure('pgbouncer.get_auth(text)') IS NOT NULL`).Scan(&ok); err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("no pgbouncer.get_auth yet")
+	}
+	return nil
+}
+
+// connect opens a superuser session whose commits are local: a
+// synchronous standby that is down must not hold up the pooler.
+func (ps *Poolers) connect(ctx context.Context, source postgres.Spec, db string) (*pgx.Conn, error) {
+	conn, err := ps.instances.Connect(ctx, source, db)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "SET synchronous_commit = local"); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return conn, nil
+}
+
+// AuthDatabaseTakenError says a database named postgres.PoolerDatabase
+// exists that is not dbcloud's: a tenant made it before the name was
+// reserved. It is never used for the lookup (its owner could answer it).
+type AuthDatabaseTakenError struct {
+	Owner string
+}
+
+func (e *AuthDatabaseTakenError) Error() string {
+	return fmt.Sprintf("database %s belongs to %s, not to the superuser", postgres.PoolerDatabase, e.Owner)
+}
+
+// ensureAuthDatabase creates the lookup's database when it is missing and
+// keeps everyone but the lookup role out of it. It is the superuser's, so
+// no tenant can drop, rename or change it, and made from template0, so
+// nothing a tenant put in template1 comes with it. It reports whether it
+// made the database.
+func ensureAuthDatabase(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	made := false
+	for attempt := 0; ; attempt++ {
+		var owner string
+		err := conn.QueryRow(ctx, `SELECT pg_catalog.pg_get_userbyid(datdba)::text FROM pg_catalog.pg_database WHERE datname = $1`,
+			postgres.PoolerDatabase).Scan(&owner)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows) && attempt == 0:
+			_, err := conn.Exec(ctx, "CREATE DATABASE "+postgres.QuoteIdent(postgres.PoolerDatabase)+" OWNER postgres TEMPLATE template0")
+			var pgErr *pgconn.PgError
+			if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "42P04") { // 42P04: made meanwhile
+				return false, fmt.Errorf("create lookup database: %w", err)
+			}
+			made = err == nil
+			continue
+		case err != nil:
+			return false, fmt.Errorf("lookup database: %w", err)
+		case owner != "postgres":
+			return false, &AuthDatabaseTakenError{Owner: owner}
+		}
+		if _, err := conn.Exec(ctx, authDatabaseACLSQL); err != nil {
+			return false, fmt.Errorf("lookup database privileges: %w", err)
+		}
+		return made, nil
+	}
+}
+
+// authDatabaseACLSQL leaves CONNECT on the lookup's database to its owner
+// and the lookup role only: whatever else was granted (PUBLIC has CONNECT
+// and TEMPORARY by default) is revoked. When all is in place it writes
+// nothing.
+const authDatabaseACLSQL = `
+DO $$
+DECLARE g oid;
+BEGIN
+	FOR g IN
+		SELECT DISTINCT a.grantee
+		FROM pg_catalog.pg_database d,
+			pg_catalog.aclexplode(COALESCE(d.datacl, pg_catalog.acldefault('d', d.datdba))) a
+		WHERE d.datname = '` + postgres.PoolerDatabase + `'
+			AND a.grantee <> d.datdba AND a.grantee <> '` + postgres.PoolerRole + `'::regrole
+	LOOP
+		IF g = 0 THEN
+			REVOKE ALL ON DATABASE ` + postgres.PoolerDatabase + ` FROM PUBLIC;
+		ELSE
+			EXECUTE format('REVOKE ALL ON DATABASE ` + postgres.PoolerDatabase + ` FROM %I', pg_catalog.pg_get_userbyid(g));
+		END IF;
+	END LOOP;
+	IF NOT pg_catalog.has_database_privilege('` + postgres.PoolerRole + `', '` + postgres.PoolerDatabase + `', 'CONNECT') THEN
+		GRANT CONNECT ON DATABASE ` + postgres.PoolerDatabase + ` TO ` + postgres.PoolerRole + `;
+	END IF;
+END
+$$`
 
 // poolerRoleSQL creates the lookup role and resets whatever a CREATEROLE
 // client may have changed about it: attributes, password, settings and
@@ -146,11 +246,13 @@ ALTER ROLE ` + postgres.PoolerRole + ` LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE
 ALTER ROLE ` + postgres.PoolerRole + ` RESET ALL;
 `
 
-// poolerLookupSQL installs pgbouncer.get_auth in the current database. It
-// runs as its owner, the superuser, with a fixed search_path, and answers
-// only for roles that may log in, are not superusers and are not the lookup
-// role; an expired password (VALID UNTIL) reads as none. Only the lookup
-// role may call it.
+// poolerLookupSQL installs pgbouncer.get_auth in the lookup's database.
+// It runs as its owner, the superuser, with a fixed search_path, and
+// answers only for tenant roles: roles that may log in, are neither
+// superusers nor replication roles, and whose name is none of the reserved
+// ones (postgres, dbcloud_*, pg_*) in any case and with any spaces around,
+// so that no role made to look like dbcloud's passes either. An expired
+// password (VALID UNTIL) reads as none. Only the lookup role may call it.
 const poolerLookupSQL = `
 CREATE SCHEMA IF NOT EXISTS pgbouncer AUTHORIZATION postgres;
 REVOKE ALL ON SCHEMA pgbouncer FROM PUBLIC;
@@ -163,9 +265,13 @@ AS $fn$
 	SELECT s.usename,
 		CASE WHEN s.valuntil < pg_catalog.now() THEN NULL ELSE s.passwd END
 	FROM pg_catalog.pg_shadow s
+	CROSS JOIN LATERAL (SELECT pg_catalog.lower(pg_catalog.btrim(p_usename, E' \t\n\r\f\x0b')) AS folded) n
 	WHERE s.usename = p_usename
 		AND NOT s.usesuper
-		AND s.usename <> '` + postgres.PoolerRole + `'
+		AND NOT s.userepl
+		AND n.folded <> 'postgres'
+		AND n.folded NOT LIKE 'dbcloud\_%'
+		AND n.folded NOT LIKE 'pg\_%'
 $fn$;
 ALTER FUNCTION pgbouncer.get_auth(text) OWNER TO postgres;
 REVOKE ALL ON FUNCTION pgbouncer.get_auth(text) FROM PUBLIC;

@@ -34,8 +34,12 @@ func renderPoolerConfig(p Spec) (ini, hba []byte) {
 	b.WriteString("[databases]\n")
 	// Every database of the service, over the instance's unix socket. The
 	// lookup role is set here, not globally, so that the admin console
-	// (which has no server to ask) refuses at once instead of hanging.
-	fmt.Fprintf(&b, "* = host=%s port=%d auth_user=%s\n", p.Target.RunDir(), p.Target.Port, postgres.PoolerRole)
+	// (which has no server to ask) refuses at once instead of hanging. The
+	// lookup database is named too, so the lookup never depends on an
+	// automatic entry.
+	for _, db := range []string{"*", postgres.PoolerDatabase} {
+		fmt.Fprintf(&b, "%s = host=%s port=%d auth_user=%s\n", db, p.Target.RunDir(), p.Target.Port, postgres.PoolerRole)
+	}
 	b.WriteString("\n[pgbouncer]\n")
 	set := func(k, v string) { fmt.Fprintf(&b, "%s = %s\n", k, v) }
 	set("listen_addr", p.ListenAddr)
@@ -52,6 +56,9 @@ func renderPoolerConfig(p Spec) (ini, hba []byte) {
 	set("auth_type", "hba")
 	set("auth_hba_file", p.path(poolerHBAFile))
 	set("auth_file", p.path(poolerUsersFile))
+	// The lookup runs in dbcloud's database, whatever database the client
+	// names: a tenant can create a database, and a schema pgbouncer in it.
+	set("auth_dbname", postgres.PoolerDatabase)
 	set("auth_query", "SELECT usename, passwd FROM pgbouncer.get_auth($1)")
 	set("client_tls_sslmode", "require")
 	set("client_tls_cert_file", p.path(poolerCertFile))
@@ -70,16 +77,18 @@ func renderPoolerConfig(p Spec) (ini, hba []byte) {
 	set("admin_users", "")
 	set("stats_users", "")
 
-	// The superuser and the lookup role log in to PostgreSQL by peer
+	// Tenant roles only. dbcloud's roles log in to PostgreSQL by peer
 	// identity over the socket, which PgBouncer's OS user passes: no client
-	// may ever make PgBouncer open such a connection, whatever a lookup
-	// function (the one in a database a client owns, say) answers. Neither
-	// may anyone reach the admin console.
+	// may ever make PgBouncer open such a connection. They are refused here
+	// by name, and the lookup function refuses every reserved name (in any
+	// case, with spaces around) on top. Neither may anyone reach the admin
+	// console, the lookup's database or a replication connection.
 	var h bytes.Buffer
 	h.WriteString("# Written by dbcloud; rewritten on every change, do not edit.\n")
 	for _, cidr := range []string{"0.0.0.0/0", "::/0"} {
-		fmt.Fprintf(&h, "hostssl  pgbouncer  all  %s  reject\n", cidr)
-		fmt.Fprintf(&h, "hostssl  all  postgres,%s  %s  reject\n", postgres.PoolerRole, cidr)
+		fmt.Fprintf(&h, "hostssl  pgbouncer,%s  all  %s  reject\n", postgres.PoolerDatabase, cidr)
+		fmt.Fprintf(&h, "hostssl  replication  all  %s  reject\n", cidr)
+		fmt.Fprintf(&h, "hostssl  all  %s  %s  reject\n", platformRoles, cidr)
 	}
 	for _, cidr := range []string{"0.0.0.0/0", "::/0"} {
 		fmt.Fprintf(&h, "hostssl  all  all  %s  scram-sha-256\n", cidr)
@@ -87,10 +96,16 @@ func renderPoolerConfig(p Spec) (ini, hba []byte) {
 	return b.Bytes(), h.Bytes()
 }
 
-// poolerRestartSignature hashes what PgBouncer reads only at startup.
+// platformRoles are the roles of the platform that can log in, all by
+// peer identity: the superuser, the pooler's lookup role and the
+// replication role.
+const platformRoles = "postgres," + postgres.PoolerRole + "," + postgres.ReplicatorRole
+
+// poolerRestartSignature hashes what PgBouncer reads only at startup, and
+// the binary that runs it: a new PgBouncer restarts the pooler.
 func poolerRestartSignature(p Spec) string {
 	h := sha256.New()
-	for _, v := range []string{p.ListenAddr, strconv.Itoa(p.Port), p.path(poolerPidFile),
+	for _, v := range []string{p.binary, p.ListenAddr, strconv.Itoa(p.Port), p.path(poolerPidFile),
 		strconv.Itoa(poolerNoFile), string(p.Target.CertPEM), string(p.Target.KeyPEM)} {
 		fmt.Fprintf(h, "%d:%s;", len(v), v)
 	}

@@ -28,6 +28,12 @@ const (
 // HBA refuses it (and the superuser) to clients.
 const PoolerRole = "dbcloud_pooler"
 
+// PoolerDatabase is the database PgBouncer runs its lookup in (auth_dbname):
+// dbcloud's own, owned by the superuser, which only PoolerRole may connect
+// to, so no tenant can create or change the function that vouches for its
+// clients.
+const PoolerDatabase = "dbcloud"
+
 // ReplicatorRole is the role a standby streams WAL as and pg_basebackup
 // and pg_rewind copy a primary as, entering by peer identity as the
 // service's own OS user: REPLICATION and read access to the data directory
@@ -242,9 +248,10 @@ func preloadLibraries(fromSize string) string {
 }
 
 // renderHBA allows the superuser and the pooler's lookup role only over
-// the unix socket, by peer identity, the replication role likewise, the
-// pooler's clients over it with their own SCRAM passwords, and everyone
-// else only over TLS with SCRAM; plain TCP is rejected by an explicit line
+// the unix socket, by peer identity, the replication role likewise, no
+// one else into the pooler's lookup database, the pooler's clients over
+// the socket with their own SCRAM passwords, and everyone else only over
+// TLS with SCRAM; plain TCP is rejected by an explicit line
 // so the client is told why.
 func renderHBA(sealed bool) string {
 	if sealed {
@@ -265,6 +272,9 @@ local   replication  postgres                peer map=` + identMap + `
 local   all          ` + PoolerRole + `          peer map=` + PoolerRole + `
 local   all          ` + ReplicatorRole + `      peer map=` + ReplicatorRole + `
 local   replication  ` + ReplicatorRole + `      peer map=` + ReplicatorRole + `
+local   ` + PoolerDatabase + `      all                     reject
+host    ` + PoolerDatabase + `      all       0.0.0.0/0     reject
+host    ` + PoolerDatabase + `      all       ::/0          reject
 local   all          all                     scram-sha-256
 hostssl all          all       0.0.0.0/0     scram-sha-256
 hostssl all          all       ::/0          scram-sha-256

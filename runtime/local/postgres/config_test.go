@@ -86,6 +86,9 @@ local   replication  postgres                peer map=dbcloud
 local   all          dbcloud_pooler          peer map=dbcloud_pooler
 local   all          dbcloud_replicator      peer map=dbcloud_replicator
 local   replication  dbcloud_replicator      peer map=dbcloud_replicator
+local   dbcloud      all                     reject
+host    dbcloud      all       0.0.0.0/0     reject
+host    dbcloud      all       ::/0          reject
 local   all          all                     scram-sha-256
 hostssl all          all       0.0.0.0/0     scram-sha-256
 hostssl all          all       ::/0          scram-sha-256
