@@ -189,12 +189,7 @@ func (c *Cloud) RevokeAPIKey(ctx context.Context, accessKey string) error {
 		} else if err != nil {
 			return err
 		}
-		if k.Revoked != nil {
-			return nil
-		}
-		now := c.now()
-		k.Revoked = &now
-		return tx.UpdateAPIKey(k)
+		return c.revokeKey(tx, k)
 	})
 }
 

@@ -400,7 +400,11 @@ func (c *Cloud) SetMember(ctx context.Context, projectID, email string, role ide
 	})
 }
 
-// RemoveMember takes a user out of the project.
+// RemoveMember takes a user out of the project and revokes, in the same
+// transaction, every key the user issued there. A key acts for its issuer
+// (checkKey), so the missing membership alone would refuse it; but adding
+// the user back would bring every such key back to life, keys the owner
+// meant to end with the removal.
 func (c *Cloud) RemoveMember(ctx context.Context, projectID, userID string) error {
 	caller, err := c.authorizeTo(ctx, projectID, identity.ManageMembers)
 	if err != nil {
@@ -419,8 +423,28 @@ func (c *Cloud) RemoveMember(ctx context.Context, projectID, userID string) erro
 		if err := c.keepAnOwner(tx, projectID, m, ""); err != nil {
 			return err
 		}
+		if err := c.revokeMemberKeys(tx, projectID, userID); err != nil {
+			return err
+		}
 		return tx.DeleteMembership(projectID, userID)
 	})
+}
+
+// revokeMemberKeys revokes the keys userID issued in the project.
+func (c *Cloud) revokeMemberKeys(tx Tx, projectID, userID string) error {
+	keys, err := tx.ListAPIKeys(projectID)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if k.UserID != userID {
+			continue
+		}
+		if err := c.revokeKey(tx, k); err != nil {
+			return fmt.Errorf("revoke key %s of a removed member: %w", k.AccessKey, err)
+		}
+	}
+	return nil
 }
 
 func (c *Cloud) keepAnOwner(tx Tx, projectID string, m *Membership, next identity.Role) error {
@@ -493,13 +517,19 @@ func (c *Cloud) RevokeProjectAPIKey(ctx context.Context, projectID, accessKey st
 		} else if err != nil {
 			return err
 		}
-		if k.Revoked == nil {
-			now := c.now()
-			k.Revoked = &now
-			return tx.UpdateAPIKey(k)
-		}
-		return nil
+		return c.revokeKey(tx, k)
 	})
+}
+
+// revokeKey marks the key revoked now, unless it already is: the first
+// revocation's time stays.
+func (c *Cloud) revokeKey(tx Tx, k *APIKey) error {
+	if k.Revoked != nil {
+		return nil
+	}
+	now := c.now()
+	k.Revoked = &now
+	return tx.UpdateAPIKey(k)
 }
 
 // Logout ends the caller's login: for a user's access token, its whole

@@ -330,3 +330,67 @@ func TestLogs(t *testing.T) {
 		}
 	})
 }
+
+// TestLogs_NoHostPath: the lines a tenant reads name no host path. A
+// started instance logs the Unix socket it listens on (in the service's
+// directory under the runtime directory), and a text search dictionary
+// whose file is missing the file it looked for (in PostgreSQL's share
+// directory): both come back with neutral names, and a search for a host
+// path finds nothing.
+func TestLogs_NoHostPath(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	ctx := context.Background()
+	created := s.create(map[string]any{"name": "paths", "cpu_millis": "shared"})
+	svc := s.waitStatus(created.ServiceID, "READY", 60*time.Second)
+	id := svc.ServiceID
+	db := s.mustConnect(svc, created.InitialPassword)
+	if _, err := db.Exec(ctx, `CREATE TEXT SEARCH DICTIONARY paths (TEMPLATE = ispell, DictFile = dbcloud_no_such_dict, AffFile = dbcloud_no_such_dict)`); err == nil {
+		t.Fatal("a dictionary with a missing file was created")
+	}
+	// Both lines are there before the check, whatever they show.
+	s.waitLogs(id, url.Values{"search": {"Unix socket"}}, 1)
+	s.waitLogs(id, url.Values{"search": {"dbcloud_no_such_dict"}, "severities": {"ERROR"}}, 1)
+
+	var hostPaths []string
+	for _, p := range []string{s.dir, s.runtimeDir(), "/usr/lib/postgresql", "/usr/share/postgresql"} {
+		hostPaths = append(hostPaths, p)
+		if real, err := filepath.EvalSymlinks(p); err == nil && real != p {
+			hostPaths = append(hostPaths, real)
+		}
+	}
+	var all []string
+	for params := (url.Values{}); ; {
+		l, code := s.logs(id, params)
+		if code != 200 {
+			t.Fatalf("logs: %d %s", code, l.Message)
+		}
+		for _, e := range l.Entries {
+			all = append(all, e.Message)
+		}
+		if l.LastCursor == "" {
+			break
+		}
+		params = url.Values{"cursor": {l.LastCursor}}
+	}
+	named := 0
+	for _, m := range all {
+		for _, p := range hostPaths {
+			if strings.Contains(m, p) {
+				t.Errorf("a log line names host path %s: %q", p, m)
+			}
+		}
+		if strings.Contains(m, "<service>") || strings.Contains(m, "<postgresql-share>") {
+			named++
+		}
+	}
+	if named < 2 {
+		t.Errorf("%d of %d lines name <service> or <postgresql-share>; want at least the socket and the dictionary file:\n%s",
+			named, len(all), strings.Join(all, "\n"))
+	}
+	for _, p := range hostPaths[:2] {
+		if l, code := s.logs(id, url.Values{"search": {p}}); code != 200 || len(l.Entries) != 0 {
+			t.Errorf("search for host path %s: %d, %d entries; want 200 and none", p, code, len(l.Entries))
+		}
+	}
+}

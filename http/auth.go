@@ -3,6 +3,7 @@ package http
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -88,13 +89,15 @@ func clientIP(r *http.Request) string {
 }
 
 // limiters holds a token bucket per credential and, for failed
-// authentication, per client address.
+// authentication, per client address; and the count of event streams
+// each credential holds.
 type limiters struct {
 	cfg      Config
 	mu       sync.Mutex
 	keys     map[string]*bucket
 	failures map[string]*bucket
 	swept    time.Time
+	streams  *holdCap
 }
 
 type bucket struct {
@@ -103,7 +106,8 @@ type bucket struct {
 }
 
 func newLimiters(cfg Config) *limiters {
-	return &limiters{cfg: cfg, keys: map[string]*bucket{}, failures: map[string]*bucket{}, swept: time.Now()}
+	return &limiters{cfg: cfg, keys: map[string]*bucket{}, failures: map[string]*bucket{}, swept: time.Now(),
+		streams: newHoldCap(cfg.MaxStreamsPerCredential)}
 }
 
 func (l *limiters) get(m map[string]*bucket, k string, r float64, burst int) *rate.Limiter {
@@ -160,4 +164,20 @@ func (l *limiters) authFailed(ip string, err error) error {
 		return rateLimited(lim, "failed authentication attempts from this address")
 	}
 	return err
+}
+
+// streamRetry is the Retry-After of a refused stream: a stream ends only
+// when its client leaves, so there is no time at which one is sure to be
+// free; this keeps a reconnecting client from spinning.
+const streamRetry = 15 * time.Second
+
+// openStream counts an event stream of the credential and returns the
+// function that ends the count, or a 429 when the credential holds its
+// cap already.
+func (l *limiters) openStream(credential string) (release func(), err error) {
+	if !l.streams.take(credential) {
+		return nil, &dbcloud.Error{Kind: dbcloud.KindRateLimited, RetryAfter: streamRetry, Message: fmt.Sprintf(
+			"Too many event streams open for this credential (at most %d); close one, then retry after the time in Retry-After.", l.streams.max)}
+	}
+	return func() { l.streams.release(credential) }, nil
 }

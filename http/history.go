@@ -218,6 +218,11 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) (int, any, erro
 	if err != nil {
 		return 0, nil, err
 	}
+	release, err := h.limits.openStream(dbcloud.PrincipalFromContext(ctx).ID())
+	if err != nil {
+		return 0, nil, err
+	}
+	defer release()
 	// The first read happens before the headers, so a refusal is an
 	// ordinary error response.
 	evs, err := h.cloud.ListEvents(ctx, projectID, after, dbcloud.MaxEventPage)

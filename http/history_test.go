@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"io"
 	stdhttp "net/http"
 	"strconv"
 	"strings"
@@ -279,5 +280,84 @@ func TestOperations_IdempotentReplay(t *testing.T) {
 	if id == "" || again.Header.Get("Operation-Id") != id || again.Header.Get("Operation-Location") != first.Header.Get("Operation-Location") {
 		t.Errorf("first names %q (%s), replay %q (%s)", id, first.Header.Get("Operation-Location"),
 			again.Header.Get("Operation-Id"), again.Header.Get("Operation-Location"))
+	}
+}
+
+// openEvents opens the project a's event stream with key and returns the
+// response, whatever its status.
+func (e *env) openEvents(ctx context.Context, key *dbcloud.NewAPIKey) *stdhttp.Response {
+	e.t.Helper()
+	hr, _ := stdhttp.NewRequestWithContext(ctx, "GET", e.srv.URL+http.BasePath+e.pa()+"/events", nil)
+	hr.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(key.AccessKey+":"+key.SecretKey)))
+	res, err := e.srv.Client().Do(hr)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return res
+}
+
+// TestEvents_StreamsPerCredential: one key holds at most the default cap
+// of event streams at once; one more is answered 429 RATE_LIMITED with
+// Retry-After, while another key of the project still gets one, and the
+// first gets one again once one of its streams is closed.
+func TestEvents_StreamsPerCredential(t *testing.T) {
+	cfg := noLimits
+	cfg.MaxStreamsPerCredential = http.DefaultConfig().MaxStreamsPerCredential
+	n := cfg.MaxStreamsPerCredential
+	if n <= 0 {
+		t.Fatalf("no default cap of event streams per credential (%d)", n)
+	}
+	e := newEnv(t, "sqlite", cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var open []*stdhttp.Response
+	defer func() {
+		for _, res := range open {
+			res.Body.Close()
+		}
+	}()
+	for i := 0; i < n; i++ {
+		res := e.openEvents(ctx, e.a)
+		open = append(open, res)
+		if res.StatusCode != 200 {
+			t.Fatalf("stream %d of %d: status %d, want 200", i+1, n, res.StatusCode)
+		}
+	}
+	over := e.openEvents(ctx, e.a)
+	var body []byte
+	if over.StatusCode != 200 { // a stream's body never ends
+		body, _ = io.ReadAll(over.Body)
+	}
+	over.Body.Close()
+	var eb struct{ Code, Message string }
+	json.Unmarshal(body, &eb)
+	if over.StatusCode != 429 || eb.Code != "RATE_LIMITED" || eb.Message == "" || over.Header.Get("Retry-After") == "" {
+		t.Fatalf("stream %d of one key: status %d, Retry-After %q, body %s; want 429 RATE_LIMITED with Retry-After",
+			n+1, over.StatusCode, over.Header.Get("Retry-After"), body)
+	}
+	other, err := e.cloud.CreateAPIKey(context.Background(), e.a.ProjectID, "second", "admin", "admin@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := e.openEvents(ctx, other)
+	open = append(open, res)
+	if res.StatusCode != 200 {
+		t.Fatalf("a second key's stream: status %d, want 200", res.StatusCode)
+	}
+	// Closing a stream gives its place back, once the server has seen
+	// the client leave.
+	open[0].Body.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res := e.openEvents(ctx, e.a)
+		if res.StatusCode == 200 {
+			open = append(open, res)
+			break
+		}
+		res.Body.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("after closing a stream: status %d for 10 s, want 200", res.StatusCode)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -5,6 +5,44 @@ import (
 	"sync"
 )
 
+// holdCap counts what each client holds at once, by a key (its address,
+// its credential), and refuses more than max: the per-address connection
+// cap and the per-credential event stream cap are both one.
+type holdCap struct {
+	max  int
+	mu   sync.Mutex
+	held map[string]int
+}
+
+func newHoldCap(max int) *holdCap { return &holdCap{max: max, held: map[string]int{}} }
+
+// take counts one more for key and returns true, or returns false when
+// key already holds max. A cap of 0 or less takes everything.
+func (c *holdCap) take(key string) bool {
+	if c == nil || c.max <= 0 {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held[key] >= c.max {
+		return false
+	}
+	c.held[key]++
+	return true
+}
+
+// release gives back one that take counted for key.
+func (c *holdCap) release(key string) {
+	if c == nil || c.max <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held[key]--; c.held[key] <= 0 {
+		delete(c.held, key)
+	}
+}
+
 // LimitConnsPerAddr returns a listener that lets each remote address hold
 // at most n connections at once: one client cannot use up the server's
 // connections or file descriptors. Connections over the cap are closed as
@@ -13,14 +51,12 @@ func LimitConnsPerAddr(ln net.Listener, n int) net.Listener {
 	if n <= 0 {
 		return ln
 	}
-	return &limitListener{Listener: ln, max: n, open: map[string]int{}}
+	return &limitListener{Listener: ln, conns: newHoldCap(n)}
 }
 
 type limitListener struct {
 	net.Listener
-	max  int
-	mu   sync.Mutex
-	open map[string]int
+	conns *holdCap
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -30,23 +66,11 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		addr := remoteHost(c)
-		l.mu.Lock()
-		if l.open[addr] >= l.max {
-			l.mu.Unlock()
+		if !l.conns.take(addr) {
 			c.Close()
 			continue
 		}
-		l.open[addr]++
-		l.mu.Unlock()
-		return &countedConn{Conn: c, release: func() { l.release(addr) }}, nil
-	}
-}
-
-func (l *limitListener) release(addr string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.open[addr]--; l.open[addr] <= 0 {
-		delete(l.open, addr)
+		return &countedConn{Conn: c, release: func() { l.conns.release(addr) }}, nil
 	}
 }
 

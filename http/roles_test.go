@@ -355,3 +355,64 @@ func TestUserTokenIdempotency(t *testing.T) {
 		t.Errorf("%d services, want 1", len(list))
 	}
 }
+
+// TestRemoveMember_RevokesKeys: removing a member revokes, for good, every
+// key the member issued in that project: adding the member back makes
+// none of them valid again, and the key list shows them revoked. Keys of
+// the member's other project stay valid.
+func TestRemoveMember_RevokesKeys(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			e := newEnv(t, kind, noLimits)
+			callers := roleCallers(t, e)
+			ctx := context.Background()
+			as := func(c caller) context.Context {
+				p, err := e.cloud.AuthenticateToken(ctx, dbcloud.TokenAccess, c.token)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return dbcloud.NewContextWithPrincipal(ctx, p)
+			}
+			owner, admin := callers[0], callers[1]
+			k, err := e.cloud.IssueAPIKey(as(admin), e.a.ProjectID, "admin's", identity.Admin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The admin is also a member of project b, with a key there.
+			boot, err := e.cloud.AuthenticateToken(ctx, dbcloud.TokenAccess, userToken(t, e, bootstrapUser(t, e)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.cloud.SetMember(dbcloud.NewContextWithPrincipal(ctx, boot), e.b.ProjectID, "admin-user@example.com", identity.Admin); err != nil {
+				t.Fatal(err)
+			}
+			kb, err := e.cloud.IssueAPIKey(as(admin), e.b.ProjectID, "admin's in b", identity.Admin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.want(200, "", req{Method: "GET", Path: e.pa() + "/services", Key: k})
+			adminP, err := e.cloud.AuthenticateToken(ctx, dbcloud.TokenAccess, admin.token)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.cloud.RemoveMember(as(owner), e.a.ProjectID, adminP.User.ID); err != nil {
+				t.Fatal(err)
+			}
+			e.want(401, "UNAUTHORIZED", req{Method: "GET", Path: e.pa() + "/services", Key: k})
+			if err := e.cloud.SetMember(as(owner), e.a.ProjectID, "admin-user@example.com", identity.Admin); err != nil {
+				t.Fatal(err)
+			}
+			e.want(401, "UNAUTHORIZED", req{Method: "GET", Path: e.pa() + "/services", Key: k})
+			keys, err := e.cloud.ProjectAPIKeys(as(owner), e.a.ProjectID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, x := range keys {
+				if x.AccessKey == k.AccessKey && x.Revoked == nil {
+					t.Errorf("key %s of the removed member is listed as not revoked", x.AccessKey)
+				}
+			}
+			e.want(200, "", req{Method: "GET", Path: "/projects/" + e.b.ProjectID + "/services", Key: kb})
+		})
+	}
+}

@@ -38,11 +38,21 @@ type Config struct {
 	// one address in the same way.
 	AuthFailLimit float64
 	AuthFailBurst int
+	// MaxStreamsPerCredential caps the event streams one credential (an
+	// API key, a user's login) holds at once; one more is answered 429.
+	// The per-address connection cap (ServerConfig.MaxConnsPerAddr) alone
+	// let one key hold hundreds, each a goroutine and a store poll per
+	// second. 0 means no cap.
+	MaxStreamsPerCredential int
 }
+
+// DefaultMaxStreamsPerCredential is enough for a console open in many
+// tabs and a few followers, far below the per-address connection cap.
+const DefaultMaxStreamsPerCredential = 32
 
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
-	return Config{RateLimit: 50, RateBurst: 100, AuthFailLimit: 1, AuthFailBurst: 10}
+	return Config{RateLimit: 50, RateBurst: 100, AuthFailLimit: 1, AuthFailBurst: 10, MaxStreamsPerCredential: DefaultMaxStreamsPerCredential}
 }
 
 // ServerConfig bounds what one client can hold of the server.

@@ -42,10 +42,15 @@ type filter struct {
 	terms  []string      // every search term, folded
 	needle []*foldNeedle // the terms a raw line can be searched for
 	anchor *foldNeedle   // the longest of them, searched across whole blocks
+
+	// red rewrites the host paths of a message before the search terms
+	// see it, so a term finds only what the page shows: a search for a
+	// host path never tells whether a line holds it.
+	red *Redactor
 }
 
-func newFilter(q Query) (*filter, error) {
-	f := &filter{since: q.Since, until: q.Until}
+func newFilter(q Query, red *Redactor) (*filter, error) {
+	f := &filter{since: q.Since, until: q.Until, red: red}
 	if f.since != nil {
 		f.stopBelow = f.since.Add(-Slack)
 	}
@@ -72,7 +77,7 @@ func newFilter(q Query) (*filter, error) {
 		}
 		ft := fold(t)
 		f.terms = append(f.terms, ft)
-		if rawSearchable(ft) {
+		if rawSearchable(ft) && !red.hides(ft) {
 			n := newFoldNeedle(ft)
 			f.needle = append(f.needle, n)
 			if f.anchor == nil || len(n.pat) > len(f.anchor.pat) {
@@ -193,6 +198,7 @@ func (f *filter) match(line []byte) (Entry, verdict) {
 	if f.sevs != nil && !f.sevs[rec.Severity] {
 		return Entry{}, skipped
 	}
+	rec.Message = f.red.Redact(rec.Message)
 	if len(f.terms) > 0 {
 		msg := fold(rec.Message)
 		for _, t := range f.terms {

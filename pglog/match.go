@@ -12,7 +12,7 @@ type Matcher struct{ f *filter }
 // NewMatcher compiles q's filters; an unknown severity is an error of kind
 // dbcloud.KindInvalid, as for Reader.Read.
 func NewMatcher(q Query) (*Matcher, error) {
-	f, err := newFilter(q)
+	f, err := newFilter(q, nil)
 	if err != nil {
 		return nil, err
 	}

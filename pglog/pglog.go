@@ -97,6 +97,9 @@ type Reader struct {
 	// position nor point the reader at another file. It must stay the same
 	// across restarts for cursors to outlive them; at least 16 bytes.
 	Key []byte
+	// Redact, when set, rewrites the host paths of every message read,
+	// before the search terms are matched (see Redactor).
+	Redact *Redactor
 }
 
 // Read returns the page of entries of sources that q selects. A malformed,
@@ -106,7 +109,7 @@ func (r *Reader) Read(ctx context.Context, sources []Source, q Query) (*Page, er
 	if len(r.Key) < 16 {
 		return nil, errors.New("pglog: the cursor key must be at least 16 bytes")
 	}
-	f, err := newFilter(q)
+	f, err := newFilter(q, r.Redact)
 	if err != nil {
 		return nil, err
 	}

@@ -49,6 +49,8 @@ type Config struct {
 	PortMax    int
 	RateLimit  float64
 	RateBurst  int
+	// MaxStreams caps the event streams one credential holds at once.
+	MaxStreams int
 	AdminName  string
 	AdminEmail string
 	LogFormat  string
@@ -108,7 +110,7 @@ func DefaultConfig() Config {
 	return Config{
 		DataDir: "./dbcloud-data", Listen: "127.0.0.1:8443", PublicHost: d.PublicHost,
 		PGBinDir: pgbin.Dir(), Regions: strings.Join(d.Regions, ","), Sizes: sizesString(d.Sizes),
-		PortMin: d.PortMin, PortMax: d.PortMax, RateLimit: h.RateLimit, RateBurst: h.RateBurst,
+		PortMin: d.PortMin, PortMax: d.PortMax, RateLimit: h.RateLimit, RateBurst: h.RateBurst, MaxStreams: h.MaxStreamsPerCredential,
 		AdminName: "admin", AdminEmail: "admin@example.com", LogFormat: "json", Quotas: d.Quotas,
 		PoolSize: 2, PoolMaxSize: postgres.DefaultPoolMaxSize, PoolMemoryShare: postgres.DefaultPoolMemoryShare, Overcommit: 4, VPCBlock: netip.MustParsePrefix("127.77.0.0/16"),
 		SnapshotInterval: local.DefaultSnapshotInterval, SnapshotRetention: local.DefaultSnapshotRetention,
@@ -188,6 +190,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.DurationVar(&c.HTTP.WriteTimeout, "http-write-timeout", c.HTTP.WriteTimeout, "longest time to write a response")
 	fs.DurationVar(&c.HTTP.IdleTimeout, "http-idle-timeout", c.HTTP.IdleTimeout, "how long an idle kept-alive connection stays open")
 	fs.IntVar(&c.HTTP.MaxConnsPerAddr, "max-conns-per-addr", c.HTTP.MaxConnsPerAddr, "connections one client address may hold at once (0: no cap)")
+	fs.IntVar(&c.MaxStreams, "max-streams-per-credential", c.MaxStreams, "event streams one API key or user login may hold at once; one more is answered 429 (0: no cap)")
 	fs.StringVar(&c.PgBouncer, "pgbouncer", c.PgBouncer, fmt.Sprintf("PgBouncer binary for connection poolers, %d.%d or newer (default %s, which scripts/deps.sh builds, else /usr/sbin/pgbouncer, else PATH); without one, poolers are refused",
 		pgbouncer.MinMajor, pgbouncer.MinMinor, pgbouncer.DefaultBinary))
 	fs.StringVar(&c.RuntimeDir, "runtime-dir", c.RuntimeDir, "where service instances live (default DATA_DIR/runtime, or /var/lib/dbcloud/HASH when PostgreSQL's OS user cannot reach DATA_DIR)")
@@ -331,7 +334,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	h := http.NewHandler(m.cloud, http.Config{
-		RateLimit: c.RateLimit, RateBurst: c.RateBurst,
+		RateLimit: c.RateLimit, RateBurst: c.RateBurst, MaxStreamsPerCredential: c.MaxStreams,
 		AuthFailLimit: http.DefaultConfig().AuthFailLimit, AuthFailBurst: http.DefaultConfig().AuthFailBurst,
 	}, m.Logger)
 	if os.Getenv(crashAfterCommitEnv) == "1" {

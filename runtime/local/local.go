@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,6 +22,7 @@ import (
 
 	"dbcloud"
 	"dbcloud/internal/atomicfile"
+	"dbcloud/pglog"
 	"dbcloud/runtime/local/backup"
 	"dbcloud/runtime/local/internal/cgroup"
 	"dbcloud/runtime/local/internal/osuser"
@@ -109,6 +109,7 @@ type Runtime struct {
 	storage     map[string]storageSample // last storage measurement per service (metrics.go)
 	quiet       map[string]time.Time     // until when each service has no backup work due (backup_due.go)
 	cursorKey   []byte                   // signs log cursors; read from its file once
+	logPaths    []pglog.PathName         // host paths log messages may name (logs.go); found once
 
 	stopLogs context.CancelFunc // ends the log retention loop
 	logsDone chan struct{}
@@ -739,11 +740,11 @@ func (rt *Runtime) Extensions() map[string]bool {
 // Extensions lists the extensions available to the PostgreSQL in binDir.
 func Extensions(binDir string) map[string]bool {
 	out := map[string]bool{}
-	share, err := exec.Command(filepath.Join(binDir, "pg_config"), "--sharedir").Output()
+	share, err := pgShareDir(binDir)
 	if err != nil {
 		return out
 	}
-	files, _ := filepath.Glob(filepath.Join(strings.TrimSpace(string(share)), "extension", "*.control"))
+	files, _ := filepath.Glob(filepath.Join(share, "extension", "*.control"))
 	for _, f := range files {
 		out[strings.TrimSuffix(filepath.Base(f), ".control")] = true
 	}

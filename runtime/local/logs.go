@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"dbcloud"
@@ -73,7 +75,7 @@ func (rt *Runtime) readLogs(ctx context.Context, svc *dbcloud.Service, q dbcloud
 	if q.Node != nil {
 		scope = svc.ID + "/" + strconv.Itoa(*q.Node)
 	}
-	page, err := (&pglog.Reader{Key: key}).Read(ctx, sources, pglog.Query{
+	page, err := (&pglog.Reader{Key: key, Redact: rt.logRedactor(svc.ID)}).Read(ctx, sources, pglog.Query{
 		Cursor: q.Cursor, Scope: scope, Since: q.Since, Until: q.Until,
 		Severities: q.Severities, Search: q.Search, Limit: q.Limit,
 	})
@@ -85,6 +87,68 @@ func (rt *Runtime) readLogs(ctx context.Context, svc *dbcloud.Service, q dbcloud
 		out.Entries[i] = dbcloud.LogEntry{Timestamp: e.Timestamp, Severity: e.Severity, Message: e.Message}
 	}
 	return out, nil
+}
+
+// logRedactor rewrites the host paths a message of the service's logs
+// may name (its directory, the runtime directory, the PostgreSQL
+// installation) into neutral names: a tenant reads these lines, and the
+// host's layout is none of its business (issue 30).
+func (rt *Runtime) logRedactor(serviceID string) *pglog.Redactor {
+	paths := []pglog.PathName{{Path: rt.serviceDir(serviceID), Name: "<service>"}}
+	for _, p := range rt.hostLogPaths() {
+		if p.Name == "<runtime>" {
+			// The same service directory, through the runtime
+			// directory's other spelling.
+			paths = append(paths, pglog.PathName{Path: filepath.Join(p.Path, "services", serviceID), Name: "<service>"})
+		}
+		paths = append(paths, p)
+	}
+	return pglog.NewRedactor(paths)
+}
+
+// hostLogPaths returns the runtime-wide paths logRedactor rewrites, found
+// once (the share directory costs a pg_config run): each as configured
+// and as resolved through symbolic links, then the usual places of a
+// Debian install and of the runtime, should a message name a path of
+// another version or of another runtime directory.
+func (rt *Runtime) hostLogPaths() []pglog.PathName {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.logPaths != nil {
+		return rt.logPaths
+	}
+	both := func(path, name string) []pglog.PathName {
+		if path == "" {
+			return nil
+		}
+		out := []pglog.PathName{{Path: path, Name: name}}
+		if real, err := filepath.EvalSymlinks(path); err == nil && real != path {
+			out = append(out, pglog.PathName{Path: real, Name: name})
+		}
+		return out
+	}
+	paths := both(rt.cfg.DataDir, "<runtime>")
+	if rt.cfg.BinDir != "" {
+		paths = append(paths, both(filepath.Dir(rt.cfg.BinDir), "<postgresql>")...)
+		if share, err := pgShareDir(rt.cfg.BinDir); err == nil {
+			paths = append(paths, both(share, "<postgresql-share>")...)
+		}
+	}
+	paths = append(paths,
+		pglog.PathName{Path: "/usr/lib/postgresql", Name: "<postgresql>"},
+		pglog.PathName{Path: "/usr/share/postgresql", Name: "<postgresql-share>"},
+		pglog.PathName{Path: "/var/lib/dbcloud", Name: "<runtime>"})
+	rt.logPaths = paths
+	return paths
+}
+
+// pgShareDir returns the share directory of the PostgreSQL in binDir.
+func pgShareDir(binDir string) (string, error) {
+	out, err := exec.Command(filepath.Join(binDir, "pg_config"), "--sharedir").Output()
+	if err != nil {
+		return "", fmt.Errorf("pg_config --sharedir: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 // logSources returns the log directories of the service's instances: all
