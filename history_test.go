@@ -41,7 +41,8 @@ func TestHistory_Query(t *testing.T) {
 	h := newHistory(t, &now)
 	svc := &dbcloud.Service{ID: "svc1", Spec: dbcloud.ServiceSpec{Size: dbcloud.Size{CPUMillis: 1000, MemoryGBs: 4}}}
 	// Samples every 20 s in minutes 0, 1 and 3 (minute 2 is a gap); the
-	// WAL counter restarts from 0 in minute 3.
+	// WAL counter restarts from 0 in minute 3; transactions per second are
+	// 0, 2, 4, ... 16, so an average differs from a sum.
 	var samples []dbcloud.SeriesSample
 	wal := []float64{100, 200, 300, 400, 500, 600, 10, 20, 30}
 	i := 0
@@ -51,7 +52,7 @@ func TestHistory_Query(t *testing.T) {
 			samples = append(samples, dbcloud.Samples(svc, &dbcloud.Metrics{
 				MilliCPU: int64(10 * (i + 1)), Measured: at,
 				Database: &dbcloud.DatabaseMetrics{
-					Connections: int64(i), WALBytes: int64(wal[i]),
+					Connections: int64(i), WALBytes: int64(wal[i]), TransactionsPerSec: float64(2 * i),
 					Replication: []dbcloud.ReplicationLag{{Ordinal: 1, LagBytes: 5}, {ReplicaSetID: "rs1", Ordinal: 0, LagBytes: 7}},
 				},
 			})...)
@@ -72,7 +73,9 @@ func TestHistory_Query(t *testing.T) {
 			// The default is LAST, buckets of a minute for an hour's window, gaps null.
 			{q(dbcloud.SeriesCPUUsage, ""), " 30 60 null 90"},
 			{q(dbcloud.SeriesCPUTotal, ""), " 1000 1000 null 1000"},
-			{q(dbcloud.SeriesTransactions, dbcloud.FnAvg), " 0 0 null 0"},
+			{q(dbcloud.SeriesTransactions, dbcloud.FnAvg), " 2 8 null 14"},
+			{q(dbcloud.SeriesTransactions, dbcloud.FnSum), " 6 24 null 42"},
+			{q(dbcloud.SeriesWALBytes, dbcloud.FnAvg), " 200 500 null 20"},
 			{q(dbcloud.SeriesWALBytes, dbcloud.FnMax), " 300 600 null 30"},
 			{q(dbcloud.SeriesWALBytes, dbcloud.FnMin), " 100 400 null 10"},
 			{q(dbcloud.SeriesWALBytes, dbcloud.FnSum), " 600 1500 null 60"},
@@ -119,6 +122,14 @@ func TestHistory_Query(t *testing.T) {
 		got, err := h.Query(t.Context(), "svc1", dbcloud.SeriesQuery{Name: dbcloud.SeriesConnections, From: t0, To: t0.Add(3 * time.Minute), Bucket: 90 * time.Second})
 		if err != nil || len(got) != 1 || values(got[0].Points) != " 4 5" {
 			t.Errorf("90 s buckets = %+v, %v; want 4 5", got, err)
+		}
+		// Hour buckets come from the hour tier: its rows' sums over their
+		// counts, 72 / 9.
+		got, err = h.Query(t.Context(), "svc1", dbcloud.SeriesQuery{Name: dbcloud.SeriesTransactions, From: t0, To: t0.Add(time.Hour), Bucket: time.Hour, Fn: dbcloud.FnAvg})
+		if err != nil || len(got) != 1 {
+			t.Errorf("hour AVG = %d series, %v; want one", len(got), err)
+		} else if v := values(got[0].Points); v != " 8" {
+			t.Errorf("hour AVG =%s, want 8", v)
 		}
 		// A day-long window defaults to hour buckets.
 		got, err = h.Query(t.Context(), "svc1", dbcloud.SeriesQuery{Name: dbcloud.SeriesConnections, From: t0.Add(-12 * time.Hour), To: t0.Add(12 * time.Hour)})

@@ -92,11 +92,78 @@ var matrixBodies = map[string]any{
 	"series":         map[string]any{"name": dbcloud.SeriesConnections, "from": "2026-01-01T00:00:00Z", "to": "2026-01-01T01:00:00Z"},
 }
 
+// roleActions is the role table written out, not read from identity: a
+// table broken there (a viewer given ChangeResources) must fail here too,
+// both against identity's answers and against the API's.
+var roleActions = map[identity.Role]map[identity.Action]bool{
+	identity.Viewer: {identity.Read: true, identity.ChangeResources: false,
+		identity.ManageKeys: false, identity.ManageMembers: false, identity.DeleteProject: false},
+	identity.Developer: {identity.Read: true, identity.ChangeResources: true,
+		identity.ManageKeys: false, identity.ManageMembers: false, identity.DeleteProject: false},
+	identity.Admin: {identity.Read: true, identity.ChangeResources: true,
+		identity.ManageKeys: true, identity.ManageMembers: true, identity.DeleteProject: false},
+	identity.Owner: {identity.Read: true, identity.ChangeResources: true,
+		identity.ManageKeys: true, identity.ManageMembers: true, identity.DeleteProject: true},
+}
+
+// routeClass is what a route of the API asks of the caller's role.
+type routeClass string
+
+const (
+	readsProject   routeClass = "reads the project"
+	changesProject routeClass = "changes the project's resources"
+)
+
+// roleRoutes is the answer each role must get from each class of route,
+// written out: every role reads, developers and above change resources.
+var roleRoutes = map[identity.Role]map[routeClass]bool{
+	identity.Viewer:    {readsProject: true, changesProject: false},
+	identity.Developer: {readsProject: true, changesProject: true},
+	identity.Admin:     {readsProject: true, changesProject: true},
+	identity.Owner:     {readsProject: true, changesProject: true},
+}
+
+// checkIdentityTable: identity's role table answers as roleActions says,
+// for every role and action it knows, and roleRoutes agrees with both.
+func checkIdentityTable(t *testing.T) {
+	t.Helper()
+	if len(identity.Roles) != len(roleActions) {
+		t.Errorf("identity has %d roles, the written table %d", len(identity.Roles), len(roleActions))
+	}
+	for _, r := range identity.Roles {
+		want, ok := roleActions[r]
+		if !ok {
+			t.Errorf("role %s is not in the written table", r)
+			continue
+		}
+		if len(identity.Actions) != len(want) {
+			t.Errorf("identity has %d actions, the written table %d for %s", len(identity.Actions), len(want), r)
+		}
+		for _, a := range identity.Actions {
+			if got := r.Allows(a); got != want[a] {
+				t.Errorf("identity: %s allows %s = %v, want %v", r, a, got, want[a])
+			}
+		}
+	}
+	classAction := map[routeClass]identity.Action{readsProject: identity.Read, changesProject: identity.ChangeResources}
+	for r, classes := range roleRoutes {
+		for class, want := range classes {
+			if a := classAction[class]; roleActions[r][a] != want || r.Allows(a) != want {
+				t.Errorf("a route that %s: %s allowed = %v, but the written role table says %v and identity %v",
+					class, r, want, roleActions[r][a], r.Allows(a))
+			}
+		}
+	}
+}
+
 // TestRoleMatrix calls every route with a key and a user token of each
 // role: a route that reads succeeds for every role, one that changes
 // resources only for developers and above (a 403 that names the role for
 // viewers), and nothing of the other project is visible to anyone (404).
+// What each role may do is roleRoutes, checked first against identity's
+// table (through roleActions) and then against every answer.
 func TestRoleMatrix(t *testing.T) {
+	checkIdentityTable(t)
 	e := newEnv(t, "sqlite", noLimits)
 	callers := roleCallers(t, e)
 
@@ -148,9 +215,9 @@ func TestRoleMatrix(t *testing.T) {
 			inProject := strings.Contains(rt.Path, "{project_id}")
 			// A query sent as a POST (the metrics preview) reads.
 			reads := rt.Method == "GET" || strings.HasSuffix(rt.Path, "/metrics/series")
-			need := identity.Read
+			class := readsProject
 			if inProject && !reads {
-				need = identity.ChangeResources
+				class = changesProject
 			}
 			var body any
 			if rt.Body {
@@ -176,11 +243,12 @@ func TestRoleMatrix(t *testing.T) {
 				}
 				var eb struct{ Code, Message string }
 				json.Unmarshal(res.Body, &eb)
-				if c.role.Allows(need) && reads {
+				allowed := roleRoutes[c.role][class]
+				if allowed && reads {
 					if res.Status != 200 {
 						t.Errorf("%s %s as %s: %d %s, want 200", rt.Method, rt.Path, c.name, res.Status, res.Body)
 					}
-				} else if c.role.Allows(need) {
+				} else if allowed {
 					// A permitted change may still meet the resource's own
 					// rules (a conflict, a state), never a refusal of the caller.
 					if res.Status == 401 || res.Status == 403 || (res.Status == 404 && strings.HasPrefix(eb.Message, "Project")) {

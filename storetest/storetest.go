@@ -48,6 +48,7 @@ func RunStoreTests(t *testing.T, newDB NewDB) {
 		{"Lease", testLease},
 		{"Series", testSeries},
 		{"SeriesBounded", testSeriesBounded},
+		{"SeriesAvg", testSeriesAvg},
 		{"Time", testTime},
 		{"Update", testUpdate},
 		{"View", testView},
