@@ -350,6 +350,20 @@ guard_alter_role(AlterRoleStmt *s)
 			check_granted(rolespec_name(s->role));
 }
 
+/*
+ * check_new_database_name refuses a tenant's database named like dbcloud's
+ * own: PgBouncer runs its sign-in lookup in the database "dbcloud"
+ * (auth_dbname), which dbcloud makes and keeps out of the tenant's reach.
+ * One the tenant made first would hold the lookup function of its choice.
+ */
+static void
+check_new_database_name(const char *name)
+{
+	if (name != NULL && strcmp(name, DBCLOUD_DATABASE) == 0)
+		guard_refuse(psprintf("a database named \"%s\"", name),
+					 "That name is reserved to the platform's connection pooler.");
+}
+
 /* guard_role_utility: the role statements' part of the tenant guard. */
 void
 guard_role_utility(Node *stmt)
@@ -381,6 +395,9 @@ guard_role_utility(Node *stmt)
 		case T_AlterRoleSetStmt:
 			guard_alter_role_set((AlterRoleSetStmt *) stmt);
 			break;
+		case T_CreatedbStmt:
+			check_new_database_name(((CreatedbStmt *) stmt)->dbname);
+			break;
 		case T_AlterDatabaseSetStmt:
 			check_attached_setting(((AlterDatabaseSetStmt *) stmt)->setstmt, true);
 			break;
@@ -391,6 +408,8 @@ guard_role_utility(Node *stmt)
 			{
 				RenameStmt *s = (RenameStmt *) stmt;
 
+				if (s->renameType == OBJECT_DATABASE)
+					check_new_database_name(s->newname);
 				if (s->renameType == OBJECT_ROLE)
 				{
 					check_reserved(s->subname, "renamed");

@@ -138,6 +138,9 @@ func TestGuard_EscapeMatrix(t *testing.T) {
 		`CREATE ROLE U&"\FF50\FF4F\FF53\FF54\FF47\FF52\FF45\FF53"`,
 		`CREATE USER U&"\0009postgres"`,
 		`ALTER ROLE victim2 RENAME TO "Dbcloud_Victim"`,
+		// The pooler's lookup database: one a tenant made first would hold
+		// the lookup function of its choice.
+		"CREATE DATABASE " + PoolerDatabase,
 		// Last: without the guard they take the role away from the rows above.
 		"ALTER ROLE " + PoolerRole + " RENAME TO pooler2",
 		"DROP ROLE " + PoolerRole,
