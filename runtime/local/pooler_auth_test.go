@@ -253,9 +253,20 @@ func TestPooler_AuthDatabaseTaken(t *testing.T) {
 	if err := f.rt.instances.Exec(ctx, f.spec, "postgres", `DROP DATABASE `+db+` WITH (FORCE)`); err != nil {
 		t.Fatal(err)
 	}
-	direct := f.mustDirect(t, "tsdb")
-	if _, err := direct.Exec(ctx, `CREATE DATABASE `+db); err != nil {
+	// The guard refuses the name to tenants now: made as the tenant could
+	// before, by the superuser on its behalf and given to it.
+	if err := f.rt.instances.Exec(ctx, f.spec, "postgres", `CREATE DATABASE `+db+` OWNER tsdbadmin`); err != nil {
 		t.Fatal(err)
+	}
+	direct := f.mustDirect(t, "tsdb")
+	if _, err := direct.Exec(ctx, `CREATE DATABASE `+db+`2`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := direct.Exec(ctx, `ALTER DATABASE `+db+`2 RENAME TO `+db+`3`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := direct.Exec(ctx, `ALTER DATABASE `+db+`3 RENAME TO `+db); pgtest.SQLState(err) != "42501" {
+		t.Fatalf("tsdbadmin renaming a database to %s: %v, want the guard's 42501", db, err)
 	}
 	f.svc.Spec.Pooler = true
 	_, err := f.rt.ensurePooler(ctx, f.svc, f.spec, f.spec, f.port)

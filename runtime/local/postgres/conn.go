@@ -63,29 +63,31 @@ const SuperuserSearchPath = "pg_catalog, pg_temp"
 // or timescaledb.restoring; dbcloud_guard.storage_read_only is a reload
 // setting), and settings that only make a statement slower (planner and
 // memory settings), which statement_timeout bounds.
-var superuserSessionSettings = map[string]string{
-	"role":                                "none",
-	"default_transaction_read_only":       "off",
-	"default_transaction_isolation":       "read committed",
-	"default_transaction_deferrable":      "off",
-	"idle_session_timeout":                "0",
-	"idle_in_transaction_session_timeout": "0",
-	"default_tablespace":                  "",
-	"default_table_access_method":         "heap",
-	"search_path":                         SuperuserSearchPath,
-	"standard_conforming_strings":         "on",
-	"DateStyle":                           "ISO, MDY",
-	"IntervalStyle":                       "postgres",
-	"TimeZone":                            "UTC",
-	"bytea_output":                        "hex",
-	"extra_float_digits":                  "1",
-	"client_encoding":                     "UTF8",
-	"check_function_bodies":               "on",
-	"synchronous_commit":                  "on",
-	"client_min_messages":                 "notice",
-	"local_preload_libraries":             "",
-	"session_preload_libraries":           "",
-	"tsdb_admin.read_only_connection":     "off",
+func superuserSessionSettings() map[string]string {
+	return map[string]string{
+		"role":                                "none",
+		"default_transaction_read_only":       "off",
+		"default_transaction_isolation":       "read committed",
+		"default_transaction_deferrable":      "off",
+		"idle_session_timeout":                "0",
+		"idle_in_transaction_session_timeout": "0",
+		"default_tablespace":                  "",
+		"default_table_access_method":         "heap",
+		"search_path":                         SuperuserSearchPath,
+		"standard_conforming_strings":         "on",
+		"DateStyle":                           "ISO, MDY",
+		"IntervalStyle":                       "postgres",
+		"TimeZone":                            "UTC",
+		"bytea_output":                        "hex",
+		"extra_float_digits":                  "1",
+		"client_encoding":                     "UTF8",
+		"check_function_bodies":               "on",
+		"synchronous_commit":                  "on",
+		"client_min_messages":                 "notice",
+		"local_preload_libraries":             "",
+		"session_preload_libraries":           "",
+		"tsdb_admin.read_only_connection":     "off",
+	}
 }
 
 // Connect returns a superuser connection over the unix socket in Dir/run:
@@ -100,7 +102,7 @@ func (m *Instances) Connect(ctx context.Context, s Spec, db string) (*pgx.Conn, 
 	}
 	// The database belongs to a tenant, who may attach settings to it
 	// (superuserSessionSettings): a startup parameter outranks them.
-	for k, v := range superuserSessionSettings {
+	for k, v := range superuserSessionSettings() {
 		cfg.RuntimeParams[k] = v
 	}
 	// The tenant may also hold locks or make any statement slow: dbcloud's
