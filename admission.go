@@ -36,10 +36,9 @@ type HostCapacity struct {
 	// promised: what the host keeps for dbcloud's store and itself, or,
 	// on a storage image, what btrfs needs to stay usable when full.
 	DiskReserveBytes int64
-	// StorageBytes is the most a service of a size can keep on disk
-	// before the filesystem stops it (its storage limit and the headroom
-	// above it); nil when the runtime does not bound storage by size.
-	StorageBytes func(Size) int64
+	// StorageLimit is what a service of a size may keep on disk, in
+	// bytes; nil when the runtime does not bound storage by size.
+	StorageLimit func(Size) int64
 }
 
 // Capacity is implemented by a runtime that can tell what its host holds.
@@ -290,25 +289,27 @@ func hostCheck(h *HostCapacity, before, after Resources) error {
 
 // diskCheck refuses a change that raises a service's storage limit (a
 // create, a fork, a resize to a larger size) beyond what the disk can
-// still give it: the most the service can keep, less what it keeps
-// already, must fit in the free space less the reserve. Storage is thinly
+// still give it: the limit, less what the service keeps already, must fit
+// in the free space less the reserve. (The filesystem stops a service a
+// little above its limit, storage.go's hardLimit; the reserve covers
+// that headroom.) Storage is thinly
 // provisioned: the limits of all services together may exceed the disk,
 // as most services never reach theirs; what bounds them is each one's
 // quota and the image's size, and this check only keeps the disk from
 // promising one service more than it has left. A change that keeps or
 // lowers a limit always passes.
 func diskCheck(tx Tx, h *HostCapacity, services []*Service) error {
-	if h.StorageBytes == nil {
+	if h.StorageLimit == nil {
 		return nil
 	}
 	room := max(0, h.DiskFreeBytes-h.DiskReserveBytes)
 	for _, s := range services {
-		want := h.StorageBytes(s.Spec.Size)
+		want := h.StorageLimit(s.Spec.Size)
 		old, err := tx.FindService(s.ProjectID, s.ID)
 		if err != nil && !IsNotFound(err) {
 			return err
 		}
-		if old != nil && old.Status != StatusDeleting && want <= h.StorageBytes(old.Spec.Size) {
+		if old != nil && old.Status != StatusDeleting && want <= h.StorageLimit(old.Spec.Size) {
 			continue
 		}
 		need := want - storageOf(s)<<20

@@ -91,10 +91,14 @@ func TestStorageLimit_DefaultFilesystem(t *testing.T) {
 		t.Logf("%s: refused, SQLSTATE %s: %v", at.name, pgtest.SQLState(err), err)
 	}
 
-	// What the service keeps, as the filesystem accounts it now.
+	// What the service keeps, as the filesystem accounts it now, and
+	// where the filesystem stops it.
 	dir := filepath.Join(s.runtimeDir(), "services", a.ServiceID)
-	onDisk, how := serviceBytes(t, dir)
-	t.Logf("service %s keeps %d MB (%s); limit %d MB, margin to %d MB", a.ServiceID, onDisk>>20, how, limitMB, hardLimitMB)
+	onDisk, quota := serviceBytes(t, dir)
+	t.Logf("service %s keeps %d MB; quota %d MB; limit %d MB, margin to %d MB", a.ServiceID, onDisk>>20, quota>>20, limitMB, hardLimitMB)
+	if quota == 0 || quota>>20 > hardLimitMB {
+		t.Errorf("the filesystem stops the service at %d MB (0: never), want at most its limit and margin, %d MB", quota>>20, hardLimitMB)
+	}
 	if onDisk>>20 > hardLimitMB {
 		t.Errorf("the service keeps %d MB, beyond its limit of %d MB and margin (%d MB)", onDisk>>20, limitMB, hardLimitMB)
 	}
@@ -129,10 +133,11 @@ func TestStorageLimit_DefaultFilesystem(t *testing.T) {
 	}
 }
 
-// serviceBytes is what a service's directory keeps: where it is a btrfs
-// volume, what its quota group references (what the quota limits), after
-// a commit; elsewhere its blocks as du counts them.
-func serviceBytes(t *testing.T, dir string) (int64, string) {
+// serviceBytes is what a service's directory keeps and the quota the
+// filesystem stops it at: where it is a btrfs volume, what its quota
+// group references (what the quota limits), after a commit, and its
+// limit; elsewhere its blocks as du counts them, and no quota (0).
+func serviceBytes(t *testing.T, dir string) (used, quota int64) {
 	t.Helper()
 	if fs, _ := statfsType(dir); fs == "btrfs" {
 		out, err := exec.Command("btrfs", "qgroup", "show", "--raw", "-re", "-f", "--sync", dir).Output()
@@ -140,11 +145,12 @@ func serviceBytes(t *testing.T, dir string) (int64, string) {
 			for _, line := range strings.Split(string(out), "\n") {
 				f := strings.Fields(line)
 				if len(f) >= 4 && strings.HasPrefix(f[0], "0/") {
-					n, err := strconv.ParseInt(f[1], 10, 64)
+					used, err := strconv.ParseInt(f[1], 10, 64)
 					if err != nil {
 						t.Fatalf("qgroup show: %q: %v", line, err)
 					}
-					return n, "btrfs quota group, limit " + f[3]
+					quota, _ := strconv.ParseInt(f[3], 10, 64) // "none": 0
+					return used, quota
 				}
 			}
 		}
@@ -157,7 +163,7 @@ func serviceBytes(t *testing.T, dir string) (int64, string) {
 	if err != nil {
 		t.Fatalf("du %s: %q: %v", dir, out, err)
 	}
-	return n, "du"
+	return n, 0
 }
 
 // statfsType names the filesystem holding dir.

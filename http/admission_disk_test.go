@@ -20,7 +20,7 @@ func TestAdmission_Disk(t *testing.T) {
 	a := e.readyService(map[string]any{"name": "a", "cpu_millis": "shared"})
 	e.runtime.mu.Lock()
 	e.runtime.host = &dbcloud.HostCapacity{CPUMillis: 64000, MemoryBytes: 256 << 30, Overcommit: 1,
-		DiskFreeBytes: 40 << 30, DiskReserveBytes: 4 << 30, StorageBytes: limits.Of}
+		DiskFreeBytes: 40 << 30, DiskReserveBytes: 4 << 30, StorageLimit: limits.Of}
 	e.runtime.mu.Unlock()
 	refused := func(name, free string, r req) {
 		t.Helper()

@@ -711,7 +711,7 @@ func (rt *Runtime) HostCapacity() (dbcloud.HostCapacity, error) {
 		return dbcloud.HostCapacity{}, err
 	}
 	return dbcloud.HostCapacity{CPUMillis: cpu, MemoryBytes: mem, Overcommit: rt.cfg.Overcommit, DiskFreeBytes: disk,
-		DiskReserveBytes: rt.diskReserve, StorageBytes: rt.storageBytes}, nil
+		DiskReserveBytes: rt.diskReserve, StorageLimit: rt.cfg.StorageLimits.Of}, nil
 }
 
 // Extensions lists the extensions whose control files the installed

@@ -107,12 +107,6 @@ func hardLimit(limit int64) int64 {
 	return limit + max(limit/10, 512<<20)
 }
 
-// storageBytes is the most a service of size can keep on disk: where the
-// filesystem stops it.
-func (rt *Runtime) storageBytes(size dbcloud.Size) int64 {
-	return hardLimit(rt.cfg.StorageLimits.Of(size))
-}
-
 // makeServiceVolume makes the service's directory a volume limited to
 // what its size may keep (a btrfs subvolume with a quota where the
 // filesystem has quotas, else a plain directory); a resize moves the
@@ -121,7 +115,7 @@ func (rt *Runtime) makeServiceVolume(ctx context.Context, svc *dbcloud.Service, 
 	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
 		return err
 	}
-	return rt.volumes.Create(ctx, dir, 0o700, rt.storageBytes(svc.Spec.Size))
+	return rt.volumes.Create(ctx, dir, 0o700, hardLimit(rt.cfg.StorageLimits.Of(svc.Spec.Size)))
 }
 
 // serviceStorage is what the service keeps on disk: data, WAL archive and

@@ -14,11 +14,13 @@ import (
 )
 
 // HostReserve is what an automatic image leaves free on the host's
-// filesystem: a tenth of it, and at least 4 GiB. It is for dbcloud's own
-// store, its logs and the host, which live beside the image and which no
-// tenant can then fill: the image is sparse, but it never grows past its
-// size, so a full image still leaves this much.
-func HostReserve(total int64) int64 { return max(total/10, 4<<30) }
+// filesystem: a twentieth of it, and at least 4 GiB, on top of what the
+// filesystem keeps for root (ext4's 5%, which free space as measured here
+// already leaves out). It is for dbcloud's own store, its logs and the
+// host, which live beside the image and which no tenant can then fill: the
+// image is sparse, but it never grows past its size, so a full image
+// still leaves this much of what was free when it was made.
+func HostReserve(total int64) int64 { return max(total/20, 4<<30) }
 
 // Reserve is the free space in the image that admission never hands out:
 // btrfs writes metadata even to delete, so a full one is hard to free

@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// The default image leaves the host a tenth of its filesystem, at least
-// 4 GiB, and is not made when less than 2 GiB would be left for it.
+// The default image leaves the host a twentieth of its filesystem, at
+// least 4 GiB, and is not made when less than 2 GiB would be left for it.
 func TestAutoImageSize(t *testing.T) {
 	const gib = int64(1) << 30
 	cases := []struct {
@@ -16,7 +16,7 @@ func TestAutoImageSize(t *testing.T) {
 		free, total int64
 		want, resrv int64
 	}{
-		{name: "LargeHost", free: 80 * gib, total: 252 * gib, want: 80*gib - 252*gib/10, resrv: 252 * gib / 10},
+		{name: "LargeHost", free: 80 * gib, total: 252 * gib, want: 80*gib - 252*gib/20, resrv: 252 * gib / 20},
 		{name: "SmallHostKeeps4GiB", free: 20 * gib, total: 30 * gib, want: 16 * gib, resrv: 4 * gib},
 		{name: "TooLittleFree", free: 5 * gib, total: 30 * gib, want: 0, resrv: 4 * gib},
 		{name: "JustEnough", free: 6 * gib, total: 30 * gib, want: 2 * gib, resrv: 4 * gib},
