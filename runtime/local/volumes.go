@@ -103,3 +103,11 @@ func autoImage(ctx context.Context, file, dir string) (*volume.Image, error) {
 	}
 	return &im, nil
 }
+
+// RemoveStorageImage unmounts the storage image at dir, the runtime
+// directory, and deletes its file (dir + ".img"), for `dbcloud admin
+// teardown` once every service is gone; it reports whether there was
+// one. An image made by default is dbcloud's: nothing else is on it.
+func RemoveStorageImage(ctx context.Context, dir string) (bool, error) {
+	return volume.Image{File: dir + ".img", Dir: dir}.Remove(ctx)
+}
