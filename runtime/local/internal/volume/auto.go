@@ -138,7 +138,13 @@ func MountAuto(ctx context.Context, file, dir string) (Image, error) {
 	if err != nil {
 		return Image{}, err
 	}
+	_, statErr := os.Stat(file)
 	if err := im.Mount(ctx); err != nil {
+		if errors.Is(statErr, fs.ErrNotExist) {
+			// Made just now and never used: the runtime goes on without
+			// it, and a later start makes a new one if it can.
+			os.Remove(file)
+		}
 		return Image{}, fmt.Errorf("%w: %v", ErrNoImage, err)
 	}
 	return im, nil
