@@ -291,13 +291,12 @@ func hostCheck(h *HostCapacity, before, after Resources) error {
 // create, a fork, a resize to a larger size) beyond what the disk can
 // still give it: the limit, less what the service keeps already, must fit
 // in the free space less the reserve. (The filesystem stops a service a
-// little above its limit, storage.go's hardLimit; the reserve covers
-// that headroom.) Storage is thinly
-// provisioned: the limits of all services together may exceed the disk,
-// as most services never reach theirs; what bounds them is each one's
-// quota and the image's size, and this check only keeps the disk from
-// promising one service more than it has left. A change that keeps or
-// lowers a limit always passes.
+// little above its limit, the local runtime's hardLimit; the reserve
+// covers that headroom.) Storage is thinly provisioned: the limits of all
+// services together may exceed the disk, as most services never reach
+// theirs; what bounds them is each one's quota and the image's size, and
+// this check only keeps the disk from promising one service more than it
+// has left. A change that keeps or lowers a limit always passes.
 func diskCheck(tx Tx, h *HostCapacity, services []*Service) error {
 	if h.StorageLimit == nil {
 		return nil
