@@ -32,6 +32,13 @@ type HostCapacity struct {
 	Overcommit float64
 	// DiskFreeBytes is the free space where instances keep their data.
 	DiskFreeBytes int64
+	// DiskReserveBytes is the part of DiskFreeBytes that no service is
+	// promised: what the host keeps for dbcloud's store and itself, or,
+	// on a storage image, what btrfs needs to stay usable when full.
+	DiskReserveBytes int64
+	// StorageLimit is what a service of a size may keep on disk, in
+	// bytes; nil when the runtime does not bound storage by size.
+	StorageLimit func(Size) int64
 }
 
 // Capacity is implemented by a runtime that can tell what its host holds.
@@ -182,6 +189,9 @@ func (c *Cloud) admit(tx Tx, host *HostCapacity, projectID string, cand candidat
 		if err := hostCheck(host, hostBefore, hostAfter); err != nil {
 			return err
 		}
+		if err := diskCheck(tx, host, cand.services); err != nil {
+			return err
+		}
 	}
 	q := c.Config.Quotas.Resources
 	if project != nil && project.Quota != nil {
@@ -275,6 +285,41 @@ func hostCheck(h *HostCapacity, before, after Resources) error {
 	}
 	return CodedErrorf(KindConflict, CodeCapacityExceeded,
 		"This host cannot hold the change: %s. Choose a smaller size or fewer instances, or stop or delete a service.", strings.Join(over, "; "))
+}
+
+// diskCheck refuses a change that raises a service's storage limit (a
+// create, a fork, a resize to a larger size) beyond what the disk can
+// still give it: the limit, less what the service keeps already, must fit
+// in the free space less the reserve. (The filesystem stops a service a
+// little above its limit, the local runtime's hardLimit; the reserve
+// covers that headroom.) Storage is thinly provisioned: the limits of all
+// services together may exceed the disk, as most services never reach
+// theirs; what bounds them is each one's quota and the image's size, and
+// this check only keeps the disk from promising one service more than it
+// has left. A change that keeps or lowers a limit always passes.
+func diskCheck(tx Tx, h *HostCapacity, services []*Service) error {
+	if h.StorageLimit == nil {
+		return nil
+	}
+	room := max(0, h.DiskFreeBytes-h.DiskReserveBytes)
+	for _, s := range services {
+		want := h.StorageLimit(s.Spec.Size)
+		old, err := tx.FindService(s.ProjectID, s.ID)
+		if err != nil && !IsNotFound(err) {
+			return err
+		}
+		if old != nil && old.Status != StatusDeleting && want <= h.StorageLimit(old.Spec.Size) {
+			continue
+		}
+		need := want - storageOf(s)<<20
+		if need <= room {
+			continue
+		}
+		return CodedErrorf(KindConflict, CodeCapacityExceeded,
+			"This host's disk cannot hold a service of size %s: it may keep up to %s on disk and %s is free to give (%s free, less %s kept in reserve). Choose a smaller size, or delete data or services, or ask the operator for more disk.",
+			s.Spec.Size, gib(want>>20), gib(room>>20), gib(h.DiskFreeBytes>>20), gib(h.DiskReserveBytes>>20))
+	}
+	return nil
 }
 
 func quotaCheck(q ResourceQuota, before, after Resources) error {

@@ -63,7 +63,10 @@ func TestChaos_DiskFull(t *testing.T) {
 		t.Skip("-chaos.disk.rounds is 0")
 	}
 	dir := mountImage(t, "ext4", "8G")
-	s := newServerIn(t, dir)
+	// The runtime stays on that ext4 (no storage image: the disk that
+	// fills is the services' own), with limits the 8 GiB admit beside the
+	// host's 4 GiB reserve.
+	s := newServerIn(t, dir, "--storage-image-gib", "0", "--storage-shared-mib", "512", "--storage-mib-per-memory-gib", "256")
 	runChaos(t, *chaosDiskRounds, []*server{s}, chaosSetup{diskDir: dir})
 }
 

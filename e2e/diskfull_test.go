@@ -17,16 +17,20 @@ import (
 // TestDiskFull fills the filesystem under dbcloud's data directory (an
 // ext4 image of the test's own) as an unprivileged user would, the way a
 // tenant's data fills a disk: API reads still answer; a create, which
-// needs disk, answers 503; a resize, which does not, is accepted; a
-// postmaster that dies meanwhile is not restarted into a crash loop, and
-// status_reason says why. Once space is freed everything accepted
-// completes and nothing is lost.
+// needs disk, answers 503; a resize, which does not (its storage limit
+// stays 1 GiB), is accepted; a postmaster that dies meanwhile is not
+// restarted into a crash loop, and status_reason says why. Once space is
+// freed everything accepted completes and nothing is lost. The runtime
+// stays on that ext4 (--storage-image-gib 0): the disk that fills is the
+// one the services are on.
 func TestDiskFull(t *testing.T) {
-	// Large enough for the admission's 1 GiB per new instance.
-	dir := mountImage(t, "ext4", "3G")
-	s := newServerIn(t, dir, "--pool-size", "1")
+	// Large enough for the admission's 1 GiB per new instance, and for a
+	// 1 GiB storage limit beside the host's reserve of 4 GiB.
+	dir := mountImage(t, "ext4", "8G")
+	s := newServerIn(t, dir, "--pool-size", "1", "--storage-image-gib", "0",
+		"--storage-shared-mib", "1024", "--storage-mib-per-memory-gib", "256")
 
-	created := s.create(map[string]any{"name": "full"})
+	created := s.create(map[string]any{"name": "full", "cpu_millis": "shared", "memory_gbs": "shared"})
 	svc := s.waitStatus(created.ServiceID, "READY", 90*time.Second)
 	ctx := context.Background()
 	conn := s.mustConnect(svc, created.InitialPassword)

@@ -49,6 +49,7 @@ func newPlanes(t testing.TB, extra ...string) *planes {
 	// Runs last: every plane has stopped by then.
 	t.Cleanup(func() {
 		stopPostmasters(t, shared)
+		unmountUnder(t, shared) // the storage image the planes share
 		os.RemoveAll(shared)
 	})
 	lo, hi := portRange(t)
@@ -81,8 +82,9 @@ func (p *planes) plane(name string, first *server) *server {
 			"--store", p.dsn, "--runtime-dir", filepath.Join(p.shared, "runtime"), "--ca-dir", filepath.Join(p.shared, "ca"),
 			"--node-id", name, "--pool-size", "1",
 			// As for newServer: restore checks cost a scratch instance per
-			// service; their own tests turn them on.
-			"--restore-check-interval", "0"}, p.extra...)}
+			// service; their own tests turn them on. The sizes' default
+			// storage limits are more than a test machine's disk holds.
+			"--restore-check-interval", "0", "--storage-mib-per-memory-gib", "2048"}, p.extra...)}
 	p.t.Cleanup(func() {
 		s.stop()
 		if p.t.Failed() {

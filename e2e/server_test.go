@@ -122,7 +122,12 @@ func newServerIn(t testing.TB, dir string, args ...string) *server {
 		args: append([]string{"--port-min", strconv.Itoa(lo), "--port-max", strconv.Itoa(hi),
 			// Restore checks cost a scratch instance per service; the
 			// tests of them turn them on.
-			"--restore-check-interval", "0"}, args...)}
+			"--restore-check-interval", "0",
+			// The default 25 GiB per GiB of memory is more than a test
+			// machine's disk gives, and admission refuses a size whose
+			// storage limit the disk cannot hold; the storage tests set
+			// their own.
+			"--storage-mib-per-memory-gib", "2048"}, args...)}
 	t.Cleanup(func() {
 		if s.cmd != nil && s.client != nil {
 			s.deleteAll()

@@ -45,7 +45,8 @@ func benchSnapshotSpace(b *testing.B, pgbench, dir string) {
 	if testing.Short() {
 		scale, days = 2, 2
 	}
-	s := newServerIn(b, dir, "--pool-size", "1", "--snapshot-interval", "2s", "--snapshot-retention", "24h")
+	// On the filesystem under test, not on a storage image made on it.
+	s := newServerIn(b, dir, "--pool-size", "1", "--snapshot-interval", "2s", "--snapshot-retention", "24h", "--storage-image-gib", "0")
 	created := s.create(map[string]any{"name": "week", "cpu_millis": "2000", "memory_gbs": "8"})
 	svc := s.waitStatus(created.ServiceID, "READY", 90*time.Second)
 	load := exec.Command(pgbench, "-i", "-s", strconv.Itoa(scale), "-q", "-h", svc.Endpoint.Host,

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"dbcloud"
+	"dbcloud/runtime/local"
 	"dbcloud/tlsca"
 )
 
@@ -168,8 +169,15 @@ func runTeardown(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return fmt.Errorf("remove %s: %w", filepath.Join(runtimeDir, e.Name()), err)
 		}
 	}
+	// The storage image (--storage-image-gib, made by default on ext4)
+	// holds nothing more.
+	if removed, err := local.RemoveStorageImage(ctx, runtimeDir); err != nil {
+		return err
+	} else if removed {
+		fmt.Fprintf(stdout, "removed the storage image %s.img\n", runtimeDir)
+	}
 	if err := os.Remove(runtimeDir); err != nil && !os.IsNotExist(err) {
-		// A storage image (--storage-image-gib) is mounted there.
+		// Another filesystem is mounted there.
 		fmt.Fprintf(stdout, "emptied %s; it is a mount point (unmount it, then remove it and %s.img): %v\n", runtimeDir, runtimeDir, err)
 		return nil
 	}

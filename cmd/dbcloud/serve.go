@@ -86,7 +86,9 @@ type Config struct {
 	// of a service; 0 turns them off.
 	RestoreCheckInterval time.Duration
 	// StorageImageGiB, above 0, keeps the runtime directory on a btrfs
-	// image of that size.
+	// image of that size; local.StorageImageAuto (the default) on one
+	// sized from the host's free disk where the directory's filesystem has
+	// no quotas; 0 on the host's filesystem.
 	StorageImageGiB int
 	// HTTP bounds what one client can hold of the API server.
 	HTTP http.ServerConfig
@@ -116,6 +118,7 @@ func DefaultConfig() Config {
 		SnapshotInterval: local.DefaultSnapshotInterval, SnapshotRetention: local.DefaultSnapshotRetention,
 		StorageLimits: dbcloud.DefaultStorageLimits, LogMaxAge: 7 * 24 * time.Hour, LogMaxBytes: 1 << 30, HTTP: http.DefaultServerConfig(),
 		LeaseTTL: engine.DefaultLeaseTTL, Metrics: DefaultMetricsConfig(), RestoreCheckInterval: time.Hour,
+		StorageImageGiB: local.StorageImageAuto,
 	}
 }
 
@@ -209,7 +212,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.Int64Var(&c.StorageLimits.SharedMiB, "storage-shared-mib", c.StorageLimits.SharedMiB, "what a shared service may keep on disk (data, WAL archive, snapshots), in MiB; read-only at 95%")
 	fs.Int64Var(&c.StorageLimits.MiBPerMemoryGiB, "storage-mib-per-memory-gib", c.StorageLimits.MiBPerMemoryGiB, "what a dedicated service may keep on disk per GiB of its memory, in MiB")
 	fs.DurationVar(&c.RestoreCheckInterval, "restore-check-interval", c.RestoreCheckInterval, "least time between two verified restores of a service: each new snapshot is restored into a scratch instance and checked (pg_amcheck), and the newest again after a day (0: off)")
-	fs.IntVar(&c.StorageImageGiB, "storage-image-gib", c.StorageImageGiB, "keep the runtime directory on a btrfs image file of this many GiB (RUNTIME_DIR.img, sparse, loop-mounted; needs root): copy-on-write forks and snapshots and per-service quotas on a host whose filesystem has neither (0: off)")
+	fs.IntVar(&c.StorageImageGiB, "storage-image-gib", c.StorageImageGiB, "keep the runtime directory on a btrfs image file of this many GiB (RUNTIME_DIR.img, sparse, loop-mounted; needs root): copy-on-write forks and snapshots and per-service quotas on a host whose filesystem has neither. -1 (the default): where the runtime directory's filesystem has no quotas and dbcloud is root, an image of the host's free disk at its creation less a reserve of max(5% of the filesystem, 4 GiB); 0: none, limits then only measured")
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this process's name in leases (default HOSTNAME:DATA_DIR; keep it stable across restarts)")
 	fs.StringVar(&c.CADir, "ca-dir", c.CADir, "directory of the installation's CA (ca.pem, ca-key.pem), made on first use; every control plane of one store uses the same (default DATA_DIR/tls)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "how long a resource's lease outlives the plane's last renewal (renewed every third of it): the takeover time when a plane dies")
@@ -262,8 +265,11 @@ func (c *Config) validate() error {
 	if c.LogMaxAge <= 0 || c.LogMaxBytes <= 0 || c.SnapshotInterval <= 0 || c.SnapshotRetention <= 0 {
 		errs = append(errs, fmt.Errorf("--log-max-age, --log-max-bytes, --snapshot-interval and --snapshot-retention must be above 0"))
 	}
-	if c.StorageImageGiB < 0 || c.RestoreCheckInterval < 0 {
-		errs = append(errs, errors.New("--storage-image-gib and --restore-check-interval must be 0 (off) or more"))
+	if c.StorageImageGiB < local.StorageImageAuto {
+		errs = append(errs, errors.New("--storage-image-gib must be -1 (automatic), 0 (off) or a size in GiB"))
+	}
+	if c.RestoreCheckInterval < 0 {
+		errs = append(errs, errors.New("--restore-check-interval must be 0 (off) or more"))
 	}
 	if c.LeaseTTL < 300*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--lease-ttl %v: want at least 300ms", c.LeaseTTL))

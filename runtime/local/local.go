@@ -78,6 +78,8 @@ type Config struct {
 	// StorageImageGiB, when above 0, keeps DataDir on a btrfs image of that
 	// size (DataDir + ".img", sparse), loop-mounted: copy-on-write clones
 	// and per-service quotas on a host whose filesystem has neither.
+	// StorageImageAuto makes one sized from the host's free disk where
+	// DataDir's filesystem has no quotas (volumes.go); 0 makes none.
 	StorageImageGiB int
 }
 
@@ -91,7 +93,10 @@ type Runtime struct {
 	backups   *backup.Backups
 	cgroups   *cgroup.Hierarchy
 	volumes   *volume.Volumes
-	roots     *x509.CertPool // the CA that endpoints must present
+	// diskReserve is the free space on DataDir's filesystem that admission
+	// never hands out (volumes.go).
+	diskReserve int64
+	roots       *x509.CertPool // the CA that endpoints must present
 	// users makes each service's OS identity (identity.go); nil when
 	// dbcloud is not root and every service runs as dbcloud's user.
 	users *osuser.Manager
@@ -148,7 +153,7 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	cfg.DataDir = dir
-	volumes, err := openVolumes(cfg)
+	volumes, diskReserve, err := openVolumes(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("local runtime: %w", err)
 	}
@@ -203,6 +208,7 @@ func New(cfg Config) (*Runtime, error) {
 		backups:     backup.New(instances, cfg.BinDir, cfg.Logger),
 		cgroups:     cgroups,
 		volumes:     volumes,
+		diskReserve: diskReserve,
 		roots:       roots,
 		users:       users,
 		cpu:         map[string]cpuSample{},
@@ -212,29 +218,6 @@ func New(cfg Config) (*Runtime, error) {
 		storage:     map[string]storageSample{},
 		quiet:       map[string]time.Time{},
 	}, nil
-}
-
-// openVolumes mounts the storage image if there is to be one and says
-// what the runtime's filesystem offers: clones make forks and snapshots
-// cheap, quotas make per-service limits real.
-func openVolumes(cfg Config) (*volume.Volumes, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if cfg.StorageImageGiB > 0 {
-		im := volume.Image{File: cfg.DataDir + ".img", Dir: cfg.DataDir, Size: int64(cfg.StorageImageGiB) << 30}
-		if err := im.Mount(ctx); err != nil {
-			return nil, err
-		}
-	} else if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
-		return nil, err
-	}
-	fs, err := volume.Probe(ctx, cfg.DataDir)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Logger.Info("runtime storage", "dir", cfg.DataDir, "filesystem", fs.Type,
-		"clones", fs.Reflink, "quotas", fs.Quotas, "summary", fs.String())
-	return volume.New(fs), nil
 }
 
 // Open starts the pool refill and the log retention loop; running
@@ -321,7 +304,7 @@ func (rt *Runtime) instanceBase(svc *dbcloud.Service) (postgres.Spec, error) {
 	}
 	return postgres.Spec{
 		ID: svc.ID + "-0", Dir: filepath.Join(rt.serviceDir(svc.ID), "0"), ListenAddr: listen,
-		Port: svc.Endpoint.Port, Settings: rt.storageSettings(svc.ID, addonSettings(res, svc.Spec.Addons)),
+		Port: svc.Endpoint.Port, Settings: rt.storageSettings(svc.ID, rt.cfg.StorageLimits.Of(svc.Spec.Size), addonSettings(res, svc.Spec.Addons)),
 		CPUMillis: res.CPUMillis, MemoryBytes: res.MemoryBytes, ArchiveDir: rt.archiveDir(svc.ID),
 		Owner: owner,
 	}, nil
@@ -719,15 +702,17 @@ func (rt *Runtime) metrics(ctx context.Context, svc *dbcloud.Service, spec postg
 	return m
 }
 
-// HostCapacity reports the host's CPUs, memory and free disk, and how many
-// times its CPU and memory all instances may reserve together; the domain
-// decides what fits (admission.go).
+// HostCapacity reports the host's CPUs, memory and free disk (of the
+// storage image where there is one), how many times its CPU and memory
+// all instances may reserve together, and the disk a service of a size
+// may fill; the domain decides what fits (admission.go).
 func (rt *Runtime) HostCapacity() (dbcloud.HostCapacity, error) {
 	cpu, mem, disk, err := postgres.HostCapacity(rt.cfg.DataDir)
 	if err != nil {
 		return dbcloud.HostCapacity{}, err
 	}
-	return dbcloud.HostCapacity{CPUMillis: cpu, MemoryBytes: mem, Overcommit: rt.cfg.Overcommit, DiskFreeBytes: disk}, nil
+	return dbcloud.HostCapacity{CPUMillis: cpu, MemoryBytes: mem, Overcommit: rt.cfg.Overcommit, DiskFreeBytes: disk,
+		DiskReserveBytes: rt.diskReserve, StorageLimit: rt.cfg.StorageLimits.Of}, nil
 }
 
 // Extensions lists the extensions whose control files the installed

@@ -95,7 +95,7 @@ func (rt *Runtime) nodeSpec(set *dbcloud.Service, upstream postgres.Spec, st *re
 	settings["primary_conninfo"] = fmt.Sprintf("host=%s port=%d user="+postgres.ReplicatorRole+" application_name=%s",
 		postgres.QuoteDSN(upstream.RunDir()), upstream.Port, nodeAppName(set.ID, n))
 	settings["primary_slot_name"] = nodeSlot(set.ID, n)
-	rt.storageSettings(set.ID, settings)
+	rt.storageSettings(set.ID, rt.cfg.StorageLimits.Of(st.ParentSize), settings)
 	return postgres.Spec{
 		ID: set.ID + "-" + strconv.Itoa(n), Dir: filepath.Join(rt.serviceDir(set.ID), strconv.Itoa(n)),
 		ListenAddr: rt.listenAddr(), Port: st.Ports[n], Settings: settings, CertPEM: certPEM, KeyPEM: keyPEM,

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"dbcloud"
@@ -34,22 +35,65 @@ func (rt *Runtime) storageReadOnly(id string) bool {
 }
 
 // storageSettings adds to an instance's settings what the runtime's
-// storage changes. Where files clone, the first start after a crash or a
-// copy (a fork, a replica node) syncs the data directory with one syncfs
-// rather than an fsync per file: a cloned data directory is metadata, and
-// a thousand fsyncs of it cost seconds on btrfs where one commit costs
-// milliseconds. Elsewhere a copy's data is dirty in the page cache and the
-// per-file walk flushes only it, not the other tenants' writes. A service
-// near its storage limit refuses writes that add data (the guard).
-func (rt *Runtime) storageSettings(serviceID string, settings map[string]string) map[string]string {
+// storage changes, for a service that may keep limit bytes. Where files
+// clone, the first start after a crash or a copy (a fork, a replica node)
+// syncs the data directory with one syncfs rather than an fsync per file:
+// a cloned data directory is metadata, and a thousand fsyncs of it cost
+// seconds on btrfs where one commit costs milliseconds. Elsewhere a copy's
+// data is dirty in the page cache and the per-file walk flushes only it,
+// not the other tenants' writes. A service near its storage limit refuses
+// writes that add data (the guard). Temporary files and the WAL that
+// replication slots hold are bounded by the limit (tempFileLimit,
+// slotWALKeep): neither is data the guard's read-only mode refuses.
+func (rt *Runtime) storageSettings(serviceID string, limit int64, settings map[string]string) map[string]string {
 	if rt.volumes.Filesystem().Reflink {
 		settings["recovery_init_sync_method"] = "syncfs"
 	}
 	if rt.storageReadOnly(serviceID) {
 		settings["dbcloud_guard.storage_read_only"] = "on"
 	}
+	settings["temp_file_limit"] = strconv.FormatInt(tempFileLimit(limit)>>10, 10)      // kB
+	settings["max_slot_wal_keep_size"] = strconv.FormatInt(slotWALKeep(limit)>>20, 10) // MB
+	if w := maxWALSize(limit); w > 0 {
+		settings["max_wal_size"] = strconv.FormatInt(w>>20, 10) // MB
+		settings["min_wal_size"] = "32"                         // two segments: keep no more than that recycled
+	}
 	return settings
 }
+
+// maxWALSize is max_wal_size for a service that may keep limit bytes, 0
+// for PostgreSQL's default of 1 GiB: an eighth of the limit when that is
+// less, and at least 64 MiB. Between two checkpoints pg_wal grows to
+// max_wal_size, and it counts against the limit: a service of 400 MiB
+// would otherwise reach its quota with WAL alone, where a failed WAL
+// write stops PostgreSQL.
+func maxWALSize(limit int64) int64 {
+	if w := max(limit/8, 64<<20); w < 1<<30 {
+		return w
+	}
+	return 0
+}
+
+// tempFileLimit is temp_file_limit, what one process may keep in
+// temporary files (a sort, a hash or a materialised result that spilled
+// to disk), for a service that may keep limit bytes: a tenth of it, at
+// least 64 MiB. Temporary files are in the data directory and count
+// against the limit, and a read-only service must still sort: without a
+// bound a query with work_mem=64kB writes its whole input there (1 GiB
+// for a service of 400 MiB was seen). The query that passes it fails
+// (SQLSTATE 53400); the tenant's tsdbadmin cannot raise it (superuser
+// only).
+func tempFileLimit(limit int64) int64 { return max(limit/10, 64<<20) }
+
+// slotWALKeep is max_slot_wal_keep_size, the most WAL a replication slot
+// may hold back in pg_wal, for a service that may keep limit bytes: a
+// quarter of it, at least 128 MiB. A slot nobody reads (a dead standby,
+// or one a tenant made) would otherwise keep WAL without bound; past it
+// the slot is invalidated and its WAL removed. dbcloud's own slots cope:
+// an HA standby that lagged that far reads the rest from the WAL archive
+// (restore_command) and streams again; a snapshot's slot lives for one
+// copy, and a copy that lost its WAL fails and is retried.
+func slotWALKeep(limit int64) int64 { return max(limit/4, 128<<20) }
 
 // hardLimit is where the filesystem stops a volume: above the read-only
 // level, so that the guard, which acts at the next measurement, stops the

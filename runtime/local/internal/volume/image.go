@@ -131,6 +131,29 @@ func (im Image) Unmount(ctx context.Context) error {
 	return run(ctx, "umount", im.Dir)
 }
 
+// Remove unmounts the image if it is mounted at Dir and deletes its file,
+// for a teardown once nothing runs on it; it reports whether there was an
+// image. Something else mounted at Dir is left alone.
+func (im Image) Remove(ctx context.Context) (bool, error) {
+	src, err := mountSource(im.Dir)
+	if err != nil {
+		return false, fmt.Errorf("storage image: %w", err)
+	}
+	if strings.HasPrefix(src, "/dev/loop") {
+		if err := im.Unmount(ctx); err != nil {
+			return false, fmt.Errorf("storage image: %w", err)
+		}
+	} else if src != "" {
+		return false, nil
+	}
+	if err := os.Remove(im.File); errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	} else if err != nil {
+		return false, fmt.Errorf("storage image: %w", err)
+	}
+	return true, nil
+}
+
 // mountSource returns what is mounted at dir ("" for nothing), from
 // /proc/self/mountinfo.
 func mountSource(dir string) (string, error) {
