@@ -89,7 +89,7 @@ func TestEnforceStorage_ReadOnly(t *testing.T) {
 		if got := rt.storageReadOnly(svc.ID); got != step.readOnly {
 			t.Errorf("at %d%%: read-only state %v, want %v", step.percent, got, step.readOnly)
 		}
-		settings := rt.storageSettings(svc.ID, map[string]string{})
+		settings := rt.storageSettings(svc.ID, limit, map[string]string{})
 		if got := settings["dbcloud_guard.storage_read_only"] == "on"; got != step.readOnly {
 			t.Errorf("at %d%%: settings %v, want storage_read_only on = %v", step.percent, settings, step.readOnly)
 		}
@@ -115,7 +115,7 @@ func TestEnforceStorage_ReadOnly(t *testing.T) {
 	// A restart of dbcloud reads the state: a new runtime renders the
 	// service read-only still.
 	again := &Runtime{cfg: rt.cfg, volumes: rt.volumes}
-	if got := again.storageSettings(svc.ID, map[string]string{}); got["dbcloud_guard.storage_read_only"] != "on" {
+	if got := again.storageSettings(svc.ID, limit, map[string]string{}); got["dbcloud_guard.storage_read_only"] != "on" {
 		t.Errorf("after a restart, settings %v, want storage_read_only on", got)
 	}
 }
