@@ -25,6 +25,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/extensions.env"
 # shellcheck source=debsrc.sh
 . "$here/debsrc.sh"
+# shellcheck source=buildlib.sh
+. "$here/buildlib.sh"
 
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 CACHE=${DBCLOUD_EXT_CACHE:-/var/cache/dbcloud/extensions}
@@ -88,25 +90,8 @@ fi
 
 start=$(date +%s)
 mkdir -p "$dir"
-buildlog="$dir/build.log"
-: >"$buildlog"
-fail() {
-	log "$* (last lines of $buildlog follow)"
-	tail -n 20 "$buildlog" >&2
-	exit 1
-}
-
-need=()
-have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in postgresql-server-dev-15 build-essential cmake dpkg-dev; do
-	have_pkg "$p" || need+=("$p")
-done
-if [ "${#need[@]}" -gt 0 ]; then
-	log "installing build dependencies ${need[*]}"
-	apt-get update -qq >>"$buildlog" 2>&1 || fail "apt-get update failed"
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >>"$buildlog" 2>&1 ||
-		fail "installing ${need[*]} failed"
-fi
+build_log "$dir/build.log"
+build_deps postgresql-server-dev-15 build-essential cmake dpkg-dev
 
 rm -rf "$dir/src" "$dir/root"
 mkdir -p "$dir/src"

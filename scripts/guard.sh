@@ -12,6 +12,8 @@
 # start when the library is missing).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=buildlib.sh
+. "$here/buildlib.sh"
 src="$here/../extensions/dbcloud_guard"
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 CACHE=${DBCLOUD_EXT_CACHE:-/var/cache/dbcloud/extensions}
@@ -43,23 +45,8 @@ if [ ! -f "$dir/dbcloud_guard.so" ]; then
 	start=$(date +%s)
 	rm -rf "$dir"
 	mkdir -p "$dir/src"
-	buildlog="$dir/build.log"
-	fail() {
-		log "$* (last lines of $buildlog follow)"
-		tail -n 20 "$buildlog" >&2
-		exit 1
-	}
-	need=()
-	have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-	for p in postgresql-server-dev-15 build-essential; do
-		have_pkg "$p" || need+=("$p")
-	done
-	if [ "${#need[@]}" -gt 0 ]; then
-		log "installing build dependencies ${need[*]}"
-		apt-get update -qq >>"$buildlog" 2>&1 || fail "apt-get update failed"
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >>"$buildlog" 2>&1 ||
-			fail "installing ${need[*]} failed"
-	fi
+	build_log "$dir/build.log"
+	build_deps postgresql-server-dev-15 build-essential
 	cp "$src/Makefile" "$src"/*.c "$src"/*.h "$dir/src/"
 	# with_llvm=no: no JIT bitcode, so clang's version need not match.
 	make -C "$dir/src" -j2 with_llvm=no PG_CONFIG="$PG_CONFIG" >>"$buildlog" 2>&1 || fail "make failed"

@@ -23,6 +23,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/extensions.env"
 # shellcheck source=debsrc.sh
 . "$here/debsrc.sh"
+# shellcheck source=buildlib.sh
+. "$here/buildlib.sh"
 
 ROOT=${DBCLOUD_PGBOUNCER_ROOT:-/usr/local/lib/dbcloud}
 CACHE=${DBCLOUD_PGBOUNCER_CACHE:-/var/cache/dbcloud/pgbouncer}
@@ -79,25 +81,8 @@ rm -rf "$dir"
 
 start=$(date +%s)
 mkdir -p "$dir"
-buildlog="$dir/build.log"
-: >"$buildlog"
-fail() {
-	log "$* (last lines of $buildlog follow)"
-	tail -n 20 "$buildlog" >&2
-	exit 1
-}
-
-need=()
-have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in build-essential dpkg-dev pkgconf libevent-dev libssl-dev libc-ares-dev; do
-	have_pkg "$p" || need+=("$p")
-done
-if [ "${#need[@]}" -gt 0 ]; then
-	log "installing build dependencies ${need[*]}"
-	apt-get update -qq >>"$buildlog" 2>&1 || fail "apt-get update failed"
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >>"$buildlog" 2>&1 ||
-		fail "installing ${need[*]} failed"
-fi
+build_log "$dir/build.log"
+build_deps build-essential dpkg-dev pkgconf libevent-dev libssl-dev libc-ares-dev
 
 mkdir -p "$dir/src"
 log "fetching the source package"
