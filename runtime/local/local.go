@@ -495,6 +495,9 @@ func (rt *Runtime) servePrimary(ctx context.Context, svc *dbcloud.Service, prima
 		return err
 	}
 	stepDone(ctx, "password")
+	if err := postgres.RevokeReservedMemberships(ctx, conn); err != nil {
+		return fmt.Errorf("on %s: %w", primary.ID, err)
+	}
 	if err := rt.dropStaleSlots(ctx, conn, primary); err != nil {
 		return err
 	}
