@@ -73,7 +73,9 @@ func DefaultServerConfig() ServerConfig {
 }
 
 // NewServer returns an HTTP server for h with cfg's timeouts. Serve it on
-// a listener from LimitConnsPerAddr.
+// a listener from LimitConnsPerAddr. When h is the API's *Handler, its
+// event streams end at Shutdown; a handler that wraps it registers
+// StopStreams itself.
 func NewServer(h http.Handler, cfg ServerConfig, logger *slog.Logger) *http.Server {
 	header := 10 * time.Second
 	if cfg.ReadTimeout > 0 {
