@@ -243,3 +243,34 @@ func TestFlags(t *testing.T) {
 		}
 	})
 }
+
+// TestServe_ShutdownEndsStreams: an open event stream ends when the server
+// shuts down, so Close finishes without waiting out its deadline (the
+// console wraps the API's handler; before, Close answered "context
+// deadline exceeded" after 10 s and the stream ran until then).
+func TestServe_ShutdownEndsStreams(t *testing.T) {
+	dir := t.TempDir()
+	m := MustRunMain(t, dir, io.Discard)
+	b := readBootstrap(t, dir)
+	req, _ := http.NewRequest("GET", b.APIURL+"/projects/"+b.ProjectID+"/events", nil)
+	req.SetBasicAuth(b.AccessKey, b.SecretKey)
+	res, err := client(t, b.CAFile).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("events: %d", res.StatusCode)
+	}
+	ended := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, res.Body)
+		ended <- err
+	}()
+	if err := m.Close(); err != nil {
+		t.Fatalf("Close with an open event stream: %v, want nil", err)
+	}
+	if err := <-ended; err != nil {
+		t.Errorf("the stream ended with %v, want its end", err)
+	}
+}
