@@ -72,6 +72,7 @@ var localReasons = map[string]string{
 	"TestLoad":                                      "measures host processes",
 	"TestPossibleFinal":                             "measures host processes",
 	"TestLogs":                                      "rotates and reads log files on this host",
+	"TestLogs_NoHostPath":                           "the host paths of this runtime's directories (a pod's paths are the container's own)",
 	"TestMetrics_HistoryAndPrometheus":              "compares metrics with host processes",
 	"TestPassword_Persists":                         "kills a postmaster on this host",
 	"TestPlanes_TwoPlanesOneStore":                  "shares a runtime directory on this host between planes",
