@@ -158,7 +158,13 @@ func TestEngine_ShortLeaseRenewedDuringLongWork(t *testing.T) {
 	s := newSharedStore(t, "engine_short_lease")
 	x := &exclusive{provisioner: newProvisioner(), active: map[string]string{}, by: map[string]map[string]bool{}}
 	for _, owner := range []string{"plane-a", "plane-b"} {
-		s.plane(t, slowPlane{plane: plane{x: x, owner: owner}, work: time.Second}, owner, 300*time.Millisecond)
+		// The work lasts three TTLs. The TTL is not shorter still: a
+		// renewal is one store write every third of it, and on a loaded
+		// 2-core machine (CI runs the e2e suite beside this package) a
+		// 300 ms TTL's 100 ms ticks were late enough for the lease to
+		// expire before the renewal's own check, and the other plane took
+		// it over while this one still worked.
+		s.plane(t, slowPlane{plane: plane{x: x, owner: owner}, work: 3 * time.Second}, owner, time.Second)
 	}
 	var ids []string
 	for range 4 {
