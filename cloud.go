@@ -338,6 +338,10 @@ const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
 // of project, service and replica set IDs.
 func NewID() string { return randomString(idAlphabet, 10) }
 
+// NewAccessKey returns a new API key's public half: "dbc" and 21
+// characters of [a-z0-9].
+func NewAccessKey() string { return "dbc" + randomString(idAlphabet, 21) }
+
 // newNumericID returns a random decimal identifier, the form of VPC and
 // peering IDs. The first digit is never zero so the value reads as a number.
 func newNumericID() string {

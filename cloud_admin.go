@@ -161,7 +161,7 @@ func (c *Cloud) issueKey(tx Tx, projectID, userID, name string, role identity.Ro
 	}
 	secret := base64.RawURLEncoding.EncodeToString(raw)
 	k := &APIKey{
-		AccessKey: "dbc" + randomString(idAlphabet, 21), ProjectID: projectID, UserID: userID, Name: name, Role: role,
+		AccessKey: NewAccessKey(), ProjectID: projectID, UserID: userID, Name: name, Role: role,
 		SecretHash: HashSecret(secret), Created: c.now(),
 	}
 	if err := tx.InsertAPIKey(k); err != nil {
