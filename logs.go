@@ -1,7 +1,6 @@
 package dbcloud
 
 import (
-	"context"
 	"time"
 )
 
@@ -33,27 +32,3 @@ type LogPage struct {
 
 // MaxLogEntries is the most entries one page holds.
 const MaxLogEntries = 500
-
-// Logs returns a page of a service's log lines.
-func (c *Cloud) Logs(ctx context.Context, projectID, id string, q LogQuery) (*LogPage, error) {
-	v, err := c.GetService(ctx, projectID, id)
-	if err != nil {
-		return nil, err
-	}
-	if q.Node != nil {
-		nodes := 1 + v.Service.Spec.Replicas
-		if len(v.Service.Instances) > nodes {
-			nodes = len(v.Service.Instances)
-		}
-		if *q.Node < 0 || *q.Node >= nodes {
-			return nil, Errorf(KindInvalid, "node %d does not exist; service %s has nodes 0 to %d.", *q.Node, id, nodes-1)
-		}
-	}
-	if q.Since != nil && q.Until != nil && !q.Since.Before(*q.Until) {
-		return nil, Errorf(KindInvalid, "since must be before until.")
-	}
-	if q.Limit <= 0 || q.Limit > MaxLogEntries {
-		q.Limit = MaxLogEntries
-	}
-	return c.Runtime.Logs(ctx, v.Service, q)
-}

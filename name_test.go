@@ -4,7 +4,7 @@ import "testing"
 
 func TestValidateName(t *testing.T) {
 	for _, ok := range []string{"db", "prod-eu 1", "données", "数据库", "emoji 🐘"} {
-		if err := validateName("name", ok); err != nil {
+		if err := ValidateName("name", ok); err != nil {
 			t.Errorf("validateName(%q) = %v, want nil", ok, err)
 		}
 	}
@@ -17,7 +17,7 @@ func TestValidateName(t *testing.T) {
 		"a\u200bb", "a\ufeffb", "a\u2028b", "a\u2029b", // zero width, BOM, separators
 		"bad\xffutf8",
 	} {
-		err := validateName("name", bad)
+		err := ValidateName("name", bad)
 		if ErrorKindOf(err) != KindInvalid {
 			t.Errorf("validateName(%q) = %v, want an invalid-request error", bad, err)
 		}

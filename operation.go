@@ -1,7 +1,6 @@
 package dbcloud
 
 import (
-	"context"
 	"time"
 )
 
@@ -86,25 +85,6 @@ type Requester struct {
 	System string `json:"system,omitempty"`
 }
 
-// requesterOf is the principal of ctx as an operation records it.
-func requesterOf(ctx context.Context) Requester {
-	p := PrincipalFromContext(ctx)
-	if p == nil {
-		return Requester{System: "dbcloud"}
-	}
-	var r Requester
-	if p.Key != nil {
-		r.AccessKey = p.Key.AccessKey
-	}
-	if p.User != nil {
-		r.UserID, r.UserEmail = p.User.ID, p.User.Email
-	}
-	if p.Key == nil && p.User == nil {
-		r.System = operatorRequester // OperatorContext
-	}
-	return r
-}
-
 // Finish moves op to a terminal state at now, with reason when not "".
 func (op *Operation) Finish(state OperationState, reason string, now time.Time) {
 	op.State, op.Updated = state, now
@@ -126,33 +106,6 @@ const (
 
 // HistoryRetention is how long finished operations and events are kept.
 const HistoryRetention = 7 * 24 * time.Hour
-
-// operationLogKey carries the IDs of the operations a request recorded.
-type operationLogKey struct{}
-
-// OperationLog holds the operation a request recorded, so that the
-// transport can name it in its response (Operation-Id). A transaction that
-// is retried records again, so the last ID is the committed one.
-type OperationLog struct{ ID, ResourceID string }
-
-// NewContextWithOperationLog returns ctx collecting into log the operations
-// the request records.
-func NewContextWithOperationLog(ctx context.Context, log *OperationLog) context.Context {
-	return context.WithValue(ctx, operationLogKey{}, log)
-}
-
-// OperationLogFromContext returns the log NewContextWithOperationLog put
-// into ctx, or nil.
-func OperationLogFromContext(ctx context.Context) *OperationLog {
-	l, _ := ctx.Value(operationLogKey{}).(*OperationLog)
-	return l
-}
-
-func logOperation(ctx context.Context, op *Operation) {
-	if l, _ := ctx.Value(operationLogKey{}).(*OperationLog); l != nil {
-		l.ID, l.ResourceID = op.ID, op.ResourceID
-	}
-}
 
 // OperationFilter selects operations.
 type OperationFilter struct {

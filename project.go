@@ -1,6 +1,7 @@
 package dbcloud
 
 import (
+	"maps"
 	"time"
 
 	"dbcloud/identity"
@@ -84,4 +85,28 @@ func (p *Principal) ID() string {
 		return p.Key.AccessKey
 	}
 	return "user:" + p.User.ID + ":" + p.Token.Family
+}
+
+// Clone copies the principal and what it points to, so a caller that
+// changes its principal cannot change what the next request gets.
+func (p *Principal) Clone() *Principal {
+	cp := *p
+	if p.Key != nil {
+		k := *p.Key
+		cp.Key = &k
+	}
+	if p.Project != nil {
+		pr := *p.Project
+		cp.Project = &pr
+	}
+	if p.User != nil {
+		u := *p.User
+		cp.User = &u
+	}
+	if p.Token != nil {
+		t := *p.Token
+		cp.Token = &t
+	}
+	cp.Roles = maps.Clone(p.Roles)
+	return &cp
 }

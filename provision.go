@@ -1,44 +1,9 @@
 package dbcloud
 
 import (
-	"context"
 	"errors"
 	"time"
 )
-
-// Provisioner makes desired state real; the engine calls it, never a
-// request handler. Every method is idempotent: the engine may call it again
-// after a crash, a timeout or a lost lease, and it then converges on the
-// same result.
-type Provisioner interface {
-	// EnsureService makes the service's instances match its spec (running or
-	// stopped, size, password, addons) and reports what it observed.
-	EnsureService(ctx context.Context, svc *Service) (*Observation, error)
-	// DeleteService removes every process and file of the service.
-	DeleteService(ctx context.Context, svc *Service) error
-	// CheckService reports health without changing anything, and usage
-	// when measure is set (measuring may walk the data directory, so the
-	// engine asks for it less often than it checks health).
-	CheckService(ctx context.Context, svc *Service, measure bool) (*Observation, error)
-}
-
-// ReplicaSetProvisioner is implemented by a provisioner that runs read
-// replica sets: hot standbys of a service's primary behind one endpoint.
-// Without it, replica set operations wait. Every method is idempotent, as
-// Provisioner's are; parent is the set's service as stored now (its
-// primary may have moved since the set was last ensured).
-type ReplicaSetProvisioner interface {
-	// EnsureReplicaSet makes the set's nodes, endpoint and pooler match
-	// its spec, following the parent's current primary.
-	EnsureReplicaSet(ctx context.Context, parent *Service, set *ReadReplicaSet) (*Observation, error)
-	// DeleteReplicaSet removes every process and file of the set and its
-	// replication slots on the parent.
-	DeleteReplicaSet(ctx context.Context, parent *Service, set *ReadReplicaSet) error
-	// CheckReplicaSet reports health without changing anything; Running
-	// is true when every node, the endpoint and the pooler serve and the
-	// nodes follow the parent's current primary.
-	CheckReplicaSet(ctx context.Context, parent *Service, set *ReadReplicaSet) (*Observation, error)
-}
 
 // Observation is what the runtime saw of a service.
 type Observation struct {

@@ -1,6 +1,7 @@
 package dbcloud
 
 import (
+	"fmt"
 	"time"
 )
 
@@ -229,4 +230,33 @@ type ReadReplicaSet struct {
 	PoolerEndpoint     *Endpoint        `json:"pooler_endpoint,omitempty"`
 	// PoolerPort is the port claimed for the set's pooler, as for a service.
 	PoolerPort int `json:"pooler_port,omitempty"`
+}
+
+// AsService shows a read replica set as the service it is also addressable as.
+func (r *ReadReplicaSet) AsService(parent *Service) *Service {
+	status := StatusReady
+	switch r.Status {
+	case ReplicaSetCreating:
+		status = StatusQueued
+	case ReplicaSetActive:
+		status = StatusReady
+	case ReplicaSetResizing:
+		status = StatusConfiguring
+	case ReplicaSetDeleting:
+		status = StatusDeleting
+	case ReplicaSetError:
+		status = StatusUnstable
+	}
+	instances := make([]Instance, r.Spec.Nodes)
+	for i := range instances {
+		instances[i] = Instance{ID: fmt.Sprintf("%s-%d", r.ID, i), Role: "replica"}
+	}
+	return &Service{
+		ID: r.ID, ProjectID: r.ProjectID, Name: r.Name, Region: parent.Region, Type: parent.Type,
+		Created: r.Created, Generation: r.Generation, Status: status, StatusReason: r.StatusReason,
+		Spec: ServiceSpec{
+			Size: r.Spec.Size, Environment: r.Spec.Environment, Pooler: r.Spec.Pooler, Running: true,
+		},
+		Endpoint: r.Endpoint, PoolerEndpoint: r.PoolerEndpoint, PoolerPort: r.PoolerPort, Instances: instances,
+	}
 }

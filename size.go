@@ -42,7 +42,7 @@ func (s Size) String() string {
 // SizeTable is the configured list of allowed sizes.
 type SizeTable []Size
 
-func (t SizeTable) allowed() string {
+func (t SizeTable) Allowed() string {
 	parts := make([]string, len(t))
 	for i, s := range t {
 		parts[i] = s.String()
@@ -59,7 +59,7 @@ func (t SizeTable) Resolve(cpu, mem string, def Size) (Size, error) {
 	}
 	bad := func() error {
 		return Errorf(KindInvalid, "cpu_millis %q and memory_gbs %q are not an allowed size; allowed cpu_millis/memory_gbs pairs: %s.",
-			cpu, mem, t.allowed())
+			cpu, mem, t.Allowed())
 	}
 	var want Size
 	if cpu != "" {
@@ -99,10 +99,10 @@ func (t SizeTable) ResolveNumbers(cpu, mem int) (Size, error) {
 		}
 	}
 	return Size{}, Errorf(KindInvalid, "cpu_millis %d and memory_gbs %d are not an allowed size; allowed pairs: %s.",
-		cpu, mem, SizeTable(t.dedicated()).allowed())
+		cpu, mem, SizeTable(t.Dedicated()).Allowed())
 }
 
-func (t SizeTable) dedicated() []Size {
+func (t SizeTable) Dedicated() []Size {
 	var out []Size
 	for _, s := range t {
 		if !s.Shared {

@@ -1,19 +1,8 @@
 package dbcloud
 
 import (
-	"context"
-	"fmt"
 	"time"
 )
-
-// Backups is implemented by runtimes that keep snapshots (base backups) and
-// a continuous WAL archive per service, which is what forks restore from.
-// The domain asks it while answering a fork request, so it must be cheap:
-// it reads what the runtime already has and never takes a snapshot.
-type Backups interface {
-	// RecoveryWindow reports what a fork of the service can restore.
-	RecoveryWindow(ctx context.Context, svc *Service) (RecoveryWindow, error)
-}
 
 // RestoreCheck is the result of one verified restore: the service's
 // newest snapshot and its archived WAL restored into a scratch instance,
@@ -52,59 +41,17 @@ type RecoveryWindow struct {
 	Stopped bool
 }
 
-// BackupMaintainer is implemented by provisioners that take snapshots on a
-// schedule and prune old snapshots and WAL. The engine calls it for each
-// READY service, often; it does nothing when nothing is due.
-type BackupMaintainer interface {
-	MaintainBackups(ctx context.Context, svc *Service) error
-}
-
-// checkForkSource refuses a fork the parent's snapshots and archive cannot
-// serve: LAST_SNAPSHOT and PITR need a snapshot, and a PITR target must lie
-// in the recovery window. Runtimes without backups are taken to cover
-// everything since the parent was created.
-func (c *Cloud) checkForkSource(ctx context.Context, parent *Service, strategy ForkStrategy, target *time.Time) error {
-	if strategy == ForkNow {
-		return nil // the fork takes its own snapshot of the running parent
-	}
-	w, err := c.recoveryWindow(ctx, parent)
-	if err != nil {
-		return err
-	}
-	if w.LastSnapshot.IsZero() {
-		return Errorf(KindConflict, "Service %s has no snapshot yet; its first is taken shortly after it becomes READY. Retry in a minute, or fork it with NOW.", parent.ID)
-	}
-	if strategy != ForkPITR {
-		return nil
-	}
-	if w.From.IsZero() {
-		return Errorf(KindConflict, "Service %s has no snapshot with archived WAL yet, so no point in time can be restored. Retry once its next snapshot is taken, or fork it with LAST_SNAPSHOT or NOW.", parent.ID)
-	}
-	if target.Before(w.From) || target.After(w.To) {
-		note := ""
-		if w.Stopped {
-			note = fmt.Sprintf(" Service %s is not running: its window ends at its last archived transaction.", parent.ID)
-		}
-		return Errorf(KindInvalid, "target_time %s is outside the recovery window %s to %s.%s",
-			target.UTC().Format(time.RFC3339Nano), w.From.UTC().Format(time.RFC3339Nano), w.To.UTC().Format(time.RFC3339Nano), note)
-	}
-	return nil
-}
-
-// recoveryWindow is what a fork of the service can restore now.
-func (c *Cloud) recoveryWindow(ctx context.Context, svc *Service) (RecoveryWindow, error) {
-	if b, ok := c.Runtime.(Backups); ok {
-		return b.RecoveryWindow(ctx, svc)
-	}
-	return RecoveryWindow{LastSnapshot: svc.Created, From: svc.Created, To: c.now()}, nil
-}
-
-// ForkWindow tells the caller what a fork of the service can restore (the
-// console's PITR time picker).
-func (c *Cloud) ForkWindow(ctx context.Context, projectID, id string) (RecoveryWindow, error) {
-	v, err := c.GetService(ctx, projectID, id)
-	if err != nil {
-		return RecoveryWindow{}, err
-	}
-	return c.recoveryWindow(ctx, v.Service)
+// SnapshotInfo describes one snapshot of a service: what a LAST_SNAPSHOT
+// fork restores, and where a PITR fork can start.
+type SnapshotInfo struct {
+	Name     string    `json:"name"`
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
+	Bytes    int64     `json:"bytes"`
+	Timeline uint32    `json:"timeline"`
+	StartLSN string    `json:"start_lsn"`
+	StopLSN  string    `json:"stop_lsn"`
+	// PITRBase says WAL is archived from this snapshot on, so point-in-time
+	// forks can start from it.
+	PITRBase bool `json:"pitr_base"`
 }

@@ -16,26 +16,6 @@ const (
 	StorageWritablePercent = 93
 )
 
-// StorageLimits size what a service may keep on disk, data, WAL archive
-// and snapshots together: a shared service SharedMiB, a dedicated one
-// MiBPerMemoryGiB for each GiB of its memory.
-type StorageLimits struct {
-	SharedMiB       int64
-	MiBPerMemoryGiB int64
-}
-
-// DefaultStorageLimits: 10 GiB shared; 25 GiB of disk per GiB of memory,
-// so 500/2 keeps 50 GiB and 32000/128 keeps 3,200 GiB.
-var DefaultStorageLimits = StorageLimits{SharedMiB: 10 << 10, MiBPerMemoryGiB: 25 << 10}
-
-// Of is how many bytes a service of this size may keep.
-func (l StorageLimits) Of(size Size) int64 {
-	if size.Shared || size.MemoryGBs <= 0 {
-		return l.SharedMiB << 20
-	}
-	return int64(size.MemoryGBs) * l.MiBPerMemoryGiB << 20
-}
-
 // StorageLevel is where a service stands against its storage limit.
 type StorageLevel int
 

@@ -5,21 +5,6 @@ import (
 	"testing"
 )
 
-func TestStorageLimit(t *testing.T) {
-	for _, c := range []struct {
-		size Size
-		gib  int64
-	}{
-		{SharedSize, 10},
-		{Size{CPUMillis: 500, MemoryGBs: 2}, 50},
-		{Size{CPUMillis: 32000, MemoryGBs: 128}, 3200},
-	} {
-		if got := DefaultStorageLimits.Of(c.size); got != c.gib<<30 {
-			t.Errorf("limit of %v = %d GiB, want %d", c.size, got>>30, c.gib)
-		}
-	}
-}
-
 // The levels rise at 90% and 95% and a read-only service stays so until
 // it is below 93%: no flapping at the edge.
 func TestStorageLevelOf(t *testing.T) {

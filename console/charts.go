@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"dbcloud/cloud"
+
 	"dbcloud"
 )
 
@@ -91,7 +93,7 @@ func drawChart(title string, points []dbcloud.SeriesPoint, format func(float64) 
 
 // recentOperations lists the service's newest operations, for its page.
 func (h *Handler) recentOperations(ctx context.Context, pid, sid string) ([]*dbcloud.Operation, error) {
-	page, err := h.cloud.ListOperations(ctx, pid, dbcloud.OperationScope{ServiceID: sid}, "", 10)
+	page, err := h.cloud.ListOperations(ctx, pid, cloud.OperationScope{ServiceID: sid}, "", 10)
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,8 @@ import (
 	"sync"
 	"time"
 
+	"dbcloud/cloud"
+
 	"golang.org/x/time/rate"
 
 	"dbcloud"
@@ -56,7 +58,7 @@ const TokenPath = "/api/idp/external/cli/token"
 // Handler serves the console and OAuth pages, and hands the API's paths to
 // the API handler.
 type Handler struct {
-	cloud  *dbcloud.Cloud
+	cloud  *cloud.Cloud
 	oauth  *oauth.Server
 	api    http.Handler
 	logger *slog.Logger
@@ -67,7 +69,7 @@ type Handler struct {
 
 // New returns the handler of the whole origin: api answers the API's
 // paths (/public/api/v1/..., /healthz, /readyz), the rest is the console's.
-func New(cloud *dbcloud.Cloud, srv *oauth.Server, api http.Handler, logger *slog.Logger) *Handler {
+func New(cloud *cloud.Cloud, srv *oauth.Server, api http.Handler, logger *slog.Logger) *Handler {
 	if logger == nil {
 		logger = slog.Default()
 	}
@@ -143,7 +145,7 @@ func (h *Handler) session(next func(w http.ResponseWriter, r *http.Request, s *s
 				return
 			}
 		}
-		r = r.WithContext(dbcloud.NewContextWithPrincipal(r.Context(), s.principal))
+		r = r.WithContext(cloud.NewContextWithPrincipal(r.Context(), s.principal))
 		next(w, r, s)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"dbcloud/cloud"
+
 	"golang.org/x/oauth2"
 
 	"dbcloud"
@@ -198,17 +200,17 @@ func settle(t *testing.T, s *site, id string, status dbcloud.ServiceStatus) {
 	}
 }
 
-func listServices(t *testing.T, s *site) []*dbcloud.ServiceView {
+func listServices(t *testing.T, s *site) []*cloud.ServiceView {
 	t.Helper()
 	p, err := s.cloud.AuthenticateToken(context.Background(), dbcloud.TokenSession, "") // never valid
 	if err == nil || p != nil {
 		t.Fatal("an empty token authenticated")
 	}
-	var out []*dbcloud.ServiceView
+	var out []*cloud.ServiceView
 	err = s.cloud.Store.View(context.Background(), func(tx dbcloud.Tx) error {
 		ss, err := tx.ListServices(s.boot.Project.ID)
 		for _, x := range ss {
-			out = append(out, &dbcloud.ServiceView{Service: x})
+			out = append(out, &cloud.ServiceView{Service: x})
 		}
 		return err
 	})
@@ -252,7 +254,7 @@ func TestConsoleKeysMembersSignOut(t *testing.T) {
 	}
 
 	// Members: the user must exist; admins are added, then removed.
-	if _, _, err := s.cloud.CreateUser(context.Background(), dbcloud.NewUser{Email: "bob@example.com", Name: "Bob"}); err != nil {
+	if _, _, err := s.cloud.CreateUser(context.Background(), cloud.NewUser{Email: "bob@example.com", Name: "Bob"}); err != nil {
 		t.Fatal(err)
 	}
 	_, page = b.post(base+"/members", url.Values{"csrf": {csrf}, "email": {"nobody@example.com"}, "role": {"viewer"}})
@@ -311,7 +313,7 @@ func TestSignInSlowDown(t *testing.T) {
 		t.Fatalf("right password while slowed down: %d", res.StatusCode)
 	}
 	// Another account from the same address is not slowed down yet.
-	if _, _, err := s.cloud.CreateUser(context.Background(), dbcloud.NewUser{Email: "eve@example.com", Name: "Eve", Password: "eve's long password"}); err != nil {
+	if _, _, err := s.cloud.CreateUser(context.Background(), cloud.NewUser{Email: "eve@example.com", Name: "Eve", Password: "eve's long password"}); err != nil {
 		t.Fatal(err)
 	}
 	res, _ = b.signIn(page, "eve@example.com", "eve's long password")
@@ -366,7 +368,7 @@ func TestSignInNextStaysHere(t *testing.T) {
 // and a forged change is refused by the domain with the role's message.
 func TestConsoleViewer(t *testing.T) {
 	s := newSite(t, &fakeRuntime{passwords: map[string]string{}})
-	if _, _, err := s.cloud.CreateUser(context.Background(), dbcloud.NewUser{Email: "vic@example.com", Name: "Vic", Password: "vic's long password",
+	if _, _, err := s.cloud.CreateUser(context.Background(), cloud.NewUser{Email: "vic@example.com", Name: "Vic", Password: "vic's long password",
 		ProjectID: s.boot.Project.ID, Role: "viewer"}); err != nil {
 		t.Fatal(err)
 	}

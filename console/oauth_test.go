@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"dbcloud/cloud"
+
 	"golang.org/x/oauth2"
 
 	"dbcloud"
@@ -32,9 +34,9 @@ import (
 // store, with a clock the test can move.
 type site struct {
 	t     *testing.T
-	cloud *dbcloud.Cloud
+	cloud *cloud.Cloud
 	srv   *httptest.Server
-	boot  *dbcloud.Bootstrap
+	boot  *cloud.Bootstrap
 	mu    sync.Mutex
 	now   time.Time
 }
@@ -49,7 +51,7 @@ func newSite(t *testing.T, rt dbcloud.Runtime) *site {
 	t.Cleanup(func() { store.Close() })
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	s := &site{t: t, now: time.Now()}
-	s.cloud = dbcloud.NewCloud(store, rt, dbcloud.DefaultConfig(), logger)
+	s.cloud = cloud.New(store, rt, cloud.DefaultConfig(), logger)
 	s.cloud.PasswordParams = &identity.PasswordParams{Time: 1, Memory: 1024, Threads: 1}
 	s.cloud.Now = s.clock
 	if s.boot, err = s.cloud.Bootstrap(ctx, "Ada Owner", "ada@example.com"); err != nil {

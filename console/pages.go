@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"dbcloud/cloud"
+
 	"dbcloud"
 	apihttp "dbcloud/http"
 	"dbcloud/identity"
@@ -45,7 +47,7 @@ type flash struct {
 	status        int
 	err, notice   string
 	secret        []secret
-	secretService *dbcloud.ServiceView
+	secretService *cloud.ServiceView
 }
 
 // done names the notices a redirect after a successful action may show;
@@ -159,7 +161,7 @@ func (h *Handler) switchProject(w http.ResponseWriter, r *http.Request, s *sessi
 // Services.
 
 type servicesData struct {
-	Services []*dbcloud.ServiceView
+	Services []*cloud.ServiceView
 	Sizes    []string
 }
 
@@ -192,7 +194,7 @@ func splitSize(v string) (cpu, mem string) {
 func (h *Handler) serviceCreate(w http.ResponseWriter, r *http.Request, s *session) {
 	pid := r.PathValue("pid")
 	cpu, mem := splitSize(r.PostFormValue("size"))
-	in := dbcloud.ServiceCreate{Name: r.PostFormValue("name"), CPUMillis: cpu, MemoryGBs: mem, Environment: r.PostFormValue("environment"), Addons: r.PostForm["addons"]}
+	in := cloud.ServiceCreate{Name: r.PostFormValue("name"), CPUMillis: cpu, MemoryGBs: mem, Environment: r.PostFormValue("environment"), Addons: r.PostForm["addons"]}
 	v, err := h.cloud.CreateService(r.Context(), pid, in)
 	if err != nil {
 		h.servicesPage(w, r, s, h.failed(r, err))
@@ -217,7 +219,7 @@ func connString(e *dbcloud.Endpoint, password string) string {
 }
 
 type serviceData struct {
-	V          *dbcloud.ServiceView
+	V          *cloud.ServiceView
 	Conn       string
 	PoolerConn string
 	Window     dbcloud.RecoveryWindow
@@ -293,7 +295,7 @@ func (h *Handler) serviceAction(w http.ResponseWriter, r *http.Request, s *sessi
 	case "stop":
 		err, doneName = ignore(c.StopService(ctx, pid, sid)), "stopped"
 	case "delete":
-		var v *dbcloud.ServiceView
+		var v *cloud.ServiceView
 		if v, err = c.GetService(ctx, pid, sid); err == nil {
 			if form("confirm") != v.Service.Name {
 				err = dbcloud.Errorf(dbcloud.KindInvalid, "Type the service's name, %s, to confirm its deletion.", v.Service.Name)
@@ -308,7 +310,7 @@ func (h *Handler) serviceAction(w http.ResponseWriter, r *http.Request, s *sessi
 	case "ha":
 		n, _ := strconv.Atoi(form("replicas"))
 		sync, _ := strconv.Atoi(form("sync_replicas"))
-		err, doneName = ignore(c.SetHA(ctx, pid, sid, dbcloud.HAChange{Replicas: &n, SyncReplicas: &sync})), "ha"
+		err, doneName = ignore(c.SetHA(ctx, pid, sid, cloud.HAChange{Replicas: &n, SyncReplicas: &sync})), "ha"
 	case "pooler":
 		_, err = c.SetPooler(ctx, pid, sid, form("enabled") == "true")
 		doneName = "pooler"
@@ -336,7 +338,7 @@ func (h *Handler) serviceAction(w http.ResponseWriter, r *http.Request, s *sessi
 			return
 		}
 	case "fork":
-		in := dbcloud.ServiceFork{Strategy: form("strategy")}
+		in := cloud.ServiceFork{Strategy: form("strategy")}
 		if n := form("name"); n != "" {
 			in.Name = &n
 		}
@@ -353,7 +355,7 @@ func (h *Handler) serviceAction(w http.ResponseWriter, r *http.Request, s *sessi
 			}
 			in.TargetTime = &tt
 		}
-		var v *dbcloud.ServiceView
+		var v *cloud.ServiceView
 		if v, err = c.ForkService(ctx, pid, sid, in); err == nil {
 			r.SetPathValue("sid", v.Service.ID)
 			h.servicePage(w, r, s, flash{status: http.StatusCreated, notice: "Fork created; it becomes READY in a moment.", secret: passwordSecrets(v.InitialPassword, connString(v.Service.Endpoint, v.InitialPassword))})
@@ -364,7 +366,7 @@ func (h *Handler) serviceAction(w http.ResponseWriter, r *http.Request, s *sessi
 		cf, _ := strconv.ParseFloat(cpu, 64)
 		mf, _ := strconv.ParseFloat(mem, 64)
 		nodes, _ := strconv.Atoi(form("nodes"))
-		_, err = c.CreateReplicaSet(ctx, pid, sid, dbcloud.ReplicaSetCreate{Name: form("name"), CPUMillis: cf, MemoryGBs: mf, Nodes: nodes})
+		_, err = c.CreateReplicaSet(ctx, pid, sid, cloud.ReplicaSetCreate{Name: form("name"), CPUMillis: cf, MemoryGBs: mf, Nodes: nodes})
 		doneName = "rset"
 	case "replicaset-delete":
 		err, doneName = c.DeleteReplicaSet(ctx, pid, sid, form("replica_set_id")), "rset"
@@ -384,7 +386,7 @@ func ignore[T any](_ T, err error) error { return err }
 // Logs.
 
 type logsData struct {
-	V          *dbcloud.ServiceView
+	V          *cloud.ServiceView
 	Page       *dbcloud.LogPage
 	Search     string
 	Severities []string
@@ -455,7 +457,7 @@ func (h *Handler) vpcsPage(w http.ResponseWriter, r *http.Request, s *session, f
 
 func (h *Handler) peeringCreate(w http.ResponseWriter, r *http.Request, s *session) {
 	pid := r.PathValue("pid")
-	_, err := h.cloud.CreatePeering(r.Context(), pid, r.PathValue("vid"), dbcloud.PeeringCreate{
+	_, err := h.cloud.CreatePeering(r.Context(), pid, r.PathValue("vid"), cloud.PeeringCreate{
 		PeerAccountID: r.PostFormValue("peer_account_id"), PeerRegionCode: r.PostFormValue("peer_region_code"), PeerVPCID: r.PostFormValue("peer_vpc_id"),
 	})
 	if err != nil {
@@ -476,7 +478,7 @@ func (h *Handler) peeringDelete(w http.ResponseWriter, r *http.Request, s *sessi
 
 func (h *Handler) vpcCreate(w http.ResponseWriter, r *http.Request, s *session) {
 	pid := r.PathValue("pid")
-	_, err := h.cloud.CreateVPC(r.Context(), pid, dbcloud.VPCCreate{Name: r.PostFormValue("name"), CIDR: r.PostFormValue("cidr"), Region: r.PostFormValue("region")})
+	_, err := h.cloud.CreateVPC(r.Context(), pid, cloud.VPCCreate{Name: r.PostFormValue("name"), CIDR: r.PostFormValue("cidr"), Region: r.PostFormValue("region")})
 	if err != nil {
 		h.vpcsPage(w, r, s, h.failed(r, err))
 		return
@@ -534,7 +536,7 @@ func (h *Handler) keyRevoke(w http.ResponseWriter, r *http.Request, s *session) 
 // Members.
 
 type membersData struct {
-	Members []dbcloud.Member
+	Members []cloud.Member
 	Roles   []identity.Role
 }
 

@@ -19,8 +19,8 @@ import (
 	"dbcloud"
 	"dbcloud/internal/pgbin"
 	"dbcloud/internal/testports"
-	"dbcloud/runtime/local"
 	"dbcloud/runtime/local/postgres"
+	"dbcloud/sizing"
 	"dbcloud/tlsca"
 )
 
@@ -312,7 +312,7 @@ func (f *floorPool) wait(b *testing.B) {
 // with the sizes and limits of a shared service.
 func (f *floorPool) take(b *testing.B, i int) time.Duration {
 	ctx := context.Background()
-	res := local.ResourcesFor(dbcloud.Size{Shared: true})
+	res := sizing.For(dbcloud.Size{Shared: true})
 	certPEM, keyPEM, err := f.ca.IssueServerCert("floor", []string{"127.0.0.1"}, time.Hour)
 	if err != nil {
 		b.Fatal(err)

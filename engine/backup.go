@@ -103,7 +103,8 @@ func (e *Engine) maintainBackups(ctx context.Context, b dbcloud.BackupMaintainer
 	defer release()
 	// The snapshots listed before and after, under the lease, tell which
 	// this maintenance took, to report them as events exactly once.
-	lister, _ := b.(dbcloud.SnapshotLister)
+	caps := dbcloud.CapabilitiesOf(e.Provisioner)
+	lister := caps.Snapshots
 	var newest time.Time
 	if lister != nil {
 		snaps, err := lister.Snapshots(lctx, svc)
@@ -115,7 +116,7 @@ func (e *Engine) maintainBackups(ctx context.Context, b dbcloud.BackupMaintainer
 			newest = snaps[len(snaps)-1].Finished
 		}
 	}
-	checker, _ := b.(dbcloud.RestoreChecker)
+	checker := caps.RestoreChecks
 	checkedBefore := e.lastRestoreCheck(checker, svc)
 	err := b.MaintainBackups(lctx, svc)
 	if lctx.Err() != nil {

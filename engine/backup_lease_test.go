@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"dbcloud/cloud"
+
 	"dbcloud"
 	"dbcloud/engine"
 )
@@ -136,7 +138,7 @@ func TestEngine_BackupsUnderLeaseTwoPlanes(t *testing.T) {
 	}
 	var ids []string
 	for range 3 {
-		v, err := s.cloud.CreateService(s.ctx, s.pid, dbcloud.ServiceCreate{Name: "s"})
+		v, err := s.cloud.CreateService(s.ctx, s.pid, cloud.ServiceCreate{Name: "s"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"dbcloud/cloud"
+
 	"dbcloud"
 	"dbcloud/engine"
 )
@@ -41,7 +43,7 @@ func TestEngine_BackupLoopSkipsServicesWithNothingDue(t *testing.T) {
 	q := &quietBackups{provisioner: f.prov, quiet: map[string]bool{}, maintained: map[string]int{}}
 	var ids []string
 	for _, name := range []string{"quiet", "due"} {
-		v, err := f.cloud.CreateService(f.ctx, f.pid, dbcloud.ServiceCreate{Name: name})
+		v, err := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: name})
 		if err != nil {
 			t.Fatal(err)
 		}

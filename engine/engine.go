@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"dbcloud/history"
+
 	"dbcloud"
 )
 
@@ -51,7 +53,7 @@ type Engine struct {
 	// Now is injected so tests can control time.
 	Now func() time.Time
 	// History, when set, keeps every metrics sample over time (history.go).
-	History *dbcloud.History
+	History *history.Series
 	// Observe, when set, is told of each reconcile: its kind ("service",
 	// "peering", "replica_set", or "repair" for the health loop's restart
 	// of a service), how long it took and its error.
@@ -109,7 +111,7 @@ func (e *Engine) Open() error {
 	e.wg.Add(2)
 	go e.dispatchLoop(ctx)
 	go e.healthLoop(ctx)
-	if b, ok := e.Provisioner.(dbcloud.BackupMaintainer); ok && e.BackupInterval > 0 {
+	if b := dbcloud.CapabilitiesOf(e.Provisioner).Maintainer; b != nil && e.BackupInterval > 0 {
 		e.wg.Add(1)
 		go e.backupLoop(ctx, b)
 	}

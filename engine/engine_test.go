@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"dbcloud/cloud"
+
 	"dbcloud"
 	"dbcloud/engine"
 	"dbcloud/sqlite"
@@ -101,7 +103,7 @@ func (stubRuntime) Logs(context.Context, *dbcloud.Service, dbcloud.LogQuery) (*d
 
 type fixture struct {
 	store dbcloud.Store
-	cloud *dbcloud.Cloud
+	cloud *cloud.Cloud
 	prov  *provisioner
 	ctx   context.Context // carries the principal
 	pid   string
@@ -115,7 +117,7 @@ func newFixture(t *testing.T) *fixture {
 	}
 	t.Cleanup(func() { s.Close() })
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	c := dbcloud.NewCloud(s, stubRuntime{}, dbcloud.DefaultConfig(), logger)
+	c := cloud.New(s, stubRuntime{}, cloud.DefaultConfig(), logger)
 	b, err := c.Bootstrap(t.Context(), "admin", "admin@example.com")
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +126,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{store: s, cloud: c, prov: newProvisioner(), ctx: dbcloud.NewContextWithPrincipal(t.Context(), p), pid: b.Project.ID}
+	return &fixture{store: s, cloud: c, prov: newProvisioner(), ctx: cloud.NewContextWithPrincipal(t.Context(), p), pid: b.Project.ID}
 }
 
 func (f *fixture) engine(t *testing.T, owner string) *engine.Engine {
@@ -142,7 +144,7 @@ func (f *fixture) engine(t *testing.T, owner string) *engine.Engine {
 }
 
 // waitFor polls the service until cond holds, or fails after a deadline.
-func (f *fixture) waitFor(t *testing.T, id string, what string, cond func(s *dbcloud.ServiceView, err error) bool) *dbcloud.ServiceView {
+func (f *fixture) waitFor(t *testing.T, id string, what string, cond func(s *cloud.ServiceView, err error) bool) *cloud.ServiceView {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -161,9 +163,9 @@ func (f *fixture) waitFor(t *testing.T, id string, what string, cond func(s *dbc
 	}
 }
 
-func (f *fixture) waitStatus(t *testing.T, id string, want dbcloud.ServiceStatus) *dbcloud.ServiceView {
+func (f *fixture) waitStatus(t *testing.T, id string, want dbcloud.ServiceStatus) *cloud.ServiceView {
 	t.Helper()
-	return f.waitFor(t, id, string(want), func(v *dbcloud.ServiceView, err error) bool {
+	return f.waitFor(t, id, string(want), func(v *cloud.ServiceView, err error) bool {
 		return err == nil && v.Service.Status == want
 	})
 }
@@ -181,7 +183,7 @@ func (f *fixture) pending(t *testing.T, id string) []*dbcloud.Operation {
 func TestEngine_Lifecycle(t *testing.T) {
 	f := newFixture(t)
 	f.engine(t, "a")
-	v, err := f.cloud.CreateService(f.ctx, f.pid, dbcloud.ServiceCreate{Name: "db"})
+	v, err := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: "db"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +211,7 @@ func TestEngine_Lifecycle(t *testing.T) {
 	if err := f.cloud.DeleteService(f.ctx, f.pid, id); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor(t, id, "gone", func(_ *dbcloud.ServiceView, err error) bool { return dbcloud.IsNotFound(err) })
+	f.waitFor(t, id, "gone", func(_ *cloud.ServiceView, err error) bool { return dbcloud.IsNotFound(err) })
 	var ports map[int]string
 	f.store.View(t.Context(), func(tx dbcloud.Tx) (err error) { ports, err = tx.ListPorts(); return err })
 	for p, owner := range ports {
@@ -224,7 +226,7 @@ func TestEngine_Lifecycle(t *testing.T) {
 
 func TestEngine_RetryThenSucceed(t *testing.T) {
 	f := newFixture(t)
-	v, _ := f.cloud.CreateService(f.ctx, f.pid, dbcloud.ServiceCreate{Name: "db"})
+	v, _ := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: "db"})
 	id := v.Service.ID
 	f.prov.fail[id] = []error{errors.New("disk busy"), errors.New("disk busy")}
 	f.engine(t, "a")
@@ -236,7 +238,7 @@ func TestEngine_RetryThenSucceed(t *testing.T) {
 
 func TestEngine_TerminalFailure(t *testing.T) {
 	f := newFixture(t)
-	v, _ := f.cloud.CreateService(f.ctx, f.pid, dbcloud.ServiceCreate{Name: "db"})
+	v, _ := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: "db"})
 	id := v.Service.ID
 	f.prov.fail[id] = []error{dbcloud.Terminal(dbcloud.Errorf(dbcloud.KindUnavailable, "The host has no room for this size."))}
 	f.engine(t, "a")
@@ -251,7 +253,7 @@ func TestEngine_TerminalFailure(t *testing.T) {
 
 func TestEngine_GivesUpAfterMaxAttempts(t *testing.T) {
 	f := newFixture(t)
-	v, _ := f.cloud.CreateService(f.ctx, f.pid, dbcloud.ServiceCreate{Name: "db"})
+	v, _ := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: "db"})
 	id := v.Service.ID
 	f.prov.fail[id] = []error{errors.New("x"), errors.New("x"), errors.New("x"), errors.New("x")}
 	f.engine(t, "a")
@@ -267,7 +269,7 @@ func TestEngine_GivesUpAfterMaxAttempts(t *testing.T) {
 func TestEngine_FailingResizeSupersededBySmaller(t *testing.T) {
 	f := newFixture(t)
 	f.engine(t, "a")
-	v, err := f.cloud.CreateService(f.ctx, f.pid, dbcloud.ServiceCreate{Name: "db"})
+	v, err := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: "db"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +299,7 @@ func TestEngine_FailingResizeSupersededBySmaller(t *testing.T) {
 	if _, err := f.cloud.ResizeService(f.ctx, f.pid, id, "1000", "4"); err != nil {
 		t.Fatalf("a smaller resize over a failing one: %v", err)
 	}
-	got := f.waitFor(t, id, "READY at 1000/4", func(v *dbcloud.ServiceView, err error) bool {
+	got := f.waitFor(t, id, "READY at 1000/4", func(v *cloud.ServiceView, err error) bool {
 		return err == nil && v.Service.Status == dbcloud.StatusReady && v.Service.Spec.Size.CPUMillis == 1000
 	})
 	f.prov.mu.Lock()
@@ -310,10 +312,10 @@ func TestEngine_FailingResizeSupersededBySmaller(t *testing.T) {
 func TestEngine_RepairsDeadPrimary(t *testing.T) {
 	f := newFixture(t)
 	f.engine(t, "a")
-	v, _ := f.cloud.CreateService(f.ctx, f.pid, dbcloud.ServiceCreate{Name: "db"})
+	v, _ := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: "db"})
 	id := v.Service.ID
 	f.waitStatus(t, id, dbcloud.StatusReady)
-	f.waitFor(t, id, "metrics", func(v *dbcloud.ServiceView, err error) bool { return err == nil && v.Service.Metrics != nil })
+	f.waitFor(t, id, "metrics", func(v *cloud.ServiceView, err error) bool { return err == nil && v.Service.Metrics != nil })
 	before := f.prov.count(id)
 	f.prov.mu.Lock()
 	f.prov.block = make(chan struct{}) // hold the repair so UNSTABLE is visible
@@ -331,7 +333,7 @@ func TestEngine_RepairsDeadPrimary(t *testing.T) {
 
 func TestEngine_LeaseHeldElsewhere(t *testing.T) {
 	f := newFixture(t)
-	v, _ := f.cloud.CreateService(f.ctx, f.pid, dbcloud.ServiceCreate{Name: "db"})
+	v, _ := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: "db"})
 	id := v.Service.ID
 	err := f.store.Update(t.Context(), func(tx dbcloud.Tx) error {
 		_, err := tx.AcquireLease(id, "other-process", time.Now(), time.Now().Add(time.Hour))
@@ -344,7 +346,7 @@ func TestEngine_LeaseHeldElsewhere(t *testing.T) {
 	// The engine has polled the leased service's pending create, and worked,
 	// once a service created after it started is READY: every dispatch
 	// offers both.
-	other, _ := f.cloud.CreateService(f.ctx, f.pid, dbcloud.ServiceCreate{Name: "other"})
+	other, _ := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: "other"})
 	f.waitStatus(t, other.Service.ID, dbcloud.StatusReady)
 	if n := f.prov.count(id); n != 0 {
 		t.Fatalf("worked on a resource leased by another process (%d calls)", n)
@@ -359,7 +361,7 @@ func TestEngine_RestartResumes(t *testing.T) {
 	f := newFixture(t)
 	f.prov.block = make(chan struct{})
 	e1 := f.engine(t, "node-1")
-	v, _ := f.cloud.CreateService(f.ctx, f.pid, dbcloud.ServiceCreate{Name: "db"})
+	v, _ := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: "db"})
 	id := v.Service.ID
 	f.waitStatus(t, id, dbcloud.StatusConfiguring)
 	e1.Close()

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"dbcloud/cloud"
+
 	"dbcloud"
 	"dbcloud/engine"
 )
@@ -30,7 +32,7 @@ func TestEngine_RecordsHistory(t *testing.T) {
 	}
 	t.Cleanup(func() { e.Close() })
 	f.cloud.Notify = e.Notify
-	v, err := f.cloud.CreateService(f.ctx, f.pid, dbcloud.ServiceCreate{Name: "db"})
+	v, err := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: "db"})
 	if err != nil {
 		t.Fatal(err)
 	}

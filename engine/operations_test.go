@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"dbcloud/cloud"
+	"dbcloud/history"
+
 	"dbcloud"
 )
 
@@ -15,10 +18,10 @@ import (
 // an event, in order.
 func TestEngine_OperationHistory(t *testing.T) {
 	f := newFixture(t)
-	f.store = dbcloud.NewEventStore(f.store)
+	f.store = history.NewEventStore(f.store)
 	f.cloud.Store = f.store
 	f.engine(t, "a")
-	v, err := f.cloud.CreateService(f.ctx, f.pid, dbcloud.ServiceCreate{Name: "db"})
+	v, err := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: "db"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +46,7 @@ func TestEngine_OperationHistory(t *testing.T) {
 	f.prov.mu.Unlock()
 	var ops []*dbcloud.Operation
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		page, err := f.cloud.ListOperations(f.ctx, f.pid, dbcloud.OperationScope{ServiceID: id}, "", 0)
+		page, err := f.cloud.ListOperations(f.ctx, f.pid, cloud.OperationScope{ServiceID: id}, "", 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"dbcloud/cloud"
+
 	"dbcloud"
 	"dbcloud/engine"
 )
@@ -77,7 +79,7 @@ func TestEngine_LeaseSurvivesAStoreHiccup(t *testing.T) {
 	store := &flakyStore{Store: f.store}
 	h := &heldWork{provisioner: f.prov, entered: make(chan struct{}, 1), release: make(chan struct{})}
 	f.heldEngine(t, store, h)
-	v, err := f.cloud.CreateService(f.ctx, f.pid, dbcloud.ServiceCreate{Name: "hiccup"})
+	v, err := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: "hiccup"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +104,7 @@ func TestEngine_LeaseOutageStopsWork(t *testing.T) {
 	store := &flakyStore{Store: f.store}
 	h := &heldWork{provisioner: f.prov, entered: make(chan struct{}, 1), release: make(chan struct{})}
 	f.heldEngine(t, store, h)
-	if _, err := f.cloud.CreateService(f.ctx, f.pid, dbcloud.ServiceCreate{Name: "outage"}); err != nil {
+	if _, err := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: "outage"}); err != nil {
 		t.Fatal(err)
 	}
 	h.waitEntered(t)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"dbcloud/cloud"
+
 	"dbcloud"
 	"dbcloud/engine"
 )
@@ -59,7 +61,7 @@ func TestEngine_RepairLooksAgainUnderTheLease(t *testing.T) {
 	}
 	f.cloud.Notify = e.Notify
 	t.Cleanup(func() { e.Close() })
-	v, _ := f.cloud.CreateService(f.ctx, f.pid, dbcloud.ServiceCreate{Name: "db"})
+	v, _ := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: "db"})
 	id := v.Service.ID
 	f.waitStatus(t, id, dbcloud.StatusReady)
 	before := f.prov.count(id)

@@ -14,8 +14,8 @@ import (
 // the set follows wherever the parent's primary is now.
 
 func (e *Engine) replicaSets() (dbcloud.ReplicaSetProvisioner, bool) {
-	rp, ok := e.Provisioner.(dbcloud.ReplicaSetProvisioner)
-	return rp, ok
+	rp := dbcloud.CapabilitiesOf(e.Provisioner).ReplicaSets
+	return rp, rp != nil
 }
 
 // reconcileReplicaSet makes one read replica set match its spec.

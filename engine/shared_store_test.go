@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"dbcloud/cloud"
+
 	"dbcloud"
 	"dbcloud/engine"
 	"dbcloud/internal/pgtest"
@@ -77,7 +79,7 @@ func TestEngine_TwoControlPlanesOneStore(t *testing.T) {
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	x := &exclusive{provisioner: newProvisioner(), active: map[string]string{}, by: map[string]map[string]bool{}}
-	var clouds []*dbcloud.Cloud
+	var clouds []*cloud.Cloud
 	for _, owner := range []string{"plane-a", "plane-b"} {
 		store, err := postgres.Open(t.Context(), dsn)
 		if err != nil {
@@ -90,7 +92,7 @@ func TestEngine_TwoControlPlanesOneStore(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { e.Close() })
-		c := dbcloud.NewCloud(store, stubRuntime{}, dbcloud.DefaultConfig(), logger)
+		c := cloud.New(store, stubRuntime{}, cloud.DefaultConfig(), logger)
 		c.Notify = e.Notify
 		clouds = append(clouds, c)
 	}
@@ -102,10 +104,10 @@ func TestEngine_TwoControlPlanesOneStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := dbcloud.NewContextWithPrincipal(t.Context(), p)
+	ctx := cloud.NewContextWithPrincipal(t.Context(), p)
 	var ids []string
 	for i := range 12 {
-		v, err := clouds[i%2].CreateService(ctx, b.Project.ID, dbcloud.ServiceCreate{Name: "s"})
+		v, err := clouds[i%2].CreateService(ctx, b.Project.ID, cloud.ServiceCreate{Name: "s"})
 		if err != nil {
 			t.Fatal(err)
 		}

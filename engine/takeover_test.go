@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"dbcloud/cloud"
+
 	"dbcloud"
 	"dbcloud/engine"
 	"dbcloud/internal/pgtest"
@@ -19,7 +21,7 @@ import (
 type sharedStore struct {
 	dsn   string
 	store dbcloud.Store
-	cloud *dbcloud.Cloud
+	cloud *cloud.Cloud
 	ctx   context.Context // carries the principal
 	pid   string
 }
@@ -33,7 +35,7 @@ func newSharedStore(t *testing.T, name string) *sharedStore {
 	}
 	s := &sharedStore{dsn: dsn, store: openShared(t, dsn)}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	s.cloud = dbcloud.NewCloud(s.store, stubRuntime{}, dbcloud.DefaultConfig(), logger)
+	s.cloud = cloud.New(s.store, stubRuntime{}, cloud.DefaultConfig(), logger)
 	b, err := s.cloud.Bootstrap(t.Context(), "admin", "admin@example.com")
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +44,7 @@ func newSharedStore(t *testing.T, name string) *sharedStore {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.ctx, s.pid = dbcloud.NewContextWithPrincipal(t.Context(), p), b.Project.ID
+	s.ctx, s.pid = cloud.NewContextWithPrincipal(t.Context(), p), b.Project.ID
 	return s
 }
 
@@ -106,7 +108,7 @@ func (f *firstEnsure) EnsureService(ctx context.Context, s *dbcloud.Service) (*d
 // service over once the lease has expired, and not a moment before.
 func TestEngine_TakeoverAfterShortLease(t *testing.T) {
 	s := newSharedStore(t, "engine_takeover")
-	v, err := s.cloud.CreateService(s.ctx, s.pid, dbcloud.ServiceCreate{Name: "orphaned"})
+	v, err := s.cloud.CreateService(s.ctx, s.pid, cloud.ServiceCreate{Name: "orphaned"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +170,7 @@ func TestEngine_ShortLeaseRenewedDuringLongWork(t *testing.T) {
 	}
 	var ids []string
 	for range 4 {
-		v, err := s.cloud.CreateService(s.ctx, s.pid, dbcloud.ServiceCreate{Name: "s"})
+		v, err := s.cloud.CreateService(s.ctx, s.pid, cloud.ServiceCreate{Name: "s"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"dbcloud/sizing"
+
 	"dbcloud"
 )
 
@@ -15,7 +17,7 @@ import (
 // free, 4 of them reserved; a shared service may keep 10 GiB, a dedicated
 // one 10 GiB per GiB of memory.
 func TestAdmission_Disk(t *testing.T) {
-	limits := dbcloud.StorageLimits{SharedMiB: 10 << 10, MiBPerMemoryGiB: 10 << 10}
+	limits := sizing.StorageLimits{SharedMiB: 10 << 10, MiBPerMemoryGiB: 10 << 10}
 	e := newEnv(t, "sqlite", noLimits)
 	a := e.readyService(map[string]any{"name": "a", "cpu_millis": "shared"})
 	e.runtime.mu.Lock()

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"dbcloud/cloud"
+
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"dbcloud"
@@ -33,7 +35,7 @@ func TestAuth(t *testing.T) {
 		})
 		t.Run("ErrWrongSecret", func(t *testing.T) {
 			e := e.with(t)
-			bad := &dbcloud.NewAPIKey{AccessKey: e.a.AccessKey, SecretKey: "wrong"}
+			bad := &cloud.NewAPIKey{AccessKey: e.a.AccessKey, SecretKey: "wrong"}
 			e.want(401, "UNAUTHORIZED", req{Method: "GET", Path: "/projects", Key: bad})
 		})
 		t.Run("ErrUnknownScheme", func(t *testing.T) {
@@ -291,7 +293,7 @@ func TestVPCs(t *testing.T) {
 			e := e.with(t)
 			var list []struct{ ID string }
 			e.want(200, "", req{Method: "GET", Path: vpcs}).decode(t, &list)
-			for i := len(list); i < dbcloud.DefaultQuotas.VPCs; i++ {
+			for i := len(list); i < cloud.DefaultQuotas.VPCs; i++ {
 				e.want(201, "", req{Method: "POST", Path: vpcs, Body: map[string]string{"name": "q", "cidr": fmt.Sprintf("172.16.%d.0/24", i), "region_code": "local"}})
 			}
 			res := e.want(409, dbcloud.CodeQuotaExceeded, req{Method: "POST", Path: vpcs, Body: map[string]string{"name": "q", "cidr": "172.17.0.0/24", "region_code": "local"}})
@@ -733,7 +735,7 @@ func TestRateLimits(t *testing.T) {
 	// Another key has its own budget.
 	e.want(200, "", req{Method: "GET", Path: "/projects", Key: e.b})
 
-	bad := &dbcloud.NewAPIKey{AccessKey: "nobody", SecretKey: "nothing"}
+	bad := &cloud.NewAPIKey{AccessKey: "nobody", SecretKey: "nothing"}
 	e.want(401, "UNAUTHORIZED", req{Method: "GET", Path: "/projects", Key: bad})
 	e.want(401, "UNAUTHORIZED", req{Method: "GET", Path: "/projects", Key: bad})
 	res = e.want(429, "RATE_LIMITED", req{Method: "GET", Path: "/projects", Key: bad})

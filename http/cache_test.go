@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"dbcloud/cloud"
+	"dbcloud/history"
+
 	"dbcloud"
 	"dbcloud/http"
 	"dbcloud/identity"
@@ -28,7 +31,7 @@ func (e *env) secondPlane(t *testing.T) *env {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	b := *e
 	b.t, b.store = t, s
-	b.cloud = dbcloud.NewCloud(dbcloud.NewEventStore(s), e.runtime, dbcloud.DefaultConfig(), logger)
+	b.cloud = cloud.New(history.NewEventStore(s), e.runtime, cloud.DefaultConfig(), logger)
 	b.srv = httptest.NewUnstartedServer(http.NewHandler(b.cloud, noLimits, logger))
 	b.srv.StartTLS()
 	t.Cleanup(b.srv.Close)
@@ -120,7 +123,7 @@ func TestReadCache_TwoPlanes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := a.cloud.SetMember(dbcloud.NewContextWithPrincipal(ctx, boot), a.a.ProjectID, p.User.Email, identity.Viewer); err != nil {
+		if err := a.cloud.SetMember(cloud.NewContextWithPrincipal(ctx, boot), a.a.ProjectID, p.User.Email, identity.Viewer); err != nil {
 			t.Fatal(err)
 		}
 		b.with(t).want(403, "FORBIDDEN", req{Method: "POST", Path: svcPath + "/rename", Body: rename, Bearer: owner.token})

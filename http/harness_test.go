@@ -15,6 +15,9 @@ import (
 	"sync"
 	"testing"
 
+	"dbcloud/cloud"
+	"dbcloud/history"
+
 	"github.com/getkin/kin-openapi/routers"
 
 	"dbcloud"
@@ -143,11 +146,11 @@ func (r *testRuntime) Logs(_ context.Context, _ *dbcloud.Service, q dbcloud.LogQ
 type env struct {
 	t       testing.TB
 	store   dbcloud.Store
-	cloud   *dbcloud.Cloud
+	cloud   *cloud.Cloud
 	runtime *testRuntime
 	srv     *httptest.Server
 	router  routers.Router
-	a, b    *dbcloud.NewAPIKey
+	a, b    *cloud.NewAPIKey
 	// dsn is where the store is (openStoreDSN).
 	dsn string
 }
@@ -158,7 +161,7 @@ func newEnv(t testing.TB, kind string, cfg http.Config) *env {
 	e.store, e.dsn = openStoreDSN(t, kind)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	// As dbcloud serve opens the store: changes are recorded as events.
-	e.cloud = dbcloud.NewCloud(dbcloud.NewEventStore(e.store), e.runtime, dbcloud.DefaultConfig(), logger)
+	e.cloud = cloud.New(history.NewEventStore(e.store), e.runtime, cloud.DefaultConfig(), logger)
 	ctx := context.Background()
 	boot, err := e.cloud.Bootstrap(ctx, "admin", "admin@example.com")
 	if err != nil {
@@ -213,7 +216,7 @@ func (r *resp) code(t testing.TB) string {
 type req struct {
 	Method, Path string
 	Body         any
-	Key          *dbcloud.NewAPIKey
+	Key          *cloud.NewAPIKey
 	Header       map[string]string
 	// NoAuth sends no Authorization header.
 	NoAuth bool

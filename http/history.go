@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"dbcloud/cloud"
+
 	"dbcloud"
 )
 
@@ -128,7 +130,7 @@ func toEvent(e *dbcloud.Event) eventJSON {
 
 // operationHeaders names the operation a request recorded: Operation-Id,
 // and Operation-Location, the URL that shows its progress and outcome.
-func operationHeaders(w http.ResponseWriter, r *http.Request, log *dbcloud.OperationLog) {
+func operationHeaders(w http.ResponseWriter, r *http.Request, log *cloud.OperationLog) {
 	if log.ID == "" {
 		return
 	}
@@ -136,13 +138,13 @@ func operationHeaders(w http.ResponseWriter, r *http.Request, log *dbcloud.Opera
 	w.Header().Set("Operation-Location", BasePath+"/projects/"+r.PathValue("project_id")+"/operations/"+log.ID)
 }
 
-func (h *Handler) listOperations(scope func(r *http.Request) dbcloud.OperationScope) handlerFn {
+func (h *Handler) listOperations(scope func(r *http.Request) cloud.OperationScope) handlerFn {
 	return func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		limit := 0
 		if s := r.URL.Query().Get("limit"); s != "" {
 			n, err := strconv.Atoi(s)
-			if err != nil || n < 1 || n > dbcloud.MaxOperationPage {
-				return 0, nil, dbcloud.Errorf(dbcloud.KindInvalid, "limit must be a whole number from 1 to %d, got %q.", dbcloud.MaxOperationPage, s)
+			if err != nil || n < 1 || n > cloud.MaxOperationPage {
+				return 0, nil, dbcloud.Errorf(dbcloud.KindInvalid, "limit must be a whole number from 1 to %d, got %q.", cloud.MaxOperationPage, s)
 			}
 			limit = n
 		}
@@ -158,20 +160,20 @@ func (h *Handler) listOperations(scope func(r *http.Request) dbcloud.OperationSc
 	}
 }
 
-func serviceScope(r *http.Request) dbcloud.OperationScope {
-	return dbcloud.OperationScope{ServiceID: r.PathValue("service_id")}
+func serviceScope(r *http.Request) cloud.OperationScope {
+	return cloud.OperationScope{ServiceID: r.PathValue("service_id")}
 }
 
-func replicaSetScope(r *http.Request) dbcloud.OperationScope {
-	return dbcloud.OperationScope{ServiceID: r.PathValue("service_id"), ReplicaSetID: r.PathValue("replica_set_id")}
+func replicaSetScope(r *http.Request) cloud.OperationScope {
+	return cloud.OperationScope{ServiceID: r.PathValue("service_id"), ReplicaSetID: r.PathValue("replica_set_id")}
 }
 
-func vpcScope(r *http.Request) dbcloud.OperationScope {
-	return dbcloud.OperationScope{VPCID: r.PathValue("vpc_id")}
+func vpcScope(r *http.Request) cloud.OperationScope {
+	return cloud.OperationScope{VPCID: r.PathValue("vpc_id")}
 }
 
-func peeringScope(r *http.Request) dbcloud.OperationScope {
-	return dbcloud.OperationScope{VPCID: r.PathValue("vpc_id"), PeeringID: r.PathValue("peering_id")}
+func peeringScope(r *http.Request) cloud.OperationScope {
+	return cloud.OperationScope{VPCID: r.PathValue("vpc_id"), PeeringID: r.PathValue("peering_id")}
 }
 
 func (h *Handler) getOperation(w http.ResponseWriter, r *http.Request) (int, any, error) {
@@ -218,14 +220,14 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) (int, any, erro
 	if err != nil {
 		return 0, nil, err
 	}
-	release, err := h.limits.openStream(dbcloud.PrincipalFromContext(ctx).ID())
+	release, err := h.limits.openStream(cloud.PrincipalFromContext(ctx).ID())
 	if err != nil {
 		return 0, nil, err
 	}
 	defer release()
 	// The first read happens before the headers, so a refusal is an
 	// ordinary error response.
-	evs, err := h.cloud.ListEvents(ctx, projectID, after, dbcloud.MaxEventPage)
+	evs, err := h.cloud.ListEvents(ctx, projectID, after, cloud.MaxEventPage)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -254,7 +256,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) (int, any, erro
 		if err := rc.Flush(); err != nil {
 			return streamed, nil, nil
 		}
-		if len(evs) < dbcloud.MaxEventPage {
+		if len(evs) < cloud.MaxEventPage {
 			changed := h.cloud.EventsChanged()
 		wait:
 			for {
@@ -274,7 +276,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) (int, any, erro
 				}
 			}
 		}
-		if evs, err = h.cloud.ListEvents(ctx, projectID, after, dbcloud.MaxEventPage); err != nil {
+		if evs, err = h.cloud.ListEvents(ctx, projectID, after, cloud.MaxEventPage); err != nil {
 			if ctx.Err() == nil {
 				h.logger.Warn("read events", "project", projectID, "error", err)
 			}

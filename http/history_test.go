@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"dbcloud/cloud"
+
 	"dbcloud"
 	"dbcloud/http"
 	"dbcloud/internal/sse"
@@ -285,7 +287,7 @@ func TestOperations_IdempotentReplay(t *testing.T) {
 
 // openEvents opens the project a's event stream with key and returns the
 // response, whatever its status.
-func (e *env) openEvents(ctx context.Context, key *dbcloud.NewAPIKey) *stdhttp.Response {
+func (e *env) openEvents(ctx context.Context, key *cloud.NewAPIKey) *stdhttp.Response {
 	e.t.Helper()
 	hr, _ := stdhttp.NewRequestWithContext(ctx, "GET", e.srv.URL+http.BasePath+e.pa()+"/events", nil)
 	hr.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(key.AccessKey+":"+key.SecretKey)))

@@ -11,6 +11,8 @@ import (
 	"errors"
 	"net/http"
 
+	"dbcloud/cloud"
+
 	"dbcloud"
 )
 
@@ -40,7 +42,7 @@ func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, rt Route, p
 			return
 		}
 		w.Header().Set("Idempotent-Replayed", "true")
-		operationHeaders(w, r, &dbcloud.OperationLog{ID: rec.OperationID})
+		operationHeaders(w, r, &cloud.OperationLog{ID: rec.OperationID})
 		if rec.Response != nil {
 			plain, err := unseal(secret, rec.Response)
 			if err != nil {
@@ -72,7 +74,7 @@ func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, rt Route, p
 		Seal: func(plain []byte) ([]byte, error) { return seal(secret, plain) },
 	}
 	if rec == nil {
-		r = r.WithContext(dbcloud.NewContextWithIdempotency(ctx, claim))
+		r = r.WithContext(cloud.NewContextWithIdempotency(ctx, claim))
 	}
 	status, out, err := rt.fn(w, r)
 	if err != nil {
@@ -90,7 +92,7 @@ func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, rt Route, p
 		}
 	}
 	claim.Status = status
-	if l := dbcloud.OperationLogFromContext(r.Context()); l != nil {
+	if l := cloud.OperationLogFromContext(r.Context()); l != nil {
 		claim.OperationID = l.ID
 	}
 	if claim.Response, err = seal(secret, b); err == nil {
@@ -101,7 +103,7 @@ func (h *Handler) idempotent(w http.ResponseWriter, r *http.Request, rt Route, p
 		// this exact body is lost, and a retry answers from the resource.
 		h.logger.WarnContext(ctx, "idempotent response not stored", "request_id", requestID(ctx), "error", err)
 	}
-	operationHeaders(w, r, &dbcloud.OperationLog{ID: claim.OperationID})
+	operationHeaders(w, r, &cloud.OperationLog{ID: claim.OperationID})
 	writeRaw(w, status, b)
 }
 

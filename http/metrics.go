@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"dbcloud/history"
+
 	"dbcloud"
 )
 
@@ -62,7 +64,7 @@ func (h *Handler) metricsSeries(w http.ResponseWriter, r *http.Request) (int, an
 		// Out of range is -1, which the domain refuses: never the default
 		// (0), nor a Duration that overflowed.
 		q.Bucket = -1
-		if *b > 0 && int64(*b) <= int64(dbcloud.MaxSeriesBucket/time.Second) {
+		if *b > 0 && int64(*b) <= int64(history.MaxSeriesBucket/time.Second) {
 			q.Bucket = time.Duration(*b) * time.Second
 		}
 	}

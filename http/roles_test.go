@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"dbcloud/cloud"
+
 	"dbcloud"
 	"dbcloud/http"
 	"dbcloud/identity"
@@ -16,7 +18,7 @@ import (
 type caller struct {
 	name  string
 	role  identity.Role
-	key   *dbcloud.NewAPIKey
+	key   *cloud.NewAPIKey
 	token string
 }
 
@@ -34,7 +36,7 @@ func roleCallers(t *testing.T, e *env) []caller {
 	var out []caller
 	var owner *dbcloud.Principal
 	for _, role := range []identity.Role{identity.Owner, identity.Admin, identity.Developer, identity.Viewer} {
-		u, _, err := e.cloud.CreateUser(ctx, dbcloud.NewUser{
+		u, _, err := e.cloud.CreateUser(ctx, cloud.NewUser{
 			Email: string(role) + "-user@example.com", Name: string(role), ProjectID: e.a.ProjectID, Role: role,
 		})
 		if err != nil {
@@ -48,7 +50,7 @@ func roleCallers(t *testing.T, e *env) []caller {
 			}
 		}
 	}
-	octx := dbcloud.NewContextWithPrincipal(ctx, owner)
+	octx := cloud.NewContextWithPrincipal(ctx, owner)
 	for _, role := range identity.Roles {
 		k, err := e.cloud.IssueAPIKey(octx, e.a.ProjectID, string(role)+" key", role)
 		if err != nil {
@@ -293,7 +295,7 @@ func TestRoleLimits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return dbcloud.NewContextWithPrincipal(ctx, p)
+		return cloud.NewContextWithPrincipal(ctx, p)
 	}
 	owner, admin, developer := callers[0], callers[1], callers[2]
 	if err := e.cloud.SetMember(as(admin), e.a.ProjectID, "viewer-user@example.com", identity.Owner); dbcloud.ErrorKindOf(err) != dbcloud.KindForbidden {
@@ -364,7 +366,7 @@ func TestUserToken(t *testing.T) {
 			ctx := context.Background()
 			p, _ := e.cloud.AuthenticateToken(ctx, dbcloud.TokenAccess, owner.token)
 			boot, _ := e.cloud.AuthenticateToken(ctx, dbcloud.TokenAccess, userToken(t, e, bootstrapUser(t, e)))
-			if err := e.cloud.SetMember(dbcloud.NewContextWithPrincipal(ctx, boot), e.b.ProjectID, p.User.Email, identity.Viewer); err != nil {
+			if err := e.cloud.SetMember(cloud.NewContextWithPrincipal(ctx, boot), e.b.ProjectID, p.User.Email, identity.Viewer); err != nil {
 				t.Fatal(err)
 			}
 			var ps []struct{ ID string }
@@ -439,7 +441,7 @@ func TestRemoveMember_RevokesKeys(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				return dbcloud.NewContextWithPrincipal(ctx, p)
+				return cloud.NewContextWithPrincipal(ctx, p)
 			}
 			owner, admin := callers[0], callers[1]
 			k, err := e.cloud.IssueAPIKey(as(admin), e.a.ProjectID, "admin's", identity.Admin)
@@ -451,7 +453,7 @@ func TestRemoveMember_RevokesKeys(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := e.cloud.SetMember(dbcloud.NewContextWithPrincipal(ctx, boot), e.b.ProjectID, "admin-user@example.com", identity.Admin); err != nil {
+			if err := e.cloud.SetMember(cloud.NewContextWithPrincipal(ctx, boot), e.b.ProjectID, "admin-user@example.com", identity.Admin); err != nil {
 				t.Fatal(err)
 			}
 			kb, err := e.cloud.IssueAPIKey(as(admin), e.b.ProjectID, "admin's in b", identity.Admin)

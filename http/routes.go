@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"dbcloud/cloud"
+
 	"dbcloud"
 )
 
@@ -91,7 +93,7 @@ func message(status int, msg string, err error) (int, any, error) {
 }
 
 func (h *Handler) authInfo(w http.ResponseWriter, r *http.Request) (int, any, error) {
-	return http.StatusOK, toAuthInfo(dbcloud.PrincipalFromContext(r.Context())), nil
+	return http.StatusOK, toAuthInfo(cloud.PrincipalFromContext(r.Context())), nil
 }
 
 // logout ends the caller's OAuth login (every token of it), and that of
@@ -152,7 +154,7 @@ func (h *Handler) createVPC(w http.ResponseWriter, r *http.Request) (int, any, e
 		return 0, nil, err
 	}
 	v, err := h.cloud.CreateVPC(r.Context(), r.PathValue("project_id"),
-		dbcloud.VPCCreate{Name: *in.Name, CIDR: *in.CIDR, Region: *in.RegionCode})
+		cloud.VPCCreate{Name: *in.Name, CIDR: *in.CIDR, Region: *in.RegionCode})
 	if err != nil {
 		return 0, nil, err
 	}
@@ -206,7 +208,7 @@ func (h *Handler) createPeering(w http.ResponseWriter, r *http.Request) (int, an
 	if err := required("peer_account_id", in.PeerAccountID, "peer_region_code", in.PeerRegionCode, "peer_vpc_id", in.PeerVPCID); err != nil {
 		return 0, nil, err
 	}
-	p, err := h.cloud.CreatePeering(r.Context(), r.PathValue("project_id"), r.PathValue("vpc_id"), dbcloud.PeeringCreate{
+	p, err := h.cloud.CreatePeering(r.Context(), r.PathValue("project_id"), r.PathValue("vpc_id"), cloud.PeeringCreate{
 		PeerAccountID: *in.PeerAccountID, PeerRegionCode: *in.PeerRegionCode, PeerVPCID: *in.PeerVPCID,
 	})
 	if err != nil {
@@ -254,14 +256,14 @@ func (h *Handler) createService(w http.ResponseWriter, r *http.Request) (int, an
 	if err := required("name", in.Name); err != nil {
 		return 0, nil, err
 	}
-	v, err := h.cloud.CreateService(r.Context(), r.PathValue("project_id"), dbcloud.ServiceCreate{
+	v, err := h.cloud.CreateService(r.Context(), r.PathValue("project_id"), cloud.ServiceCreate{
 		Name: *in.Name, Addons: in.Addons, CPUMillis: str(in.CPUMillis), MemoryGBs: str(in.MemoryGBs),
 		Environment: str(in.EnvironmentTag), Region: str(in.RegionCode), Replicas: in.ReplicaCount,
 	})
 	return serviceResult(v, err)
 }
 
-func serviceResult(v *dbcloud.ServiceView, err error) (int, any, error) {
+func serviceResult(v *cloud.ServiceView, err error) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
@@ -359,7 +361,7 @@ func (h *Handler) forkService(w http.ResponseWriter, r *http.Request) (int, any,
 	if err := required("fork_strategy", in.ForkStrategy); err != nil {
 		return 0, nil, err
 	}
-	return serviceResult(h.cloud.ForkService(r.Context(), r.PathValue("project_id"), r.PathValue("service_id"), dbcloud.ServiceFork{
+	return serviceResult(h.cloud.ForkService(r.Context(), r.PathValue("project_id"), r.PathValue("service_id"), cloud.ServiceFork{
 		Strategy: *in.ForkStrategy, Name: in.Name, CPUMillis: str(in.CPUMillis), MemoryGBs: str(in.MemoryGBs),
 		Environment: str(in.EnvironmentTag), TargetTime: in.TargetTime,
 	}))
@@ -397,7 +399,7 @@ func (h *Handler) setHA(w http.ResponseWriter, r *http.Request) (int, any, error
 		return 0, nil, err
 	}
 	return serviceResult(h.cloud.SetHA(r.Context(), r.PathValue("project_id"), r.PathValue("service_id"),
-		dbcloud.HAChange{Replicas: in.ReplicaCount, SyncReplicas: in.SyncReplicaCount}))
+		cloud.HAChange{Replicas: in.ReplicaCount, SyncReplicas: in.SyncReplicaCount}))
 }
 
 func (h *Handler) logs(w http.ResponseWriter, r *http.Request) (int, any, error) {
@@ -461,7 +463,7 @@ func (h *Handler) createReplicaSet(w http.ResponseWriter, r *http.Request) (int,
 	if err := required("cpu_millis", in.CPUMillis, "memory_gbs", in.MemoryGBs, "name", in.Name, "nodes", in.Nodes); err != nil {
 		return 0, nil, err
 	}
-	rs, err := h.cloud.CreateReplicaSet(r.Context(), r.PathValue("project_id"), r.PathValue("service_id"), dbcloud.ReplicaSetCreate{
+	rs, err := h.cloud.CreateReplicaSet(r.Context(), r.PathValue("project_id"), r.PathValue("service_id"), cloud.ReplicaSetCreate{
 		Name: *in.Name, CPUMillis: *in.CPUMillis, MemoryGBs: *in.MemoryGBs, Nodes: *in.Nodes,
 	})
 	if err != nil {
@@ -487,7 +489,7 @@ func (h *Handler) resizeReplicaSet(w http.ResponseWriter, r *http.Request) (int,
 		return 0, nil, err
 	}
 	msg, err := h.cloud.ResizeReplicaSet(r.Context(), r.PathValue("project_id"), r.PathValue("service_id"), r.PathValue("replica_set_id"),
-		dbcloud.ReplicaSetResize{CPUMillis: *in.CPUMillis, MemoryGBs: *in.MemoryGBs, Nodes: in.Nodes})
+		cloud.ReplicaSetResize{CPUMillis: *in.CPUMillis, MemoryGBs: *in.MemoryGBs, Nodes: in.Nodes})
 	return message(http.StatusAccepted, msg, err)
 }
 

@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"dbcloud/cloud"
+
 	"dbcloud"
 )
 
@@ -102,7 +104,7 @@ func (h *Handler) shutdown() <-chan struct{} { return h.stop }
 
 // Handler is the API's http.Handler.
 type Handler struct {
-	cloud  *dbcloud.Cloud
+	cloud  *cloud.Cloud
 	logger *slog.Logger
 	mux    *http.ServeMux
 	limits *limiters
@@ -124,7 +126,7 @@ type Handler struct {
 }
 
 // NewHandler returns the API handler for cloud.
-func NewHandler(cloud *dbcloud.Cloud, cfg Config, logger *slog.Logger) *Handler {
+func NewHandler(cloud *cloud.Cloud, cfg Config, logger *slog.Logger) *Handler {
 	h := &Handler{cloud: cloud, logger: logger, mux: http.NewServeMux(), limits: newLimiters(cfg), stop: make(chan struct{})}
 	for _, rt := range h.routes() {
 		h.mux.Handle(rt.Method+" "+BasePath+rt.Path, h.api(rt))
@@ -246,8 +248,8 @@ func (h *Handler) api(rt Route) http.Handler {
 			writeError(w, r, h.logger, err)
 			return
 		}
-		oplog := &dbcloud.OperationLog{}
-		r = r.WithContext(dbcloud.NewContextWithOperationLog(dbcloud.NewContextWithPrincipal(ctx, p), oplog))
+		oplog := &cloud.OperationLog{}
+		r = r.WithContext(cloud.NewContextWithOperationLog(cloud.NewContextWithPrincipal(ctx, p), oplog))
 		if len(body) > 0 {
 			r.Body = io.NopCloser(bytes.NewReader(body))
 		} else {

@@ -13,7 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"dbcloud"
+	"dbcloud/cloud"
+
 	"dbcloud/http"
 	"dbcloud/sqlite"
 )
@@ -23,7 +24,7 @@ import (
 // same address still answers 200.
 func TestAuthFailuresDoNotRefuseValidKeys(t *testing.T) {
 	e := newEnv(t, "sqlite", http.DefaultConfig())
-	bad := &dbcloud.NewAPIKey{AccessKey: e.a.AccessKey, SecretKey: "wrong"}
+	bad := &cloud.NewAPIKey{AccessKey: e.a.AccessKey, SecretKey: "wrong"}
 	for range 10 {
 		e.want(401, "UNAUTHORIZED", req{Method: "GET", Path: "/projects", Key: bad})
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"dbcloud/cloud"
+
 	"dbcloud"
 )
 
@@ -292,7 +294,7 @@ func toResourceSpec(s dbcloud.Size) resourceSpecJSON {
 	return resourceSpecJSON{CPUMillis: &cpu, MemoryGBs: &mem}
 }
 
-func toService(v *dbcloud.ServiceView) *serviceJSON {
+func toService(v *cloud.ServiceView) *serviceJSON {
 	s := v.Service
 	out := &serviceJSON{
 		Created: s.Created, Name: s.Name, ProjectID: s.ProjectID, RegionCode: s.Region,

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"time"
 
+	"dbcloud/cloud"
+
 	"dbcloud"
 )
 
@@ -45,12 +47,12 @@ const (
 
 // Server is the authorization server.
 type Server struct {
-	Cloud   *dbcloud.Cloud
+	Cloud   *cloud.Cloud
 	Clients map[string]Client
 }
 
 // New returns a server that knows the original's CLI and dbcloud's own.
-func New(c *dbcloud.Cloud) *Server {
+func New(c *cloud.Cloud) *Server {
 	return &Server{Cloud: c, Clients: map[string]Client{
 		TigerCLIClientID: {ID: TigerCLIClientID, Name: "Tiger CLI (tiger auth login)"},
 		"dbcloud-cli":    {ID: "dbcloud-cli", Name: "dbcloud command-line client"},

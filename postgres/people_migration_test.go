@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"dbcloud/cloud"
+
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"dbcloud"
@@ -45,7 +47,7 @@ func TestMigratePeople(t *testing.T) {
 	db.Close()
 
 	s := MustOpen(t, dsn)
-	c := dbcloud.NewCloud(s, nil, dbcloud.DefaultConfig(), nil)
+	c := cloud.New(s, nil, cloud.DefaultConfig(), nil)
 	p, err := c.Authenticate(context.Background(), "dbcOLDKEY", "old-secret")
 	if err != nil {
 		t.Fatalf("the old key after the migration: %v", err)

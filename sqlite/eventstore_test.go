@@ -4,6 +4,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"dbcloud/cloud"
+	"dbcloud/history"
+
 	"dbcloud"
 )
 
@@ -15,7 +18,7 @@ func TestEventStore_KeepsSeries(t *testing.T) {
 	if _, ok := any(s).(dbcloud.SeriesStore); !ok {
 		t.Fatal("the SQLite store keeps no metrics series")
 	}
-	c := dbcloud.NewCloud(dbcloud.NewEventStore(s), nil, dbcloud.DefaultConfig(), nil)
+	c := cloud.New(history.NewEventStore(s), nil, cloud.DefaultConfig(), nil)
 	if c.History == nil {
 		t.Fatal("no metrics history over an event store")
 	}

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"dbcloud/cloud"
+
 	_ "modernc.org/sqlite"
 
 	"dbcloud"
@@ -51,7 +53,7 @@ func TestMigratePeople(t *testing.T) {
 	db.Close()
 
 	s := MustOpen(t, path)
-	c := dbcloud.NewCloud(s, nil, dbcloud.DefaultConfig(), nil)
+	c := cloud.New(s, nil, cloud.DefaultConfig(), nil)
 	p, err := c.Authenticate(context.Background(), "dbcOLDKEY", "old-secret")
 	if err != nil {
 		t.Fatalf("the old key after the migration: %v", err)

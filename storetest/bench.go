@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	"dbcloud/history"
+
 	"dbcloud"
 )
 
@@ -110,7 +112,7 @@ func BenchmarkStatusChange(b *testing.B, newDB NewDB) {
 		b.Run(name, func(b *testing.B) {
 			s := seedServices(b, newDB)
 			if events {
-				s = dbcloud.NewEventStore(s)
+				s = history.NewEventStore(s)
 			}
 			b.ReportAllocs()
 			i := 0

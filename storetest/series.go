@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"dbcloud/history"
+
 	"dbcloud"
 )
 
@@ -99,7 +101,7 @@ func testSeriesBounded(t *testing.T, newDB NewDB) {
 	// Shorter retentions than the defaults keep the test quick; the
 	// arithmetic is the same.
 	tiers := []dbcloud.SeriesTier{{Resolution: 0, Retention: time.Hour}, {Resolution: time.Minute, Retention: 3 * time.Hour}, {Resolution: time.Hour, Retention: 2 * 24 * time.Hour}}
-	h := &dbcloud.History{Store: s, Tiers: tiers, Now: func() time.Time { return now }}
+	h := &history.Series{Store: s, Tiers: tiers, Now: func() time.Time { return now }}
 	const step = 30 * time.Second
 	const series = 2
 	bound := 0

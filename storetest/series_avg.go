@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"dbcloud/history"
+
 	"dbcloud"
 )
 
@@ -17,7 +19,7 @@ func testSeriesAvg(t *testing.T, newDB NewDB) {
 	s := seriesStore(t, newDB)
 	t0 := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	now := t0.Add(10 * time.Minute)
-	h := &dbcloud.History{Store: s, Now: func() time.Time { return now }}
+	h := &history.Series{Store: s, Now: func() time.Time { return now }}
 	sample := func(sec int, v float64) dbcloud.SeriesSample {
 		return dbcloud.SeriesSample{ServiceID: "svc1", Name: dbcloud.SeriesTransactions,
 			Labels: map[string]string{"role": "primary"}, Time: t0.Add(time.Duration(sec) * time.Second), Value: v}

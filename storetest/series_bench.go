@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"dbcloud/history"
+
 	"dbcloud"
 )
 
@@ -34,7 +36,7 @@ func BenchmarkRecordHistory(b *testing.B, newDB NewDB) {
 		b.Fatal("store does not implement dbcloud.SeriesStore")
 	}
 	at := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
-	h := &dbcloud.History{Store: s, Now: func() time.Time { return at }}
+	h := &history.Series{Store: s, Now: func() time.Time { return at }}
 	n := 0
 	for b.Loop() {
 		at = at.Add(5 * time.Second)
@@ -56,7 +58,7 @@ func BenchmarkQueryHistory(b *testing.B, newDB NewDB) {
 	}
 	start := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
 	now := start
-	h := &dbcloud.History{Store: s, Now: func() time.Time { return now }}
+	h := &history.Series{Store: s, Now: func() time.Time { return now }}
 	var batch []dbcloud.SeriesSample
 	for ; now.Before(start.Add(24 * time.Hour)); now = now.Add(5 * time.Second) {
 		batch = append(batch, dbcloud.SeriesSample{ServiceID: "svc1", Name: dbcloud.SeriesConnections,

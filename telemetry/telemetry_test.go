@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"dbcloud/cloud"
+
 	"dbcloud"
 	"dbcloud/internal/promtest"
 	"dbcloud/sqlite"
@@ -21,7 +23,7 @@ func TestTelemetry_Scrape(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	c := dbcloud.NewCloud(s, nil, dbcloud.DefaultConfig(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c := cloud.New(s, nil, cloud.DefaultConfig(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	b, err := c.Bootstrap(t.Context(), "admin", "admin@example.com")
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"dbcloud"
+	"dbcloud/cloud"
+
 	"dbcloud/identity"
 )
 
@@ -32,13 +33,13 @@ func (a *adminCommand) flags(fs *flag.FlagSet) {
 }
 
 // open returns a Cloud on the store for admin work; it needs no runtime.
-func (a *adminCommand) open(ctx context.Context) (*dbcloud.Cloud, func() error, error) {
+func (a *adminCommand) open(ctx context.Context) (*cloud.Cloud, func() error, error) {
 	s, err := openStore(ctx, a.dataDir, a.store)
 	if err != nil {
 		return nil, nil, err
 	}
 	// Admin work is projects and keys only: no runtime is involved.
-	c := dbcloud.NewCloud(s, nil, dbcloud.DefaultConfig(), slog.New(slog.DiscardHandler))
+	c := cloud.New(s, nil, cloud.DefaultConfig(), slog.New(slog.DiscardHandler))
 	return c, s.Close, nil
 }
 
@@ -67,7 +68,7 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if projectName == "" {
 			return errors.New("--name is required")
 		}
-		return a.run(ctx, func(c *dbcloud.Cloud) error {
+		return a.run(ctx, func(c *cloud.Cloud) error {
 			p, err := c.CreateProject(ctx, projectName, a.adminName, a.adminEmail)
 			if err != nil {
 				return err
@@ -80,7 +81,7 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err := parseFlags(fs, args[2:]); err != nil {
 			return err
 		}
-		return a.run(ctx, func(c *dbcloud.Cloud) error {
+		return a.run(ctx, func(c *cloud.Cloud) error {
 			ps, err := c.ListProjectsAdmin(ctx)
 			if err != nil {
 				return err
@@ -101,7 +102,7 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case "project set-quota":
 		var project string
 		var reset bool
-		q := dbcloud.DefaultConfig().Quotas.Resources
+		q := cloud.DefaultConfig().Quotas.Resources
 		fs := newFlagSet(name, "Give a project its own resource quota (what its running instances may reserve); lowering it removes nothing.", stderr)
 		a.flags(fs)
 		fs.StringVar(&project, "project", "", "project ID (required)")
@@ -120,7 +121,7 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if reset {
 			quota = nil
 		}
-		return a.run(ctx, func(c *dbcloud.Cloud) error {
+		return a.run(ctx, func(c *cloud.Cloud) error {
 			p, err := c.SetProjectQuota(ctx, project, quota)
 			if err != nil {
 				return err
@@ -145,7 +146,7 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if project == "" || keyName == "" {
 			return errors.New("--project and --name are required")
 		}
-		return a.run(ctx, func(c *dbcloud.Cloud) error {
+		return a.run(ctx, func(c *cloud.Cloud) error {
 			k, err := c.CreateAPIKeyWithRole(ctx, project, keyName, identity.Role(*role), a.adminName, a.adminEmail)
 			if err != nil {
 				return err
@@ -163,7 +164,7 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if project == "" {
 			return errors.New("--project is required")
 		}
-		return a.run(ctx, func(c *dbcloud.Cloud) error {
+		return a.run(ctx, func(c *cloud.Cloud) error {
 			ks, err := c.ListAPIKeys(ctx, project)
 			if err != nil {
 				return err
@@ -193,7 +194,7 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if access == "" {
 			return errors.New("--access-key is required")
 		}
-		return a.run(ctx, func(c *dbcloud.Cloud) error {
+		return a.run(ctx, func(c *cloud.Cloud) error {
 			if err := c.RevokeAPIKey(ctx, access); err != nil {
 				return err
 			}
@@ -207,7 +208,7 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return fmt.Errorf("unknown admin command %q", args[0]+" "+args[1])
 }
 
-func (a *adminCommand) run(ctx context.Context, fn func(*dbcloud.Cloud) error) error {
+func (a *adminCommand) run(ctx context.Context, fn func(*cloud.Cloud) error) error {
 	c, closeStore, err := a.open(ctx)
 	if err != nil {
 		return err

@@ -17,6 +17,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"dbcloud/cloud"
+
 	"dbcloud"
 	"dbcloud/runtime/local"
 	"dbcloud/tlsca"
@@ -41,12 +43,12 @@ func runAdminService(ctx context.Context, verb string, args []string, stdout, st
 		if project == "" {
 			return errors.New("--project is required")
 		}
-		return a.run(ctx, func(c *dbcloud.Cloud) error {
+		return a.run(ctx, func(c *cloud.Cloud) error {
 			p, err := c.FindProjectAdmin(ctx, project)
 			if err != nil {
 				return err
 			}
-			vs, err := c.ListServices(dbcloud.OperatorContext(ctx, p), project)
+			vs, err := c.ListServices(cloud.OperatorContext(ctx, p), project)
 			if err != nil {
 				return err
 			}
@@ -76,12 +78,12 @@ func runAdminService(ctx context.Context, verb string, args []string, stdout, st
 		if project == "" || id == "" {
 			return errors.New("--project and --id are required")
 		}
-		return a.run(ctx, func(c *dbcloud.Cloud) error {
+		return a.run(ctx, func(c *cloud.Cloud) error {
 			p, err := c.FindProjectAdmin(ctx, project)
 			if err != nil {
 				return err
 			}
-			v, err := c.GetService(dbcloud.OperatorContext(ctx, p), project, id)
+			v, err := c.GetService(cloud.OperatorContext(ctx, p), project, id)
 			if err != nil {
 				return err
 			}
@@ -109,9 +111,9 @@ func runAdminService(ctx context.Context, verb string, args []string, stdout, st
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
-		return a.drive(ctx, stderr, func(c *dbcloud.Cloud) (int, error) {
+		return a.drive(ctx, stderr, func(c *cloud.Cloud) (int, error) {
 			return c.StopAll(ctx)
-		}, func(c *dbcloud.Cloud) (bool, string, error) {
+		}, func(c *cloud.Cloud) (bool, string, error) {
 			running, pending, err := c.RunningServices(ctx)
 			return running == 0 && pending == 0, fmt.Sprintf("%d services running, %d operations pending", running, pending), err
 		}, func(n int) { fmt.Fprintf(stdout, "stopped %d services\n", n) })
@@ -136,9 +138,9 @@ func runTeardown(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			"or delete services through the API", addr)
 	}
 	var runtimeDir string
-	err := a.drive(ctx, stderr, func(c *dbcloud.Cloud) (int, error) {
+	err := a.drive(ctx, stderr, func(c *cloud.Cloud) (int, error) {
 		return c.Teardown(ctx)
-	}, func(c *dbcloud.Cloud) (bool, string, error) {
+	}, func(c *cloud.Cloud) (bool, string, error) {
 		left, pending, err := c.Remaining(ctx)
 		return left == 0 && pending == 0, fmt.Sprintf("%d services and read replica sets left, %d operations pending", left, pending), err
 	}, func(n int) { fmt.Fprintf(stdout, "deleted %d services and read replica sets\n", n) }, func(m *Main) error {
@@ -269,8 +271,8 @@ func (a *adminCommand) serverRunning() (string, bool) {
 // meanwhile, on the same leases serve's engine takes, with no pool of
 // prepared clusters and no snapshots; then each finish runs on it, once
 // done (never when serve runs: the runtime is serve's).
-func (a *adminCommand) drive(ctx context.Context, stderr io.Writer, start func(*dbcloud.Cloud) (int, error),
-	done func(*dbcloud.Cloud) (bool, string, error), report func(int), finish ...func(m *Main) error) error {
+func (a *adminCommand) drive(ctx context.Context, stderr io.Writer, start func(*cloud.Cloud) (int, error),
+	done func(*cloud.Cloud) (bool, string, error), report func(int), finish ...func(m *Main) error) error {
 	c, closeStore, err := a.open(ctx)
 	if err != nil {
 		return err

@@ -11,7 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"dbcloud"
+	"dbcloud/cloud"
+
 	"dbcloud/identity"
 )
 
@@ -21,7 +22,7 @@ func runAdminUser(ctx context.Context, name, verb string, args []string, stdin i
 	var a adminCommand
 	switch verb {
 	case "create":
-		var in dbcloud.NewUser
+		var in cloud.NewUser
 		var role string
 		var fromStdin bool
 		fs := newFlagSet(name, "Create a user. Without --password-stdin a password is generated and shown once.", stderr)
@@ -51,7 +52,7 @@ func runAdminUser(ctx context.Context, name, verb string, args []string, stdin i
 			}
 			in.Password = strings.TrimRight(line, "\r\n")
 		}
-		return a.run(ctx, func(c *dbcloud.Cloud) error {
+		return a.run(ctx, func(c *cloud.Cloud) error {
 			u, pw, err := c.CreateUser(ctx, in)
 			if err != nil {
 				return err
@@ -69,7 +70,7 @@ func runAdminUser(ctx context.Context, name, verb string, args []string, stdin i
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
-		return a.run(ctx, func(c *dbcloud.Cloud) error {
+		return a.run(ctx, func(c *cloud.Cloud) error {
 			us, err := c.ListUsersAdmin(ctx)
 			if err != nil {
 				return err
@@ -99,7 +100,7 @@ func runAdminUser(ctx context.Context, name, verb string, args []string, stdin i
 		if email == "" {
 			return errors.New("--email is required")
 		}
-		return a.run(ctx, func(c *dbcloud.Cloud) error {
+		return a.run(ctx, func(c *cloud.Cloud) error {
 			if err := c.DisableUser(ctx, email); err != nil {
 				return err
 			}

@@ -19,6 +19,9 @@ import (
 	"syscall"
 	"time"
 
+	"dbcloud/cloud"
+	"dbcloud/sizing"
+
 	"dbcloud"
 	"dbcloud/console"
 	"dbcloud/engine"
@@ -54,7 +57,7 @@ type Config struct {
 	AdminName  string
 	AdminEmail string
 	LogFormat  string
-	Quotas     dbcloud.Quotas
+	Quotas     cloud.Quotas
 	PoolSize   int
 	// PoolMaxSize and PoolMemoryShare bound the pool's growth in a burst
 	// of creates (runtime/local/postgres.Instances).
@@ -81,7 +84,7 @@ type Config struct {
 	// (pgbouncer.DefaultBinary), else one of MinMajor.MinMinor or newer.
 	PgBouncer string
 	// StorageLimits size what each service may keep on disk.
-	StorageLimits dbcloud.StorageLimits
+	StorageLimits sizing.StorageLimits
 	// RestoreCheckInterval is the least time between two verified restores
 	// of a service; 0 turns them off.
 	RestoreCheckInterval time.Duration
@@ -107,7 +110,7 @@ const crashAfterCommitEnv = "DBCLOUD_TEST_CRASH_AFTER_COMMIT"
 // DefaultConfig returns the embedded defaults: SQLite and PostgreSQL
 // processes on this host, HTTPS with a generated local CA.
 func DefaultConfig() Config {
-	d := dbcloud.DefaultConfig()
+	d := cloud.DefaultConfig()
 	h := http.DefaultConfig()
 	return Config{
 		DataDir: "./dbcloud-data", Listen: "127.0.0.1:8443", PublicHost: d.PublicHost,
@@ -116,7 +119,7 @@ func DefaultConfig() Config {
 		AdminName: "admin", AdminEmail: "admin@example.com", LogFormat: "json", Quotas: d.Quotas,
 		PoolSize: 2, PoolMaxSize: postgres.DefaultPoolMaxSize, PoolMemoryShare: postgres.DefaultPoolMemoryShare, Overcommit: 4, VPCBlock: netip.MustParsePrefix("127.77.0.0/16"),
 		SnapshotInterval: local.DefaultSnapshotInterval, SnapshotRetention: local.DefaultSnapshotRetention,
-		StorageLimits: dbcloud.DefaultStorageLimits, LogMaxAge: 7 * 24 * time.Hour, LogMaxBytes: 1 << 30, HTTP: http.DefaultServerConfig(),
+		StorageLimits: sizing.DefaultStorageLimits, LogMaxAge: 7 * 24 * time.Hour, LogMaxBytes: 1 << 30, HTTP: http.DefaultServerConfig(),
 		LeaseTTL: engine.DefaultLeaseTTL, Metrics: DefaultMetricsConfig(), RestoreCheckInterval: time.Hour,
 		StorageImageGiB: local.StorageImageAuto,
 	}
@@ -137,7 +140,7 @@ type Main struct {
 
 	stderr   io.Writer
 	store    dbcloud.Store
-	cloud    *dbcloud.Cloud
+	cloud    *cloud.Cloud
 	server   *stdhttp.Server
 	listener net.Listener
 	runtime  *local.Runtime
@@ -232,7 +235,7 @@ func (m *Main) ParseFlags(args []string) error {
 
 func quotaFlags(fs interface {
 	IntVar(p *int, name string, value int, usage string)
-}, q *dbcloud.Quotas) {
+}, q *cloud.Quotas) {
 	fs.IntVar(&q.Services, "quota-services", q.Services, "services per project")
 	fs.IntVar(&q.VPCs, "quota-vpcs", q.VPCs, "VPCs per project")
 	fs.IntVar(&q.PeeringsPerVPC, "quota-peerings", q.PeeringsPerVPC, "peerings per VPC")
@@ -307,8 +310,8 @@ func (c *Config) validate() error {
 	return errors.Join(errs...)
 }
 
-func (c *Config) domain() dbcloud.Config {
-	d := dbcloud.DefaultConfig()
+func (c *Config) domain() cloud.Config {
+	d := cloud.DefaultConfig()
 	d.Sizes, _ = dbcloud.ParseSizeTable(c.Sizes)
 	d.Regions = nil
 	for _, r := range strings.Split(c.Regions, ",") {
@@ -399,7 +402,7 @@ func (m *Main) openControlPlane(ctx context.Context) (*tls.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.cloud = dbcloud.NewCloud(m.store, rt, c.domain(), m.Logger)
+	m.cloud = cloud.New(m.store, rt, c.domain(), m.Logger)
 	m.cloud.Network = network
 	m.engine = engine.New(m.store, rt, c.NodeID, m.Logger)
 	m.engine.Network = network
@@ -455,7 +458,7 @@ func (m *Main) URL() string {
 }
 
 // Cloud returns the domain service, for in-process tests.
-func (m *Main) Cloud() *dbcloud.Cloud { return m.cloud }
+func (m *Main) Cloud() *cloud.Cloud { return m.cloud }
 
 // purgeLoop forgets idempotency keys, operations and events past their
 // lifetime.

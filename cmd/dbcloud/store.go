@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"dbcloud/history"
+
 	"dbcloud"
 	"dbcloud/postgres"
 	"dbcloud/sqlite"
@@ -20,7 +22,7 @@ func openStore(ctx context.Context, dataDir, url string) (dbcloud.Store, error) 
 	if err != nil {
 		return nil, err
 	}
-	return dbcloud.NewEventStore(s), nil
+	return history.NewEventStore(s), nil
 }
 
 func openRawStore(ctx context.Context, dataDir, url string) (dbcloud.Store, error) {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"dbcloud/cloud"
+
 	apiv1 "github.com/cloudnative-pg/cloudnative-pg/api/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -35,8 +37,8 @@ func TestControlPlane(t *testing.T) {
 	}
 	t.Cleanup(func() { store.Close() })
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cloud := dbcloud.NewCloud(store, rt, dbcloud.DefaultConfig(), logger)
-	cloud.Network = kubernetes.Network{}
+	cl := cloud.New(store, rt, cloud.DefaultConfig(), logger)
+	cl.Network = kubernetes.Network{}
 	e := engine.New(store, rt, "kube-test", logger)
 	e.PollInterval, e.HealthInterval = 20*time.Millisecond, 50*time.Millisecond
 	e.Network = kubernetes.Network{}
@@ -44,19 +46,19 @@ func TestControlPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
-	cloud.Notify = e.Notify
-	b, err := cloud.Bootstrap(ctx, "admin", "admin@example.com")
+	cl.Notify = e.Notify
+	b, err := cl.Bootstrap(ctx, "admin", "admin@example.com")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := cloud.Authenticate(ctx, b.Key.AccessKey, b.Key.SecretKey)
+	p, err := cl.Authenticate(ctx, b.Key.AccessKey, b.Key.SecretKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pctx := dbcloud.NewContextWithPrincipal(ctx, p)
+	pctx := cloud.NewContextWithPrincipal(ctx, p)
 	pid := b.Project.ID
 
-	v, err := cloud.CreateService(pctx, pid, dbcloud.ServiceCreate{Name: "db"})
+	v, err := cl.CreateService(pctx, pid, cloud.ServiceCreate{Name: "db"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,9 +67,9 @@ func TestControlPlane(t *testing.T) {
 	key := types.NamespacedName{Namespace: rt.Namespace(pid), Name: name}
 	status := func(want dbcloud.ServiceStatus) *dbcloud.Service {
 		t.Helper()
-		var got *dbcloud.ServiceView
+		var got *cloud.ServiceView
 		waitFor(t, ctx, func() bool {
-			got, err = cloud.GetService(pctx, pid, svc.ID)
+			got, err = cl.GetService(pctx, pid, svc.ID)
 			return err == nil && got.Service.Status == want
 		})
 		return got.Service
@@ -84,7 +86,7 @@ func TestControlPlane(t *testing.T) {
 
 	// updatePassword: the 204 waits for CNPG's report of the new Secret.
 	done := make(chan error, 1)
-	go func() { done <- cloud.UpdatePassword(pctx, pid, svc.ID, "a-new-password-of-some-length") }()
+	go func() { done <- cl.UpdatePassword(pctx, pid, svc.ID, "a-new-password-of-some-length") }()
 	var secret corev1.Secret
 	waitFor(t, ctx, func() bool {
 		err := shared.client.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: kubernetes.SecretName(name)}, &secret)
@@ -97,13 +99,13 @@ func TestControlPlane(t *testing.T) {
 		t.Fatalf("UpdatePassword: %v", err)
 	}
 
-	_, err = cloud.CreateVPC(pctx, pid, dbcloud.VPCCreate{Name: "v", CIDR: "10.0.0.0/16", Region: dbcloud.DefaultConfig().Regions[0]})
+	_, err = cl.CreateVPC(pctx, pid, cloud.VPCCreate{Name: "v", CIDR: "10.0.0.0/16", Region: cloud.DefaultConfig().Regions[0]})
 	var de *dbcloud.Error
 	if !errors.As(err, &de) || de.Code != kubernetes.CodeUnsupported {
 		t.Fatalf("CreateVPC: %v, want UNSUPPORTED", err)
 	}
 
-	if _, err := cloud.StopService(pctx, pid, svc.ID); err != nil {
+	if _, err := cl.StopService(pctx, pid, svc.ID); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, func() bool {
@@ -116,11 +118,11 @@ func TestControlPlane(t *testing.T) {
 	})
 	status(dbcloud.StatusPaused)
 
-	if err := cloud.DeleteService(pctx, pid, svc.ID); err != nil {
+	if err := cl.DeleteService(pctx, pid, svc.ID); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, func() bool {
-		_, err := cloud.GetService(pctx, pid, svc.ID)
+		_, err := cl.GetService(pctx, pid, svc.ID)
 		return dbcloud.IsNotFound(err)
 	})
 	var c apiv1.Cluster

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"dbcloud/sizing"
+
 	apiv1 "github.com/cloudnative-pg/cloudnative-pg/api/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -11,7 +13,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"dbcloud"
-	"dbcloud/runtime/local"
 )
 
 // Labels put on every object this runtime makes.
@@ -70,7 +71,7 @@ func replicaSetLabels(set *dbcloud.ReadReplicaSet) map[string]string {
 // ratios: requests equal limits, so CNPG's pods get the Guaranteed QoS
 // class and the settings derived from the memory hold.
 func resourcesFor(size dbcloud.Size) (corev1.ResourceRequirements, map[string]string) {
-	r := local.ResourcesFor(size)
+	r := sizing.For(size)
 	list := corev1.ResourceList{
 		corev1.ResourceCPU:    *resource.NewMilliQuantity(int64(r.CPUMillis), resource.DecimalSI),
 		corev1.ResourceMemory: *resource.NewQuantity(r.MemoryBytes, resource.BinarySI),

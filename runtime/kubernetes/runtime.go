@@ -82,6 +82,11 @@ type Runtime struct {
 	log *slog.Logger
 }
 
+// The capabilities of the contract (dbcloud/runtime.go) this runtime has:
+// CNPG runs replica clusters and restores, so read replica sets and fork
+// windows map onto it. It has no capacity report (the cluster's scheduler
+// decides placement), and snapshots and restore checks are CNPG's backups,
+// not mapped yet (issue 32). TestCapabilities keeps this list true.
 var (
 	_ dbcloud.Runtime               = (*Runtime)(nil)
 	_ dbcloud.Provisioner           = (*Runtime)(nil)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"dbcloud/runtime/local/postgres"
+	"dbcloud/sizing"
 
 	"dbcloud"
 )
@@ -29,9 +30,9 @@ func TestAddonSettings(t *testing.T) {
 		{"timeseries shared", dbcloud.Size{Shared: true}, []dbcloud.Addon{dbcloud.AddonTimeSeries}, true, "4", "9"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := ResourcesFor(tc.size)
+			res := sizing.For(tc.size)
 			before := res.Settings["max_worker_processes"]
-			got := addonSettings(res, tc.addons)
+			got := sizing.WithAddons(res, tc.addons)
 			if res.Settings["max_worker_processes"] != before {
 				t.Fatal("addonSettings changed the size's own settings map")
 			}

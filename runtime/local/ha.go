@@ -14,6 +14,7 @@ import (
 
 	"dbcloud/internal/tenantfs"
 	"dbcloud/runtime/local/postgres"
+	"dbcloud/sizing"
 
 	"dbcloud"
 )
@@ -99,7 +100,7 @@ func (rt *Runtime) haSpec(svc *dbcloud.Service, base postgres.Spec, st *haState,
 	s.Dir = filepath.Join(rt.serviceDir(svc.ID), strconv.Itoa(n))
 	s.Port = st.Ports[n]
 	s.ListenAddr = rt.listenAddr() // the proxy serves the VPC address
-	s.Settings = rt.storageSettings(svc.ID, rt.cfg.StorageLimits.Of(svc.Spec.Size), addonSettings(ResourcesFor(svc.Spec.Size), svc.Spec.Addons))
+	s.Settings = rt.storageSettings(svc.ID, rt.cfg.StorageLimits.Of(svc.Spec.Size), sizing.WithAddons(sizing.For(svc.Spec.Size), svc.Spec.Addons))
 	s.Settings["wal_log_hints"] = "on" // pg_rewind of a former primary
 	s.Settings["hot_standby"] = "on"
 	if n == st.Primary {

@@ -31,6 +31,7 @@ import (
 	"dbcloud/runtime/local/pgbouncer"
 	"dbcloud/runtime/local/postgres"
 	"dbcloud/runtime/local/proxy"
+	"dbcloud/sizing"
 	"dbcloud/tlsca"
 )
 
@@ -69,8 +70,8 @@ type Config struct {
 	// PATH.
 	PgBouncer string
 	// StorageLimits size what each service may keep on disk; zero fields
-	// take dbcloud.DefaultStorageLimits'.
-	StorageLimits dbcloud.StorageLimits
+	// take sizing.DefaultStorageLimits'.
+	StorageLimits sizing.StorageLimits
 	// RestoreCheckInterval is the least time between two verified
 	// restores of a service (each new snapshot is verified, and the
 	// newest again after a day); 0 turns the checks off.
@@ -125,10 +126,17 @@ type cpuSample struct {
 	at    time.Time
 }
 
+// The local runtime has every optional capability of the contract
+// (dbcloud/runtime.go); TestCapabilities keeps it so.
 var (
-	_ dbcloud.Runtime     = (*Runtime)(nil)
-	_ dbcloud.Provisioner = (*Runtime)(nil)
-	_ dbcloud.Capacity    = (*Runtime)(nil)
+	_ dbcloud.Runtime               = (*Runtime)(nil)
+	_ dbcloud.Provisioner           = (*Runtime)(nil)
+	_ dbcloud.ReplicaSetProvisioner = (*Runtime)(nil)
+	_ dbcloud.Backups               = (*Runtime)(nil)
+	_ dbcloud.BackupMaintainer      = (*Runtime)(nil)
+	_ dbcloud.SnapshotLister        = (*Runtime)(nil)
+	_ dbcloud.RestoreChecker        = (*Runtime)(nil)
+	_ dbcloud.Capacity              = (*Runtime)(nil)
 )
 
 // New returns a local runtime; Open starts filling its pool.
@@ -140,10 +148,10 @@ func New(cfg Config) (*Runtime, error) {
 		cfg.Overcommit = 4
 	}
 	if cfg.StorageLimits.SharedMiB <= 0 {
-		cfg.StorageLimits.SharedMiB = dbcloud.DefaultStorageLimits.SharedMiB
+		cfg.StorageLimits.SharedMiB = sizing.DefaultStorageLimits.SharedMiB
 	}
 	if cfg.StorageLimits.MiBPerMemoryGiB <= 0 {
-		cfg.StorageLimits.MiBPerMemoryGiB = dbcloud.DefaultStorageLimits.MiBPerMemoryGiB
+		cfg.StorageLimits.MiBPerMemoryGiB = sizing.DefaultStorageLimits.MiBPerMemoryGiB
 	}
 	if cfg.CA == nil {
 		return nil, fmt.Errorf("local runtime: a CA is required")
@@ -292,7 +300,7 @@ func (rt *Runtime) instanceBase(svc *dbcloud.Service) (postgres.Spec, error) {
 	if svc.Endpoint == nil {
 		return postgres.Spec{}, dbcloud.Terminal(fmt.Errorf("service %s has no endpoint", svc.ID))
 	}
-	res := ResourcesFor(svc.Spec.Size)
+	res := sizing.For(svc.Spec.Size)
 	listen := rt.listenAddr()
 	if ep := svc.VPCEndpoint; ep != nil && listen != "*" {
 		// Attached to a VPC: also listen on the service's own address there.
@@ -304,7 +312,7 @@ func (rt *Runtime) instanceBase(svc *dbcloud.Service) (postgres.Spec, error) {
 	}
 	return postgres.Spec{
 		ID: svc.ID + "-0", Dir: filepath.Join(rt.serviceDir(svc.ID), "0"), ListenAddr: listen,
-		Port: svc.Endpoint.Port, Settings: rt.storageSettings(svc.ID, rt.cfg.StorageLimits.Of(svc.Spec.Size), addonSettings(res, svc.Spec.Addons)),
+		Port: svc.Endpoint.Port, Settings: rt.storageSettings(svc.ID, rt.cfg.StorageLimits.Of(svc.Spec.Size), sizing.WithAddons(res, svc.Spec.Addons)),
 		CPUMillis: res.CPUMillis, MemoryBytes: res.MemoryBytes, ArchiveDir: rt.archiveDir(svc.ID),
 		Owner: owner,
 	}, nil

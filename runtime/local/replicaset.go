@@ -16,6 +16,7 @@ import (
 
 	"dbcloud/internal/tenantfs"
 	"dbcloud/runtime/local/postgres"
+	"dbcloud/sizing"
 
 	"github.com/jackc/pgx/v5"
 
@@ -69,7 +70,7 @@ func (rt *Runtime) saveReplicaSet(setID string, st *replicaSetState) error {
 // port, following upstream. It is a pure function of its arguments, so
 // every Reload renders the same config.
 func (rt *Runtime) nodeSpec(set *dbcloud.Service, upstream postgres.Spec, st *replicaSetState, n int, certPEM, keyPEM []byte) postgres.Spec {
-	res := ResourcesFor(set.Spec.Size)
+	res := sizing.For(set.Spec.Size)
 	settings := maps.Clone(res.Settings)
 	if settings == nil {
 		settings = map[string]string{}
@@ -80,7 +81,7 @@ func (rt *Runtime) nodeSpec(set *dbcloud.Service, upstream postgres.Spec, st *re
 			settings[k] = upstream.Settings[k]
 		}
 	}
-	for _, k := range preloadSettings() {
+	for _, k := range sizing.PreloadSettings() {
 		if v, ok := upstream.Settings[k]; ok {
 			settings[k] = v
 		}

@@ -6,11 +6,6 @@ import (
 	"dbcloud"
 )
 
-var (
-	_ dbcloud.SnapshotLister = (*Runtime)(nil)
-	_ dbcloud.RestoreChecker = (*Runtime)(nil)
-)
-
 // Snapshots lists the service's complete snapshots, oldest first, from
 // their manifests: what a LAST_SNAPSHOT fork restores (the newest) and
 // where a PITR fork can start (those with archived WAL after them).

@@ -11,6 +11,7 @@ import (
 	"dbcloud/runtime/local/internal/localtest"
 	"dbcloud/runtime/local/internal/volume"
 	"dbcloud/runtime/local/postgres"
+	"dbcloud/sizing"
 	"dbcloud/tlsca"
 )
 
@@ -44,7 +45,7 @@ func storageRuntime(t *testing.T) *Runtime {
 	}
 	return &Runtime{
 		cfg: Config{BinDir: pgbin.Dir(), DataDir: dataDir, Host: "127.0.0.1", CA: ca, Logger: logger,
-			StorageLimits: dbcloud.StorageLimits{SharedMiB: 100, MiBPerMemoryGiB: 100}},
+			StorageLimits: sizing.StorageLimits{SharedMiB: 100, MiBPerMemoryGiB: 100}},
 		instances: instances, volumes: volume.New(fs),
 		storageNear: map[string]bool{},
 	}

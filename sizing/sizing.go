@@ -1,4 +1,9 @@
-package local
+// Package sizing is what a size means for PostgreSQL: the CPU and memory
+// an instance of it gets, the settings that follow from them and from the
+// service's addons, and the storage it may keep. It is pure (values in,
+// values out), so both runtimes and the service layer's admission read
+// one definition.
+package sizing
 
 import (
 	"fmt"
@@ -8,7 +13,8 @@ import (
 	"dbcloud"
 )
 
-// Resources is what a size means on this host: the cgroup limits and the
+// Resources is what a size means for one instance: its CPU and memory
+// limits (cgroups on the host, requests and limits of a pod) and the
 // PostgreSQL settings that follow from them.
 type Resources struct {
 	CPUMillis   int
@@ -18,15 +24,19 @@ type Resources struct {
 
 // sharedMemory is the memory limit of a shared service. An idle instance
 // uses about 18 MB, so dozens of shared services fit on one host.
-const sharedMemory = 512 << 20
+// Its CPU limit is half a core.
+const (
+	sharedMemory    = 512 << 20
+	sharedCPUMillis = 500
+)
 
-// ResourcesFor derives limits and settings from a size, with the ratios of
+// For derives limits and settings from a size, with the ratios of
 // timescaledb-tune (runtime-notes.md section 7): shared_buffers a quarter of
 // memory, effective_cache_size three quarters, connections by memory.
-func ResourcesFor(size dbcloud.Size) Resources {
+func For(size dbcloud.Size) Resources {
 	if size.Shared {
 		return Resources{
-			CPUMillis: 500, MemoryBytes: sharedMemory,
+			CPUMillis: sharedCPUMillis, MemoryBytes: sharedMemory,
 			Settings: map[string]string{
 				"shared_buffers": "16MB", "effective_cache_size": "256MB", "maintenance_work_mem": "32MB",
 				"work_mem": "4MB", "max_connections": "25", "max_worker_processes": "4",
@@ -65,7 +75,7 @@ func ResourcesFor(size dbcloud.Size) Resources {
 	}
 }
 
-// addonSettings returns a size's settings (res.Settings, not changed) with
+// WithAddons returns a size's settings (res.Settings, not changed) with
 // what the service's addons need. The time-series addon's TimescaleDB only
 // works preloaded, so only such services pay for its library and
 // background workers: timescaledb.max_background_workers (its scheduler for
@@ -77,7 +87,7 @@ func ResourcesFor(size dbcloud.Size) Resources {
 // off, so a build with telemetry would not phone out either, and SHOW
 // answers what users of the original expect. pgvector (the ai addon)
 // needs no setting.
-func addonSettings(res Resources, addons []dbcloud.Addon) map[string]string {
+func WithAddons(res Resources, addons []dbcloud.Addon) map[string]string {
 	settings := maps.Clone(res.Settings)
 	if settings == nil {
 		settings = map[string]string{}
@@ -100,10 +110,30 @@ func addonSettings(res Resources, addons []dbcloud.Addon) map[string]string {
 	return settings
 }
 
-// preloadSettings are the settings a hot standby takes from its primary
+// PreloadSettings are the settings a hot standby takes from its primary
 // as they are: the WAL it replays was written by a server with those
 // libraries, and a library such as TimescaleDB only answers queries when
 // preloaded.
-func preloadSettings() []string {
+func PreloadSettings() []string {
 	return []string{"shared_preload_libraries", "timescaledb.max_background_workers", "timescaledb.telemetry_level"}
+}
+
+// StorageLimits size what a service may keep on disk, data, WAL archive
+// and snapshots together: a shared service SharedMiB, a dedicated one
+// MiBPerMemoryGiB for each GiB of its memory.
+type StorageLimits struct {
+	SharedMiB       int64
+	MiBPerMemoryGiB int64
+}
+
+// DefaultStorageLimits: 10 GiB shared; 25 GiB of disk per GiB of memory,
+// so 500/2 keeps 50 GiB and 32000/128 keeps 3,200 GiB.
+var DefaultStorageLimits = StorageLimits{SharedMiB: 10 << 10, MiBPerMemoryGiB: 25 << 10}
+
+// Of is how many bytes a service of this size may keep.
+func (l StorageLimits) Of(size dbcloud.Size) int64 {
+	if size.Shared || size.MemoryGBs <= 0 {
+		return l.SharedMiB << 20
+	}
+	return int64(size.MemoryGBs) * l.MiBPerMemoryGiB << 20
 }

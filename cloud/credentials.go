@@ -1,10 +1,11 @@
-package dbcloud
+package cloud
 
 import (
 	"context"
 	"crypto/subtle"
-	"maps"
 	"sync"
+
+	"dbcloud"
 )
 
 // maxCredentials bounds the credentials a Cloud keeps verified: past it
@@ -29,52 +30,28 @@ type credentialEntry struct {
 	// time: an entry never lets a wrong secret through. Empty for tokens,
 	// which are keyed by their hash already.
 	secret []byte
-	p      *Principal
+	p      *dbcloud.Principal
 }
 
 // get returns a copy of the principal kept for key if it was verified at
 // rev with the same secret hash.
-func (c *credentialCache) get(key string, rev int64, secret []byte) *Principal {
+func (c *credentialCache) get(key string, rev int64, secret []byte) *dbcloud.Principal {
 	c.mu.Lock()
 	e, ok := c.m[key]
 	c.mu.Unlock()
 	if !ok || e.rev != rev || subtle.ConstantTimeCompare(e.secret, secret) != 1 {
 		return nil
 	}
-	return e.p.clone()
+	return e.p.Clone()
 }
 
-func (c *credentialCache) put(key string, rev int64, secret []byte, p *Principal) {
+func (c *credentialCache) put(key string, rev int64, secret []byte, p *dbcloud.Principal) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil || len(c.m) >= maxCredentials {
 		c.m = make(map[string]credentialEntry)
 	}
-	c.m[key] = credentialEntry{rev: rev, secret: secret, p: p.clone()}
-}
-
-// clone copies the principal and what it points to, so a caller that
-// changes its principal cannot change what the next request gets.
-func (p *Principal) clone() *Principal {
-	cp := *p
-	if p.Key != nil {
-		k := *p.Key
-		cp.Key = &k
-	}
-	if p.Project != nil {
-		pr := *p.Project
-		cp.Project = &pr
-	}
-	if p.User != nil {
-		u := *p.User
-		cp.User = &u
-	}
-	if p.Token != nil {
-		t := *p.Token
-		cp.Token = &t
-	}
-	cp.Roles = maps.Clone(p.Roles)
-	return &cp
+	c.m[key] = credentialEntry{rev: rev, secret: secret, p: p.Clone()}
 }
 
 // cachedCredential authenticates from the cache: it reads the credentials
@@ -82,8 +59,8 @@ func (p *Principal) clone() *Principal {
 // since it was verified. Otherwise it returns nil and the counter, under
 // which check's answer may be kept (check runs after the counter is read,
 // so what it read is never older than the counter says).
-func (c *Cloud) cachedCredential(ctx context.Context, key string, secret []byte, check func() (*Principal, error)) (*Principal, error) {
-	rev, ok, err := c.revision(ctx, RevisionCredentials)
+func (c *Cloud) cachedCredential(ctx context.Context, key string, secret []byte, check func() (*dbcloud.Principal, error)) (*dbcloud.Principal, error) {
+	rev, ok, err := c.revision(ctx, dbcloud.RevisionCredentials)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package dbcloud_test
+package history_test
 
 import (
 	"errors"
@@ -8,19 +8,20 @@ import (
 	"time"
 
 	"dbcloud"
+	"dbcloud/history"
 	"dbcloud/sqlite"
 )
 
 // newHistory returns a History over a fresh SQLite store, with a clock the
 // test sets.
-func newHistory(t *testing.T, now *time.Time) *dbcloud.History {
+func newHistory(t *testing.T, now *time.Time) *history.Series {
 	t.Helper()
 	s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	return &dbcloud.History{Store: s, Now: func() time.Time { return *now }}
+	return &history.Series{Store: s, Now: func() time.Time { return *now }}
 }
 
 func values(points []dbcloud.SeriesPoint) string {

@@ -1,4 +1,4 @@
-package dbcloud
+package cloud
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/mail"
 	"strings"
+
+	"dbcloud"
 
 	"dbcloud/identity"
 )
@@ -25,8 +27,8 @@ type NewAPIKey struct {
 // Bootstrap is what the first start of an empty store creates, so that a
 // newcomer can call the API at once.
 type Bootstrap struct {
-	User    *User
-	Project *Project
+	User    *dbcloud.User
+	Project *dbcloud.Project
 	Key     *NewAPIKey
 	// Password is the owner's console password, shown once.
 	Password string
@@ -36,10 +38,10 @@ type Bootstrap struct {
 // the store has no project yet. It returns nil when there is nothing to do.
 func (c *Cloud) Bootstrap(ctx context.Context, adminName, adminEmail string) (*Bootstrap, error) {
 	if _, err := mail.ParseAddress(adminEmail); err != nil || !strings.Contains(adminEmail[strings.LastIndex(adminEmail, "@")+1:], ".") {
-		return nil, Errorf(KindInvalid, "admin e-mail %q is not an address with a dotted domain.", adminEmail)
+		return nil, dbcloud.Errorf(dbcloud.KindInvalid, "admin e-mail %q is not an address with a dotted domain.", adminEmail)
 	}
 	var b *Bootstrap
-	err := c.Store.Update(ctx, func(tx Tx) error {
+	err := c.Store.Update(ctx, func(tx dbcloud.Tx) error {
 		projects, err := tx.ListProjects()
 		if err != nil || len(projects) > 0 {
 			return err
@@ -48,7 +50,7 @@ func (c *Cloud) Bootstrap(ctx context.Context, adminName, adminEmail string) (*B
 		if err != nil {
 			return err
 		}
-		p := &Project{ID: NewID(), Name: "default", PlanType: "self-hosted", Created: c.now()}
+		p := &dbcloud.Project{ID: dbcloud.NewID(), Name: "default", PlanType: "self-hosted", Created: c.now()}
 		if err := tx.InsertProject(p); err != nil {
 			return err
 		}
@@ -75,10 +77,10 @@ func (c *Cloud) Bootstrap(ctx context.Context, adminName, adminEmail string) (*B
 }
 
 // makeOwner makes the user an owner of the project.
-func (c *Cloud) makeOwner(tx Tx, projectID, userID string) error {
+func (c *Cloud) makeOwner(tx dbcloud.Tx, projectID, userID string) error {
 	m, err := tx.FindMembership(projectID, userID)
-	if IsNotFound(err) {
-		return tx.InsertMembership(&Membership{ProjectID: projectID, UserID: userID, Role: identity.Owner, Created: c.now()})
+	if dbcloud.IsNotFound(err) {
+		return tx.InsertMembership(&dbcloud.Membership{ProjectID: projectID, UserID: userID, Role: identity.Owner, Created: c.now()})
 	} else if err != nil {
 		return err
 	}
@@ -87,7 +89,7 @@ func (c *Cloud) makeOwner(tx Tx, projectID, userID string) error {
 }
 
 // adminUser returns the installation's admin user, creating it with the store.
-func (c *Cloud) adminUser(tx Tx, name, email string) (*User, error) {
+func (c *Cloud) adminUser(tx dbcloud.Tx, name, email string) (*dbcloud.User, error) {
 	users, err := tx.ListUsers()
 	if err != nil {
 		return nil, err
@@ -95,17 +97,17 @@ func (c *Cloud) adminUser(tx Tx, name, email string) (*User, error) {
 	if len(users) > 0 {
 		return users[0], nil
 	}
-	u := &User{ID: NewID(), Name: name, Email: email, Created: c.now()}
+	u := &dbcloud.User{ID: dbcloud.NewID(), Name: name, Email: email, Created: c.now()}
 	return u, tx.InsertUser(u)
 }
 
 // CreateProject creates a project.
-func (c *Cloud) CreateProject(ctx context.Context, name, adminName, adminEmail string) (*Project, error) {
-	if err := validateName("name", name); err != nil {
+func (c *Cloud) CreateProject(ctx context.Context, name, adminName, adminEmail string) (*dbcloud.Project, error) {
+	if err := dbcloud.ValidateName("name", name); err != nil {
 		return nil, err
 	}
-	p := &Project{ID: NewID(), Name: name, PlanType: "self-hosted", Created: c.now()}
-	err := c.Store.Update(ctx, func(tx Tx) error {
+	p := &dbcloud.Project{ID: dbcloud.NewID(), Name: name, PlanType: "self-hosted", Created: c.now()}
+	err := c.Store.Update(ctx, func(tx dbcloud.Tx) error {
 		u, err := c.adminUser(tx, adminName, adminEmail)
 		if err != nil {
 			return err
@@ -126,17 +128,17 @@ func (c *Cloud) CreateAPIKey(ctx context.Context, projectID, name, adminName, ad
 // CreateAPIKeyWithRole issues a key of the role for a project, on behalf of
 // the admin user (dbcloud admin key create --role).
 func (c *Cloud) CreateAPIKeyWithRole(ctx context.Context, projectID, name string, role identity.Role, adminName, adminEmail string) (*NewAPIKey, error) {
-	if err := validateName("name", name); err != nil {
+	if err := dbcloud.ValidateName("name", name); err != nil {
 		return nil, err
 	}
 	if !role.Valid() {
-		return nil, Errorf(KindInvalid, "role must be one of viewer, developer, admin, owner; got %q.", role)
+		return nil, dbcloud.Errorf(dbcloud.KindInvalid, "role must be one of viewer, developer, admin, owner; got %q.", role)
 	}
 	var k *NewAPIKey
-	err := c.Store.Update(ctx, func(tx Tx) error {
+	err := c.Store.Update(ctx, func(tx dbcloud.Tx) error {
 		if _, err := tx.FindProject(projectID); err != nil {
-			if IsNotFound(err) {
-				return Errorf(KindNotFound, "Project %q not found.", projectID)
+			if dbcloud.IsNotFound(err) {
+				return dbcloud.Errorf(dbcloud.KindNotFound, "Project %q not found.", projectID)
 			}
 			return err
 		}
@@ -154,15 +156,15 @@ func (c *Cloud) CreateAPIKeyWithRole(ctx context.Context, projectID, name string
 	return k, err
 }
 
-func (c *Cloud) issueKey(tx Tx, projectID, userID, name string, role identity.Role) (*NewAPIKey, error) {
+func (c *Cloud) issueKey(tx dbcloud.Tx, projectID, userID, name string, role identity.Role) (*NewAPIKey, error) {
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
 		return nil, fmt.Errorf("random secret: %w", err)
 	}
 	secret := base64.RawURLEncoding.EncodeToString(raw)
-	k := &APIKey{
-		AccessKey: NewAccessKey(), ProjectID: projectID, UserID: userID, Name: name, Role: role,
-		SecretHash: HashSecret(secret), Created: c.now(),
+	k := &dbcloud.APIKey{
+		AccessKey: dbcloud.NewAccessKey(), ProjectID: projectID, UserID: userID, Name: name, Role: role,
+		SecretHash: dbcloud.HashSecret(secret), Created: c.now(),
 	}
 	if err := tx.InsertAPIKey(k); err != nil {
 		return nil, err
@@ -171,9 +173,9 @@ func (c *Cloud) issueKey(tx Tx, projectID, userID, name string, role identity.Ro
 }
 
 // ListAPIKeys lists a project's keys (never their secrets).
-func (c *Cloud) ListAPIKeys(ctx context.Context, projectID string) ([]*APIKey, error) {
-	var out []*APIKey
-	err := c.Store.View(ctx, func(tx Tx) (err error) {
+func (c *Cloud) ListAPIKeys(ctx context.Context, projectID string) ([]*dbcloud.APIKey, error) {
+	var out []*dbcloud.APIKey
+	err := c.Store.View(ctx, func(tx dbcloud.Tx) (err error) {
 		out, err = tx.ListAPIKeys(projectID)
 		return err
 	})
@@ -182,10 +184,10 @@ func (c *Cloud) ListAPIKeys(ctx context.Context, projectID string) ([]*APIKey, e
 
 // RevokeAPIKey revokes a key; its next request fails.
 func (c *Cloud) RevokeAPIKey(ctx context.Context, accessKey string) error {
-	return c.Store.Update(ctx, func(tx Tx) error {
+	return c.Store.Update(ctx, func(tx dbcloud.Tx) error {
 		k, err := tx.FindAPIKey(accessKey)
-		if IsNotFound(err) {
-			return Errorf(KindNotFound, "API key %q not found.", accessKey)
+		if dbcloud.IsNotFound(err) {
+			return dbcloud.Errorf(dbcloud.KindNotFound, "API key %q not found.", accessKey)
 		} else if err != nil {
 			return err
 		}
@@ -194,9 +196,9 @@ func (c *Cloud) RevokeAPIKey(ctx context.Context, accessKey string) error {
 }
 
 // ListProjectsAdmin lists every project, for the operator.
-func (c *Cloud) ListProjectsAdmin(ctx context.Context) ([]*Project, error) {
-	var out []*Project
-	err := c.Store.View(ctx, func(tx Tx) (err error) {
+func (c *Cloud) ListProjectsAdmin(ctx context.Context) ([]*dbcloud.Project, error) {
+	var out []*dbcloud.Project
+	err := c.Store.View(ctx, func(tx dbcloud.Tx) (err error) {
 		out, err = tx.ListProjects()
 		return err
 	})

@@ -1,4 +1,4 @@
-package local
+package sizing
 
 import (
 	"testing"
@@ -6,7 +6,7 @@ import (
 	"dbcloud"
 )
 
-func TestResourcesFor(t *testing.T) {
+func TestFor(t *testing.T) {
 	for _, tc := range []struct {
 		size                                  dbcloud.Size
 		cpu                                   int
@@ -19,11 +19,26 @@ func TestResourcesFor(t *testing.T) {
 		{dbcloud.Size{CPUMillis: 2000, MemoryGBs: 8}, 2000, 8 << 30, "2048MB", "100", "32768kB", "10"},
 		{dbcloud.Size{CPUMillis: 32000, MemoryGBs: 128}, 32000, 128 << 30, "32768MB", "100", "32768kB", "40"},
 	} {
-		r := ResourcesFor(tc.size)
+		r := For(tc.size)
 		s := r.Settings
 		if r.CPUMillis != tc.cpu || r.MemoryBytes != tc.mem || s["shared_buffers"] != tc.sharedBuffers ||
 			s["max_connections"] != tc.maxConns || s["work_mem"] != tc.workMem || s["max_worker_processes"] != tc.mwp {
-			t.Errorf("ResourcesFor(%v) = %d %d %v", tc.size, r.CPUMillis, r.MemoryBytes, s)
+			t.Errorf("For(%v) = %d %d %v", tc.size, r.CPUMillis, r.MemoryBytes, s)
+		}
+	}
+}
+
+func TestStorageLimit(t *testing.T) {
+	for _, c := range []struct {
+		size dbcloud.Size
+		gib  int64
+	}{
+		{dbcloud.SharedSize, 10},
+		{dbcloud.Size{CPUMillis: 500, MemoryGBs: 2}, 50},
+		{dbcloud.Size{CPUMillis: 32000, MemoryGBs: 128}, 3200},
+	} {
+		if got := DefaultStorageLimits.Of(c.size); got != c.gib<<30 {
+			t.Errorf("limit of %v = %d GiB, want %d", c.size, got>>30, c.gib)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package dbcloud_test
+package cloud_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"dbcloud"
+	"dbcloud/cloud"
 	"dbcloud/identity"
 	"dbcloud/sqlite"
 )
@@ -30,7 +31,7 @@ func BenchmarkAuthenticate(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	c := dbcloud.NewCloud(s, nil, dbcloud.DefaultConfig(), nil)
+	c := cloud.New(s, nil, cloud.DefaultConfig(), nil)
 	c.PasswordParams = &identity.PasswordParams{Time: 1, Memory: 1024, Threads: 1}
 	boot, err := c.Bootstrap(ctx, "admin", "admin@example.com")
 	if err != nil {

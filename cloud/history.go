@@ -1,8 +1,9 @@
-package dbcloud
+package cloud
 
 import (
 	"context"
-	"time"
+
+	"dbcloud"
 )
 
 // Paging bounds of operation lists and event reads.
@@ -15,7 +16,7 @@ const (
 // OperationPage is a page of a resource's operations, newest first. Next,
 // when set, is the cursor of the next (older) page.
 type OperationPage struct {
-	Operations []*Operation
+	Operations []*dbcloud.Operation
 	Next       string
 }
 
@@ -34,18 +35,18 @@ func (c *Cloud) ListOperations(ctx context.Context, projectID string, scope Oper
 	case limit == 0:
 		limit = DefaultOperationPage
 	case limit < 1 || limit > MaxOperationPage:
-		return nil, Errorf(KindInvalid, "limit must be 1 to %d, got %d.", MaxOperationPage, limit)
+		return nil, dbcloud.Errorf(dbcloud.KindInvalid, "limit must be 1 to %d, got %d.", MaxOperationPage, limit)
 	}
 	page := &OperationPage{}
-	err := c.view(ctx, projectID, func(tx Tx) error {
+	err := c.view(ctx, projectID, func(tx dbcloud.Tx) error {
 		f, err := operationFilter(tx, projectID, scope)
 		if err != nil {
 			return err
 		}
 		if before != "" {
 			b, err := tx.FindOperation(before)
-			if IsNotFound(err) || (err == nil && !inScope(b, projectID, f)) {
-				return Errorf(KindInvalid, "before %q is not an operation of this resource; use the next cursor of a previous page.", before)
+			if dbcloud.IsNotFound(err) || (err == nil && !inScope(b, projectID, f)) {
+				return dbcloud.Errorf(dbcloud.KindInvalid, "before %q is not an operation of this resource; use the next cursor of a previous page.", before)
 			} else if err != nil {
 				return err
 			}
@@ -71,31 +72,31 @@ func (c *Cloud) ListOperations(ctx context.Context, projectID string, scope Oper
 
 // operationFilter checks that the scope's resource exists in the project
 // and returns the filter of its operations.
-func operationFilter(tx Tx, projectID string, s OperationScope) (OperationFilter, error) {
+func operationFilter(tx dbcloud.Tx, projectID string, s OperationScope) (dbcloud.OperationFilter, error) {
 	switch {
 	case s.ReplicaSetID != "":
 		if _, err := findReplicaSet(tx, projectID, s.ServiceID, s.ReplicaSetID); err != nil {
-			return OperationFilter{}, err
+			return dbcloud.OperationFilter{}, err
 		}
-		return OperationFilter{ResourceID: s.ReplicaSetID}, nil
+		return dbcloud.OperationFilter{ResourceID: s.ReplicaSetID}, nil
 	case s.ServiceID != "":
 		if _, err := findService(tx, projectID, s.ServiceID); err != nil {
-			return OperationFilter{}, err
+			return dbcloud.OperationFilter{}, err
 		}
-		return OperationFilter{Subject: s.ServiceID}, nil
+		return dbcloud.OperationFilter{Subject: s.ServiceID}, nil
 	case s.PeeringID != "":
 		if _, err := findPeering(tx, projectID, s.VPCID, s.PeeringID); err != nil {
-			return OperationFilter{}, err
+			return dbcloud.OperationFilter{}, err
 		}
-		return OperationFilter{ResourceID: s.PeeringID}, nil
+		return dbcloud.OperationFilter{ResourceID: s.PeeringID}, nil
 	}
 	if _, err := findVPC(tx, projectID, s.VPCID); err != nil {
-		return OperationFilter{}, err
+		return dbcloud.OperationFilter{}, err
 	}
-	return OperationFilter{Subject: s.VPCID}, nil
+	return dbcloud.OperationFilter{Subject: s.VPCID}, nil
 }
 
-func inScope(op *Operation, projectID string, f OperationFilter) bool {
+func inScope(op *dbcloud.Operation, projectID string, f dbcloud.OperationFilter) bool {
 	if op.ProjectID != projectID {
 		return false
 	}
@@ -107,12 +108,12 @@ func inScope(op *Operation, projectID string, f OperationFilter) bool {
 
 // ListEvents returns up to limit events of the project after the event
 // ID after, oldest first.
-func (c *Cloud) ListEvents(ctx context.Context, projectID string, after int64, limit int) ([]*Event, error) {
+func (c *Cloud) ListEvents(ctx context.Context, projectID string, after int64, limit int) ([]*dbcloud.Event, error) {
 	if limit < 1 || limit > MaxEventPage {
 		limit = MaxEventPage
 	}
-	var out []*Event
-	err := c.view(ctx, projectID, func(tx Tx) (err error) {
+	var out []*dbcloud.Event
+	err := c.view(ctx, projectID, func(tx dbcloud.Tx) (err error) {
 		out, err = tx.ListEvents(projectID, after, limit)
 		return err
 	})
@@ -131,8 +132,8 @@ func (c *Cloud) EventsChanged() <-chan struct{} {
 // PurgeHistory forgets finished operations and events older than
 // HistoryRetention, so the history stays bounded.
 func (c *Cloud) PurgeHistory(ctx context.Context) (ops, events int, err error) {
-	before := c.now().Add(-HistoryRetention)
-	err = c.Store.Update(ctx, func(tx Tx) (err error) {
+	before := c.now().Add(-dbcloud.HistoryRetention)
+	err = c.Store.Update(ctx, func(tx dbcloud.Tx) (err error) {
 		if ops, err = tx.DeleteOperationsBefore(before); err != nil {
 			return err
 		}
@@ -142,68 +143,40 @@ func (c *Cloud) PurgeHistory(ctx context.Context) (ops, events int, err error) {
 	return ops, events, err
 }
 
-// SnapshotInfo describes one snapshot of a service: what a LAST_SNAPSHOT
-// fork restores, and where a PITR fork can start.
-type SnapshotInfo struct {
-	Name     string    `json:"name"`
-	Started  time.Time `json:"started"`
-	Finished time.Time `json:"finished"`
-	Bytes    int64     `json:"bytes"`
-	Timeline uint32    `json:"timeline"`
-	StartLSN string    `json:"start_lsn"`
-	StopLSN  string    `json:"stop_lsn"`
-	// PITRBase says WAL is archived from this snapshot on, so point-in-time
-	// forks can start from it.
-	PITRBase bool `json:"pitr_base"`
-}
-
-// SnapshotLister is implemented by runtimes that keep snapshots; like
-// Backups, it only reads what the runtime has.
-type SnapshotLister interface {
-	// Snapshots lists the service's complete snapshots, oldest first.
-	Snapshots(ctx context.Context, svc *Service) ([]SnapshotInfo, error)
-}
-
-// RestoreChecker is implemented by runtimes that verify their restores.
-type RestoreChecker interface {
-	// LastRestoreCheck is the service's last verified restore; nil when
-	// none ran yet.
-	LastRestoreCheck(svc *Service) (*RestoreCheck, error)
-}
-
 // SnapshotList is what a service's forks can restore, and whether that
 // was last proven.
 type SnapshotList struct {
-	Snapshots []SnapshotInfo
-	Window    RecoveryWindow
-	LastCheck *RestoreCheck
+	Snapshots []dbcloud.SnapshotInfo
+	Window    dbcloud.RecoveryWindow
+	LastCheck *dbcloud.RestoreCheck
 }
 
 // ListSnapshots lists the service's snapshots and its recovery window.
 func (c *Cloud) ListSnapshots(ctx context.Context, projectID, serviceID string) (*SnapshotList, error) {
-	var svc *Service
-	err := c.view(ctx, projectID, func(tx Tx) (err error) {
+	var svc *dbcloud.Service
+	err := c.view(ctx, projectID, func(tx dbcloud.Tx) (err error) {
 		svc, err = findService(tx, projectID, serviceID)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	out := &SnapshotList{Snapshots: []SnapshotInfo{}}
-	if l, ok := c.Runtime.(SnapshotLister); ok {
+	out := &SnapshotList{Snapshots: []dbcloud.SnapshotInfo{}}
+	caps := dbcloud.CapabilitiesOf(c.Runtime)
+	if l := caps.Snapshots; l != nil {
 		if out.Snapshots, err = l.Snapshots(ctx, svc); err != nil {
 			return nil, err
 		}
 		if out.Snapshots == nil {
-			out.Snapshots = []SnapshotInfo{}
+			out.Snapshots = []dbcloud.SnapshotInfo{}
 		}
 	}
-	if b, ok := c.Runtime.(Backups); ok {
+	if b := caps.Backups; b != nil {
 		if out.Window, err = b.RecoveryWindow(ctx, svc); err != nil {
 			return nil, err
 		}
 	}
-	if rc, ok := c.Runtime.(RestoreChecker); ok {
+	if rc := caps.RestoreChecks; rc != nil {
 		if out.LastCheck, err = rc.LastRestoreCheck(svc); err != nil {
 			return nil, err
 		}
@@ -212,12 +185,12 @@ func (c *Cloud) ListSnapshots(ctx context.Context, projectID, serviceID string) 
 }
 
 // GetOperation returns one operation of the project.
-func (c *Cloud) GetOperation(ctx context.Context, projectID, id string) (*Operation, error) {
-	var op *Operation
-	err := c.view(ctx, projectID, func(tx Tx) (err error) {
+func (c *Cloud) GetOperation(ctx context.Context, projectID, id string) (*dbcloud.Operation, error) {
+	var op *dbcloud.Operation
+	err := c.view(ctx, projectID, func(tx dbcloud.Tx) (err error) {
 		op, err = tx.FindOperation(id)
-		if IsNotFound(err) || (err == nil && op.ProjectID != projectID) {
-			return Errorf(KindNotFound, "Operation %q not found.", id)
+		if dbcloud.IsNotFound(err) || (err == nil && op.ProjectID != projectID) {
+			return dbcloud.Errorf(dbcloud.KindNotFound, "Operation %q not found.", id)
 		}
 		return err
 	})

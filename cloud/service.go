@@ -1,4 +1,4 @@
-package dbcloud
+package cloud
 
 import (
 	"context"
@@ -7,13 +7,15 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"dbcloud"
 )
 
 // ServiceView is a service as the API shows it: with its read replica sets,
 // and with the password only in the response that created it.
 type ServiceView struct {
-	Service     *Service
-	ReplicaSets []*ReadReplicaSet
+	Service     *dbcloud.Service
+	ReplicaSets []*dbcloud.ReadReplicaSet
 	// InitialPassword is set only in the create and fork responses.
 	InitialPassword string
 	// StandbyOf names the parent when the view is of a read replica set.
@@ -51,7 +53,7 @@ type HAChange struct {
 // services in the list, though GET answers for them).
 func (c *Cloud) ListServices(ctx context.Context, projectID string) ([]*ServiceView, error) {
 	var out []*ServiceView
-	err := c.view(ctx, projectID, func(tx Tx) error {
+	err := c.view(ctx, projectID, func(tx dbcloud.Tx) error {
 		svcs, err := tx.ListServices(projectID)
 		if err != nil {
 			return err
@@ -60,7 +62,7 @@ func (c *Cloud) ListServices(ctx context.Context, projectID string) ([]*ServiceV
 		if err != nil {
 			return err
 		}
-		bySvc := make(map[string][]*ReadReplicaSet)
+		bySvc := make(map[string][]*dbcloud.ReadReplicaSet)
 		for _, r := range sets {
 			bySvc[r.ServiceID] = append(bySvc[r.ServiceID], r)
 		}
@@ -86,13 +88,13 @@ func (c *Cloud) ServicesRevision(ctx context.Context, projectID string) (rev int
 	if err := c.authorize(ctx, projectID); err != nil {
 		return 0, false, err
 	}
-	return c.revision(ctx, RevisionServices(projectID))
+	return c.revision(ctx, dbcloud.RevisionServices(projectID))
 }
 
 // GetService returns a service, or a read replica set shown as a service.
 func (c *Cloud) GetService(ctx context.Context, projectID, id string) (*ServiceView, error) {
 	var v *ServiceView
-	err := c.view(ctx, projectID, func(tx Tx) (err error) {
+	err := c.view(ctx, projectID, func(tx dbcloud.Tx) (err error) {
 		v, err = findServiceView(tx, projectID, id)
 		return err
 	})
@@ -107,17 +109,17 @@ func (c *Cloud) RenameService(ctx context.Context, projectID, id, name string) (
 	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return nil, err
 	}
-	if err := validateName("name", name); err != nil {
+	if err := dbcloud.ValidateName("name", name); err != nil {
 		return nil, err
 	}
 	var v *ServiceView
-	err := c.update(ctx, projectID, func(tx Tx) error {
+	err := c.update(ctx, projectID, func(tx dbcloud.Tx) error {
 		s, err := findService(tx, projectID, id)
 		if err != nil {
 			return err
 		}
-		if s.Status == StatusDeleting {
-			return Errorf(KindConflict, "Service %s is being deleted.", id)
+		if s.Status == dbcloud.StatusDeleting {
+			return dbcloud.Errorf(dbcloud.KindConflict, "Service %s is being deleted.", id)
 		}
 		s.Name = name
 		if err := tx.UpdateService(s); err != nil {
@@ -129,7 +131,7 @@ func (c *Cloud) RenameService(ctx context.Context, projectID, id, name string) (
 	return v, err
 }
 
-func findServiceView(tx Tx, projectID, id string) (*ServiceView, error) {
+func findServiceView(tx dbcloud.Tx, projectID, id string) (*ServiceView, error) {
 	s, err := findService(tx, projectID, id)
 	if err == nil {
 		sets, err := tx.ListReplicaSets(projectID, s.ID)
@@ -138,11 +140,11 @@ func findServiceView(tx Tx, projectID, id string) (*ServiceView, error) {
 		}
 		return &ServiceView{Service: s, ReplicaSets: sets}, nil
 	}
-	if !IsNotFound(err) {
+	if !dbcloud.IsNotFound(err) {
 		return nil, err
 	}
 	r, rerr := tx.FindReplicaSet(projectID, id)
-	if IsNotFound(rerr) {
+	if dbcloud.IsNotFound(rerr) {
 		return nil, err
 	} else if rerr != nil {
 		return nil, rerr
@@ -154,39 +156,10 @@ func findServiceView(tx Tx, projectID, id string) (*ServiceView, error) {
 	return &ServiceView{Service: r.AsService(parent), StandbyOf: parent.ID}, nil
 }
 
-// AsService shows a read replica set as the service it is also addressable as.
-func (r *ReadReplicaSet) AsService(parent *Service) *Service {
-	status := StatusReady
-	switch r.Status {
-	case ReplicaSetCreating:
-		status = StatusQueued
-	case ReplicaSetActive:
-		status = StatusReady
-	case ReplicaSetResizing:
-		status = StatusConfiguring
-	case ReplicaSetDeleting:
-		status = StatusDeleting
-	case ReplicaSetError:
-		status = StatusUnstable
-	}
-	instances := make([]Instance, r.Spec.Nodes)
-	for i := range instances {
-		instances[i] = Instance{ID: fmt.Sprintf("%s-%d", r.ID, i), Role: "replica"}
-	}
-	return &Service{
-		ID: r.ID, ProjectID: r.ProjectID, Name: r.Name, Region: parent.Region, Type: parent.Type,
-		Created: r.Created, Generation: r.Generation, Status: status, StatusReason: r.StatusReason,
-		Spec: ServiceSpec{
-			Size: r.Spec.Size, Environment: r.Spec.Environment, Pooler: r.Spec.Pooler, Running: true,
-		},
-		Endpoint: r.Endpoint, PoolerEndpoint: r.PoolerEndpoint, PoolerPort: r.PoolerPort, Instances: instances,
-	}
-}
-
-func findService(tx Tx, projectID, id string) (*Service, error) {
+func findService(tx dbcloud.Tx, projectID, id string) (*dbcloud.Service, error) {
 	s, err := tx.FindService(projectID, id)
-	if IsNotFound(err) {
-		return nil, Errorf(KindNotFound, "Service %q not found.", id)
+	if dbcloud.IsNotFound(err) {
+		return nil, dbcloud.Errorf(dbcloud.KindNotFound, "Service %q not found.", id)
 	}
 	return s, err
 }
@@ -196,20 +169,20 @@ func (c *Cloud) CreateService(ctx context.Context, projectID string, in ServiceC
 	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return nil, err
 	}
-	if err := validateName("name", in.Name); err != nil {
+	if err := dbcloud.ValidateName("name", in.Name); err != nil {
 		return nil, err
 	}
 	addons, err := c.parseAddons(in.Addons)
 	if err != nil {
 		return nil, err
 	}
-	size, err := c.Config.Sizes.Resolve(in.CPUMillis, in.MemoryGBs, DefaultSize)
+	size, err := c.Config.Sizes.Resolve(in.CPUMillis, in.MemoryGBs, dbcloud.DefaultSize)
 	if err != nil {
 		return nil, err
 	}
-	env := EnvDev
+	env := dbcloud.EnvDev
 	if in.Environment != "" {
-		if env, err = ParseEnvironment("environment_tag", in.Environment); err != nil {
+		if env, err = dbcloud.ParseEnvironment("environment_tag", in.Environment); err != nil {
 			return nil, err
 		}
 	}
@@ -224,15 +197,15 @@ func (c *Cloud) CreateService(ctx context.Context, projectID string, in ServiceC
 	if err := c.checkHA(replicas, 0); err != nil {
 		return nil, err
 	}
-	password := NewPassword()
-	svc := &Service{
-		ID: NewID(), ProjectID: projectID, Name: in.Name, Region: region, Type: ServiceTypeFor(addons),
-		Spec: ServiceSpec{
+	password := dbcloud.NewPassword()
+	svc := &dbcloud.Service{
+		ID: dbcloud.NewID(), ProjectID: projectID, Name: in.Name, Region: region, Type: dbcloud.ServiceTypeFor(addons),
+		Spec: dbcloud.ServiceSpec{
 			Size: size, Addons: addons, Environment: env, Replicas: replicas, Running: true,
 		},
-		PasswordVerifier: NewSCRAMVerifier(password),
+		PasswordVerifier: dbcloud.NewSCRAMVerifier(password),
 	}
-	if err := c.insertService(ctx, svc, password, 0, OpCreateService); err != nil {
+	if err := c.insertService(ctx, svc, password, 0, dbcloud.OpCreateService); err != nil {
 		return nil, err
 	}
 	return &ServiceView{Service: svc, InitialPassword: password}, nil
@@ -242,13 +215,13 @@ func (c *Cloud) CreateService(ctx context.Context, projectID string, in ServiceC
 // operation, and seals its password into the request's idempotency record
 // in the same transaction. storageMB is the data it starts with (a fork's
 // copy of its parent), for admission.
-func (c *Cloud) insertService(ctx context.Context, svc *Service, password string, storageMB int64, op OperationType) error {
+func (c *Cloud) insertService(ctx context.Context, svc *dbcloud.Service, password string, storageMB int64, op dbcloud.OperationType) error {
 	host, err := c.hostCapacity()
 	if err != nil {
 		return err
 	}
 	return c.withFreePorts(ctx, func(ports []int) error {
-		return c.update(ctx, svc.ProjectID, func(tx Tx) error {
+		return c.update(ctx, svc.ProjectID, func(tx dbcloud.Tx) error {
 			existing, err := tx.ListServices(svc.ProjectID)
 			if err != nil {
 				return err
@@ -258,8 +231,8 @@ func (c *Cloud) insertService(ctx context.Context, svc *Service, password string
 			}
 			svc.Created = c.now()
 			svc.Generation = 1
-			svc.Status = StatusQueued
-			if err := c.admit(tx, host, svc.ProjectID, candidate{services: []*Service{svc}, size: svc.Spec.Size, storageMB: storageMB}); err != nil {
+			svc.Status = dbcloud.StatusQueued
+			if err := c.admit(tx, host, svc.ProjectID, candidate{services: []*dbcloud.Service{svc}, size: svc.Spec.Size, storageMB: storageMB}); err != nil {
 				return err
 			}
 			if svc.Endpoint, err = c.claimEndpoint(tx, svc.ID, ports); err != nil {
@@ -279,19 +252,19 @@ func (c *Cloud) insertService(ctx context.Context, svc *Service, password string
 	})
 }
 
-func (c *Cloud) parseAddons(names []string) ([]Addon, error) {
-	var out []Addon
+func (c *Cloud) parseAddons(names []string) ([]dbcloud.Addon, error) {
+	var out []dbcloud.Addon
 	avail := c.Runtime.Extensions()
 	for _, n := range names {
-		a := Addon(n)
-		if a != AddonTimeSeries && a != AddonAI {
-			return nil, Errorf(KindInvalid, "addons: %q is not an addon; allowed: time-series, ai.", n)
+		a := dbcloud.Addon(n)
+		if a != dbcloud.AddonTimeSeries && a != dbcloud.AddonAI {
+			return nil, dbcloud.Errorf(dbcloud.KindInvalid, "addons: %q is not an addon; allowed: time-series, ai.", n)
 		}
 		if slices.Contains(out, a) {
 			continue
 		}
 		if !avail[a.Extension()] {
-			return nil, CodedErrorf(KindInvalid, CodeAddonUnavailable,
+			return nil, dbcloud.CodedErrorf(dbcloud.KindInvalid, dbcloud.CodeAddonUnavailable,
 				"addon %q needs the PostgreSQL extension %q, which this server's PostgreSQL does not have.", a, a.Extension())
 		}
 		out = append(out, a)
@@ -303,7 +276,7 @@ func (c *Cloud) parseAddons(names []string) ([]Addon, error) {
 // may have HA (section 5).
 func (c *Cloud) checkHA(replicas, sync int) error {
 	if replicas < 0 || sync < 0 {
-		return Errorf(KindInvalid, "replica_count and sync_replica_count must be 0 or more.")
+		return dbcloud.Errorf(dbcloud.KindInvalid, "replica_count and sync_replica_count must be 0 or more.")
 	}
 	if replicas > c.Config.Quotas.MaxHAReplicas {
 		return quotaError("replica_count %d is over the limit of %d HA replicas.", replicas, c.Config.Quotas.MaxHAReplicas)
@@ -319,29 +292,29 @@ func (c *Cloud) ForkService(ctx context.Context, projectID, parentID string, in 
 	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return nil, err
 	}
-	strategy := ForkStrategy(in.Strategy)
+	strategy := dbcloud.ForkStrategy(in.Strategy)
 	switch strategy {
-	case ForkLastSnapshot, ForkNow, ForkPITR:
+	case dbcloud.ForkLastSnapshot, dbcloud.ForkNow, dbcloud.ForkPITR:
 	case "":
-		return nil, Errorf(KindInvalid, "fork_strategy is required: LAST_SNAPSHOT, NOW or PITR.")
+		return nil, dbcloud.Errorf(dbcloud.KindInvalid, "fork_strategy is required: LAST_SNAPSHOT, NOW or PITR.")
 	default:
-		return nil, Errorf(KindInvalid, "fork_strategy %q is unknown; allowed: LAST_SNAPSHOT, NOW, PITR.", in.Strategy)
+		return nil, dbcloud.Errorf(dbcloud.KindInvalid, "fork_strategy %q is unknown; allowed: LAST_SNAPSHOT, NOW, PITR.", in.Strategy)
 	}
-	if strategy == ForkPITR && in.TargetTime == nil {
-		return nil, Errorf(KindInvalid, "target_time is required with fork_strategy PITR.")
+	if strategy == dbcloud.ForkPITR && in.TargetTime == nil {
+		return nil, dbcloud.Errorf(dbcloud.KindInvalid, "target_time is required with fork_strategy PITR.")
 	}
-	if strategy != ForkPITR && in.TargetTime != nil {
-		return nil, Errorf(KindInvalid, "target_time is only allowed with fork_strategy PITR.")
+	if strategy != dbcloud.ForkPITR && in.TargetTime != nil {
+		return nil, dbcloud.Errorf(dbcloud.KindInvalid, "target_time is only allowed with fork_strategy PITR.")
 	}
-	env := EnvDev
+	env := dbcloud.EnvDev
 	if in.Environment != "" {
 		var err error
-		if env, err = ParseEnvironment("environment_tag", in.Environment); err != nil {
+		if env, err = dbcloud.ParseEnvironment("environment_tag", in.Environment); err != nil {
 			return nil, err
 		}
 	}
-	var parent *Service
-	err := c.Store.View(ctx, func(tx Tx) (err error) {
+	var parent *dbcloud.Service
+	err := c.Store.View(ctx, func(tx dbcloud.Tx) (err error) {
 		parent, err = findService(tx, projectID, parentID)
 		return err
 	})
@@ -349,12 +322,12 @@ func (c *Cloud) ForkService(ctx context.Context, projectID, parentID string, in 
 		return nil, err
 	}
 	switch {
-	case parent.Status == StatusReady:
-	case parent.Status == StatusPaused && strategy != ForkNow:
-	case parent.Status == StatusPaused:
-		return nil, Errorf(KindConflict, "Service %s is PAUSED; fork it with LAST_SNAPSHOT or PITR, or start it for NOW.", parent.ID)
+	case parent.Status == dbcloud.StatusReady:
+	case parent.Status == dbcloud.StatusPaused && strategy != dbcloud.ForkNow:
+	case parent.Status == dbcloud.StatusPaused:
+		return nil, dbcloud.Errorf(dbcloud.KindConflict, "Service %s is PAUSED; fork it with LAST_SNAPSHOT or PITR, or start it for NOW.", parent.ID)
 	default:
-		return nil, Errorf(KindConflict, "Service %s is %s; it can be forked when READY or PAUSED.", parent.ID, parent.Status)
+		return nil, dbcloud.Errorf(dbcloud.KindConflict, "Service %s is %s; it can be forked when READY or PAUSED.", parent.ID, parent.Status)
 	}
 	if err := c.checkForkSource(ctx, parent, strategy, in.TargetTime); err != nil {
 		return nil, err
@@ -366,23 +339,23 @@ func (c *Cloud) ForkService(ctx context.Context, projectID, parentID string, in 
 	name := parent.Name + "-fork"
 	if in.Name != nil {
 		name = *in.Name
-		if err := validateName("name", name); err != nil {
+		if err := dbcloud.ValidateName("name", name); err != nil {
 			return nil, err
 		}
 	}
 	if len([]rune(name)) > 128 {
 		name = string([]rune(name)[:128])
 	}
-	password := NewPassword()
-	svc := &Service{
-		ID: NewID(), ProjectID: projectID, Name: name, Region: parent.Region, Type: parent.Type,
-		Spec: ServiceSpec{
+	password := dbcloud.NewPassword()
+	svc := &dbcloud.Service{
+		ID: dbcloud.NewID(), ProjectID: projectID, Name: name, Region: parent.Region, Type: parent.Type,
+		Spec: dbcloud.ServiceSpec{
 			Size: size, Addons: slices.Clone(parent.Spec.Addons), Environment: env, Running: true,
 		},
-		Fork:             &ForkSource{ProjectID: projectID, ServiceID: parent.ID, Strategy: strategy, TargetTime: in.TargetTime},
-		PasswordVerifier: NewSCRAMVerifier(password),
+		Fork:             &dbcloud.ForkSource{ProjectID: projectID, ServiceID: parent.ID, Strategy: strategy, TargetTime: in.TargetTime},
+		PasswordVerifier: dbcloud.NewSCRAMVerifier(password),
 	}
-	if err := c.insertService(ctx, svc, password, storageOf(parent), OpCreateService); err != nil {
+	if err := c.insertService(ctx, svc, password, storageOf(parent), dbcloud.OpCreateService); err != nil {
 		return nil, err
 	}
 	return &ServiceView{Service: svc, InitialPassword: password}, nil
@@ -395,17 +368,17 @@ func (c *Cloud) ForkService(ctx context.Context, projectID, parentID string, in 
 // fn returns the operation to record, or "" when the change needs none (a
 // repeat that is already in effect, or a change to a stopped service that
 // takes effect at the next start).
-func (c *Cloud) mutateService(ctx context.Context, projectID, id string, fn func(tx Tx, s *Service) (OperationType, error)) (*ServiceView, error) {
+func (c *Cloud) mutateService(ctx context.Context, projectID, id string, fn func(tx dbcloud.Tx, s *dbcloud.Service) (dbcloud.OperationType, error)) (*ServiceView, error) {
 	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return nil, err
 	}
 	var view *ServiceView
-	err := c.update(ctx, projectID, func(tx Tx) error {
+	err := c.update(ctx, projectID, func(tx dbcloud.Tx) error {
 		s, err := findService(tx, projectID, id)
 		if err != nil {
-			if IsNotFound(err) {
+			if dbcloud.IsNotFound(err) {
 				if _, rerr := tx.FindReplicaSet(projectID, id); rerr == nil {
-					return Errorf(KindConflict, "%q is a read replica set; use the replicaSets paths of its service to change it.", id)
+					return dbcloud.Errorf(dbcloud.KindConflict, "%q is a read replica set; use the replicaSets paths of its service to change it.", id)
 				}
 			}
 			return err
@@ -437,12 +410,12 @@ func (c *Cloud) mutateService(ctx context.Context, projectID, id string, fn func
 }
 
 // sameService reports whether a mutation left the stored fields unchanged.
-func sameService(a, b *Service) bool {
+func sameService(a, b *dbcloud.Service) bool {
 	return a.Status == b.Status && a.Generation == b.Generation && a.Name == b.Name &&
 		a.PasswordVerifier == b.PasswordVerifier && specEqual(a.Spec, b.Spec)
 }
 
-func specEqual(a, b ServiceSpec) bool {
+func specEqual(a, b dbcloud.ServiceSpec) bool {
 	return a.Size == b.Size && slices.Equal(a.Addons, b.Addons) && a.Environment == b.Environment &&
 		a.Replicas == b.Replicas && a.SyncReplicas == b.SyncReplicas && a.Pooler == b.Pooler &&
 		a.VPCID == b.VPCID && a.Running == b.Running
@@ -450,24 +423,24 @@ func specEqual(a, b ServiceSpec) bool {
 
 // busy refuses a change while other work on the service is in flight
 // (decisions.md section 6).
-func busy(tx Tx, s *Service) error {
-	if s.Status == StatusDeleting {
-		return CodedErrorf(KindConflict, CodeOperationInProgress, "Service %s is being deleted.", s.ID)
+func busy(tx dbcloud.Tx, s *dbcloud.Service) error {
+	if s.Status == dbcloud.StatusDeleting {
+		return dbcloud.CodedErrorf(dbcloud.KindConflict, dbcloud.CodeOperationInProgress, "Service %s is being deleted.", s.ID)
 	}
-	pending, err := tx.ListOperations(OperationFilter{ResourceID: s.ID, Pending: true, Limit: 1})
+	pending, err := tx.ListOperations(dbcloud.OperationFilter{ResourceID: s.ID, Pending: true, Limit: 1})
 	if err != nil {
 		return err
 	}
 	if len(pending) > 0 || s.Status.Transitional() {
-		return CodedErrorf(KindConflict, CodeOperationInProgress,
+		return dbcloud.CodedErrorf(dbcloud.KindConflict, dbcloud.CodeOperationInProgress,
 			"Service %s is %s with an operation in progress; retry when it is done.", s.ID, s.Status)
 	}
 	return nil
 }
 
 // onlyPending reports whether s has pending operations and all are of type t.
-func onlyPending(tx Tx, s *Service, t OperationType) (bool, error) {
-	pending, err := tx.ListOperations(OperationFilter{ResourceID: s.ID, Pending: true})
+func onlyPending(tx dbcloud.Tx, s *dbcloud.Service, t dbcloud.OperationType) (bool, error) {
+	pending, err := tx.ListOperations(dbcloud.OperationFilter{ResourceID: s.ID, Pending: true})
 	if err != nil || len(pending) == 0 {
 		return false, err
 	}
@@ -484,18 +457,18 @@ func onlyPending(tx Tx, s *Service, t OperationType) (bool, error) {
 // or whose pending work keeps failing, it supersedes that work instead of
 // refusing, so that a user can always get out of a failure (issue 14). It
 // reports whether it superseded anything.
-func (c *Cloud) correct(tx Tx, s *Service) (bool, error) {
-	if s.Status == StatusDeleting {
+func (c *Cloud) correct(tx dbcloud.Tx, s *dbcloud.Service) (bool, error) {
+	if s.Status == dbcloud.StatusDeleting {
 		return false, busy(tx, s)
 	}
-	pending, err := tx.ListOperations(OperationFilter{ResourceID: s.ID, Pending: true})
+	pending, err := tx.ListOperations(dbcloud.OperationFilter{ResourceID: s.ID, Pending: true})
 	if err != nil {
 		return false, err
 	}
 	if len(pending) == 0 && !s.Status.Transitional() {
 		return false, nil
 	}
-	failing := s.Status == StatusUnstable
+	failing := s.Status == dbcloud.StatusUnstable
 	for _, op := range pending {
 		failing = failing || op.Attempts > 0
 	}
@@ -506,18 +479,18 @@ func (c *Cloud) correct(tx Tx, s *Service) (bool, error) {
 }
 
 // needReady refuses changes that need the service running and healthy.
-func needReady(s *Service, what string) error {
-	if s.Status != StatusReady {
-		return Errorf(KindConflict, "Service %s is %s; %s needs it READY.", s.ID, s.Status, what)
+func needReady(s *dbcloud.Service, what string) error {
+	if s.Status != dbcloud.StatusReady {
+		return dbcloud.Errorf(dbcloud.KindConflict, "Service %s is %s; %s needs it READY.", s.ID, s.Status, what)
 	}
 	return nil
 }
 
 // needRunning refuses corrections of a service that is not running: READY,
 // UNSTABLE or being corrected (superseded work) are fine.
-func needRunning(s *Service, superseded bool, what string) error {
-	if s.Status != StatusReady && s.Status != StatusUnstable && !superseded {
-		return Errorf(KindConflict, "Service %s is %s; %s needs it READY or UNSTABLE.", s.ID, s.Status, what)
+func needRunning(s *dbcloud.Service, superseded bool, what string) error {
+	if s.Status != dbcloud.StatusReady && s.Status != dbcloud.StatusUnstable && !superseded {
+		return dbcloud.Errorf(dbcloud.KindConflict, "Service %s is %s; %s needs it READY or UNSTABLE.", s.ID, s.Status, what)
 	}
 	return nil
 }
@@ -525,12 +498,12 @@ func needRunning(s *Service, superseded bool, what string) error {
 // DeleteService marks the service for deletion. Delete supersedes any
 // operation in flight; a PROD service is protected until it is set to DEV.
 func (c *Cloud) DeleteService(ctx context.Context, projectID, id string) error {
-	_, err := c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
-		if s.Status == StatusDeleting {
+	_, err := c.mutateService(ctx, projectID, id, func(tx dbcloud.Tx, s *dbcloud.Service) (dbcloud.OperationType, error) {
+		if s.Status == dbcloud.StatusDeleting {
 			return "", nil
 		}
-		if s.Spec.Environment == EnvProd {
-			return "", CodedErrorf(KindConflict, CodeDeleteProtected,
+		if s.Spec.Environment == dbcloud.EnvProd {
+			return "", dbcloud.CodedErrorf(dbcloud.KindConflict, dbcloud.CodeDeleteProtected,
 				"Service %s is PROD and delete-protected; set its environment to DEV first.", s.ID)
 		}
 		// A fork still being made reads this service's snapshots and WAL.
@@ -538,27 +511,27 @@ func (c *Cloud) DeleteService(ctx context.Context, projectID, id string) error {
 			if err != nil {
 				return "", err
 			}
-			return "", CodedErrorf(KindConflict, CodeOperationInProgress,
+			return "", dbcloud.CodedErrorf(dbcloud.KindConflict, dbcloud.CodeOperationInProgress,
 				"Fork %s is still copying this service's data; delete it when the fork is READY, or delete the fork first.", f.ID)
 		}
 		if err := c.supersedePending(tx, s.ID); err != nil {
 			return "", err
 		}
-		s.Status = StatusDeleting
-		return OpDeleteService, nil
+		s.Status = dbcloud.StatusDeleting
+		return dbcloud.OpDeleteService, nil
 	})
 	return err
 }
 
 // copyingFork returns a fork of s that has not started yet, so still
 // reads s's data, of one of the strategies given (any when none), or nil.
-func copyingFork(tx Tx, s *Service, strategies ...ForkStrategy) (*Service, error) {
+func copyingFork(tx dbcloud.Tx, s *dbcloud.Service, strategies ...dbcloud.ForkStrategy) (*dbcloud.Service, error) {
 	svcs, err := tx.ListServices(s.ProjectID)
 	if err != nil {
 		return nil, err
 	}
 	for _, f := range svcs {
-		if f.Fork != nil && f.Fork.ServiceID == s.ID && f.ObservedGeneration == 0 && f.Status != StatusDeleting &&
+		if f.Fork != nil && f.Fork.ServiceID == s.ID && f.ObservedGeneration == 0 && f.Status != dbcloud.StatusDeleting &&
 			(len(strategies) == 0 || slices.Contains(strategies, f.Fork.Strategy)) {
 			return f, nil
 		}
@@ -572,50 +545,50 @@ func (c *Cloud) StartService(ctx context.Context, projectID, id string) (*Servic
 	if err != nil {
 		return nil, err
 	}
-	return c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
-		if s.Spec.Running && s.Status != StatusDeleting {
+	return c.mutateService(ctx, projectID, id, func(tx dbcloud.Tx, s *dbcloud.Service) (dbcloud.OperationType, error) {
+		if s.Spec.Running && s.Status != dbcloud.StatusDeleting {
 			return "", nil
 		}
 		if err := busy(tx, s); err != nil {
 			return "", err
 		}
-		if s.Status != StatusPaused {
-			return "", Errorf(KindConflict, "Service %s is %s; only a PAUSED service can be started.", s.ID, s.Status)
+		if s.Status != dbcloud.StatusPaused {
+			return "", dbcloud.Errorf(dbcloud.KindConflict, "Service %s is %s; only a PAUSED service can be started.", s.ID, s.Status)
 		}
-		if err := c.admitService(tx, host, s, func(n *Service) { n.Spec.Running = true }); err != nil {
+		if err := c.admitService(tx, host, s, func(n *dbcloud.Service) { n.Spec.Running = true }); err != nil {
 			return "", err
 		}
 		s.Spec.Running = true
-		s.Status = StatusResuming
-		return OpStartService, nil
+		s.Status = dbcloud.StatusResuming
+		return dbcloud.OpStartService, nil
 	})
 }
 
 // StopService stops a running service, keeping its data.
 func (c *Cloud) StopService(ctx context.Context, projectID, id string) (*ServiceView, error) {
-	return c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
-		if !s.Spec.Running && s.Status != StatusDeleting {
+	return c.mutateService(ctx, projectID, id, func(tx dbcloud.Tx, s *dbcloud.Service) (dbcloud.OperationType, error) {
+		if !s.Spec.Running && s.Status != dbcloud.StatusDeleting {
 			return "", nil
 		}
 		superseded, err := c.correct(tx, s)
 		if err != nil {
 			return "", err
 		}
-		if s.Status != StatusReady && s.Status != StatusUnstable && !superseded {
-			return "", Errorf(KindConflict, "Service %s is %s; only a READY or UNSTABLE service can be stopped.", s.ID, s.Status)
+		if s.Status != dbcloud.StatusReady && s.Status != dbcloud.StatusUnstable && !superseded {
+			return "", dbcloud.Errorf(dbcloud.KindConflict, "Service %s is %s; only a READY or UNSTABLE service can be stopped.", s.ID, s.Status)
 		}
 		// A NOW fork copies the running service: stopped, it could never
 		// be made. Forks from snapshots read files, which stay.
-		if f, err := copyingFork(tx, s, ForkNow); err != nil || f != nil {
+		if f, err := copyingFork(tx, s, dbcloud.ForkNow); err != nil || f != nil {
 			if err != nil {
 				return "", err
 			}
-			return "", CodedErrorf(KindConflict, CodeOperationInProgress,
+			return "", dbcloud.CodedErrorf(dbcloud.KindConflict, dbcloud.CodeOperationInProgress,
 				"Fork %s is still copying this service's running data; stop it when the fork is READY, or delete the fork first.", f.ID)
 		}
 		s.Spec.Running = false
-		s.Status = StatusPausing
-		return OpStopService, nil
+		s.Status = dbcloud.StatusPausing
+		return dbcloud.OpStopService, nil
 	})
 }
 
@@ -626,9 +599,9 @@ func (c *Cloud) ResizeService(ctx context.Context, projectID, id, cpu, mem strin
 		return nil, err
 	}
 	if cpu == "" || mem == "" {
-		return nil, Errorf(KindInvalid, "cpu_millis and memory_gbs are both required.")
+		return nil, dbcloud.Errorf(dbcloud.KindInvalid, "cpu_millis and memory_gbs are both required.")
 	}
-	size, err := c.Config.Sizes.Resolve(cpu, mem, Size{})
+	size, err := c.Config.Sizes.Resolve(cpu, mem, dbcloud.Size{})
 	if err != nil {
 		return nil, err
 	}
@@ -636,20 +609,20 @@ func (c *Cloud) ResizeService(ctx context.Context, projectID, id, cpu, mem strin
 	if err != nil {
 		return nil, err
 	}
-	return c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
+	return c.mutateService(ctx, projectID, id, func(tx dbcloud.Tx, s *dbcloud.Service) (dbcloud.OperationType, error) {
 		// Only a settled size is "in effect" (decisions.md section 6): the
 		// same size asked again while a change is in flight is refused.
-		if s.Spec.Size == size && s.Status != StatusDeleting && busy(tx, s) == nil {
+		if s.Spec.Size == size && s.Status != dbcloud.StatusDeleting && busy(tx, s) == nil {
 			return "", nil
 		}
 		superseded, err := c.correct(tx, s)
 		if err != nil {
 			return "", err
 		}
-		if err := c.admitService(tx, host, s, func(n *Service) { n.Spec.Size = size }); err != nil {
+		if err := c.admitService(tx, host, s, func(n *dbcloud.Service) { n.Spec.Size = size }); err != nil {
 			return "", err
 		}
-		if s.Status == StatusPaused {
+		if s.Status == dbcloud.StatusPaused {
 			s.Spec.Size = size
 			s.Generation++
 			return "", nil
@@ -658,8 +631,8 @@ func (c *Cloud) ResizeService(ctx context.Context, projectID, id, cpu, mem strin
 			return "", err
 		}
 		s.Spec.Size = size
-		s.Status = StatusConfiguring
-		return OpResizeService, nil
+		s.Status = dbcloud.StatusConfiguring
+		return dbcloud.OpResizeService, nil
 	})
 }
 
@@ -669,13 +642,13 @@ func (c *Cloud) SetHA(ctx context.Context, projectID, id string, in HAChange) (*
 		return nil, err
 	}
 	if in.Replicas == nil && in.SyncReplicas == nil {
-		return nil, Errorf(KindInvalid, "Give replica_count, sync_replica_count or both.")
+		return nil, dbcloud.Errorf(dbcloud.KindInvalid, "Give replica_count, sync_replica_count or both.")
 	}
 	host, err := c.hostCapacity()
 	if err != nil {
 		return nil, err
 	}
-	return c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
+	return c.mutateService(ctx, projectID, id, func(tx dbcloud.Tx, s *dbcloud.Service) (dbcloud.OperationType, error) {
 		replicas, sync := s.Spec.Replicas, s.Spec.SyncReplicas
 		if in.Replicas != nil {
 			replicas = *in.Replicas
@@ -687,7 +660,7 @@ func (c *Cloud) SetHA(ctx context.Context, projectID, id string, in HAChange) (*
 		if err := c.checkHA(replicas, sync); err != nil {
 			return "", err
 		}
-		if replicas == s.Spec.Replicas && sync == s.Spec.SyncReplicas && s.Status != StatusDeleting && busy(tx, s) == nil {
+		if replicas == s.Spec.Replicas && sync == s.Spec.SyncReplicas && s.Status != dbcloud.StatusDeleting && busy(tx, s) == nil {
 			return "", nil
 		}
 		// Fewer standbys is a correction; more is growth and waits.
@@ -706,13 +679,13 @@ func (c *Cloud) SetHA(ctx context.Context, projectID, id string, in HAChange) (*
 			if err := needReady(s, "setHA"); err != nil {
 				return "", err
 			}
-			if err := c.admitService(tx, host, s, func(n *Service) { n.Spec.Replicas = replicas }); err != nil {
+			if err := c.admitService(tx, host, s, func(n *dbcloud.Service) { n.Spec.Replicas = replicas }); err != nil {
 				return "", err
 			}
 		}
 		s.Spec.Replicas, s.Spec.SyncReplicas = replicas, sync
-		s.Status = StatusConfiguring
-		return OpSetHA, nil
+		s.Status = dbcloud.StatusConfiguring
+		return dbcloud.OpSetHA, nil
 	})
 }
 
@@ -731,13 +704,13 @@ func (c *Cloud) SetPooler(ctx context.Context, projectID, id string, enabled boo
 		withPorts = func(_ context.Context, fn func([]int) error) error { return fn(nil) }
 	}
 	err := withPorts(ctx, func(ports []int) error {
-		_, err := c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
-			if s.Spec.Pooler == enabled && s.Status != StatusDeleting {
+		_, err := c.mutateService(ctx, projectID, id, func(tx dbcloud.Tx, s *dbcloud.Service) (dbcloud.OperationType, error) {
+			if s.Spec.Pooler == enabled && s.Status != dbcloud.StatusDeleting {
 				// Already asked for: by this request itself when it is a
 				// retry whose first try was applied but never answered
 				// (dbcloud stopped in between), so the answer is the
 				// first try's, not a refusal for its own operation.
-				inFlight, err := onlyPending(tx, s, OpSetPooler)
+				inFlight, err := onlyPending(tx, s, dbcloud.OpSetPooler)
 				if err != nil {
 					return "", err
 				}
@@ -766,7 +739,7 @@ func (c *Cloud) SetPooler(ctx context.Context, projectID, id string, enabled boo
 				s.PoolerPort = ep.Port
 			}
 			s.Spec.Pooler = enabled
-			if s.Status == StatusPaused {
+			if s.Status == dbcloud.StatusPaused {
 				s.Generation++
 				return "", nil
 			}
@@ -777,8 +750,8 @@ func (c *Cloud) SetPooler(ctx context.Context, projectID, id string, enabled boo
 			} else if err := needRunning(s, superseded, "disablePooler"); err != nil {
 				return "", err
 			}
-			s.Status = StatusConfiguring
-			return OpSetPooler, nil
+			s.Status = dbcloud.StatusConfiguring
+			return dbcloud.OpSetPooler, nil
 		})
 		return err
 	})
@@ -792,11 +765,11 @@ func (c *Cloud) SetEnvironment(ctx context.Context, projectID, id, env string) (
 	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return "", err
 	}
-	e, err := ParseEnvironment("environment", env)
+	e, err := dbcloud.ParseEnvironment("environment", env)
 	if err != nil {
 		return "", err
 	}
-	_, err = c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
+	_, err = c.mutateService(ctx, projectID, id, func(tx dbcloud.Tx, s *dbcloud.Service) (dbcloud.OperationType, error) {
 		if s.Spec.Environment == e {
 			return "", nil
 		}
@@ -825,10 +798,10 @@ func (c *Cloud) UpdatePassword(ctx context.Context, projectID, id, password stri
 	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return err
 	}
-	if err := ValidatePassword(password); err != nil {
+	if err := dbcloud.ValidatePassword(password); err != nil {
 		return err
 	}
-	verifier := NewSCRAMVerifier(password)
+	verifier := dbcloud.NewSCRAMVerifier(password)
 	timeout := c.PasswordTimeout
 	if timeout <= 0 {
 		timeout = DefaultPasswordTimeout
@@ -837,11 +810,11 @@ func (c *Cloud) UpdatePassword(ctx context.Context, projectID, id, password stri
 	// work on the tenant's database.
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	owner := "password-" + NewID()
+	owner := "password-" + dbcloud.NewID()
 	svc, err := c.passwordLease(actx, projectID, id, owner, timeout)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			return CodedErrorf(KindConflict, CodeOperationInProgress,
+			return dbcloud.CodedErrorf(dbcloud.KindConflict, dbcloud.CodeOperationInProgress,
 				"Service %s is being worked on (a repair or a snapshot) and was not free within %v; the password was not changed. Retry in a few seconds.", id, timeout)
 		}
 		return err
@@ -849,22 +822,22 @@ func (c *Cloud) UpdatePassword(ctx context.Context, projectID, id, password stri
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if err := c.Store.Update(rctx, func(tx Tx) error { return tx.ReleaseLease(svc.ID, owner) }); err != nil {
+		if err := c.Store.Update(rctx, func(tx dbcloud.Tx) error { return tx.ReleaseLease(svc.ID, owner) }); err != nil {
 			c.Logger.Warn("release password lease", "service", svc.ID, "error", err)
 		}
 	}()
 	if err := c.Runtime.SetPassword(actx, svc, verifier); err != nil {
-		if ErrorKindOf(err) != KindInternal {
+		if dbcloud.ErrorKindOf(err) != dbcloud.KindInternal {
 			return err
 		}
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			// The tenant's database did not answer in time (overloaded by
 			// its own sessions): its request fails, nobody waits longer.
-			return Errorf(KindConflict, "Service %s did not take the new password within %v (its database is busy); the password was not changed. Retry when it is less loaded.", svc.ID, timeout)
+			return dbcloud.Errorf(dbcloud.KindConflict, "Service %s did not take the new password within %v (its database is busy); the password was not changed. Retry when it is less loaded.", svc.ID, timeout)
 		}
 		return fmt.Errorf("set password of %s: %w", svc.ID, err)
 	}
-	_, err = c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
+	_, err = c.mutateService(ctx, projectID, id, func(tx dbcloud.Tx, s *dbcloud.Service) (dbcloud.OperationType, error) {
 		s.PasswordVerifier = verifier
 		return "", nil
 	})
@@ -877,11 +850,11 @@ func (c *Cloud) UpdatePassword(ctx context.Context, projectID, id, password stri
 // their own, and a caller who just saw READY must not be refused for
 // work it never asked for. A pending operation or a service that is not
 // READY is refused at once, since only the caller can change that.
-func (c *Cloud) passwordLease(ctx context.Context, projectID, id, owner string, timeout time.Duration) (*Service, error) {
+func (c *Cloud) passwordLease(ctx context.Context, projectID, id, owner string, timeout time.Duration) (*dbcloud.Service, error) {
 	const poll = 100 * time.Millisecond
 	for {
-		var svc *Service
-		err := c.Store.Update(ctx, func(tx Tx) error {
+		var svc *dbcloud.Service
+		err := c.Store.Update(ctx, func(tx dbcloud.Tx) error {
 			s, err := findService(tx, projectID, id)
 			if err != nil {
 				return err
@@ -920,24 +893,24 @@ func (c *Cloud) AttachVPC(ctx context.Context, projectID, id, vpcID string) (str
 	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return "", err
 	}
-	if !IsNumericID(vpcID) {
-		return "", Errorf(KindInvalid, "vpc_id %q is not a VPC ID.", vpcID)
+	if !dbcloud.IsNumericID(vpcID) {
+		return "", dbcloud.Errorf(dbcloud.KindInvalid, "vpc_id %q is not a VPC ID.", vpcID)
 	}
-	_, err := c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
-		if s.Spec.VPCID == vpcID && s.Status != StatusDeleting {
+	_, err := c.mutateService(ctx, projectID, id, func(tx dbcloud.Tx, s *dbcloud.Service) (dbcloud.OperationType, error) {
+		if s.Spec.VPCID == vpcID && s.Status != dbcloud.StatusDeleting {
 			return "", nil
 		}
 		vpc, err := tx.FindVPC(projectID, vpcID)
-		if IsNotFound(err) {
-			return "", Errorf(KindInvalid, "vpc_id %q does not name a VPC of this project.", vpcID)
+		if dbcloud.IsNotFound(err) {
+			return "", dbcloud.Errorf(dbcloud.KindInvalid, "vpc_id %q does not name a VPC of this project.", vpcID)
 		} else if err != nil {
 			return "", err
 		}
 		if s.Spec.VPCID != "" {
-			return "", Errorf(KindConflict, "Service %s is already attached to VPC %s; detach it first.", s.ID, s.Spec.VPCID)
+			return "", dbcloud.Errorf(dbcloud.KindConflict, "Service %s is already attached to VPC %s; detach it first.", s.ID, s.Spec.VPCID)
 		}
 		if vpc.Region != s.Region {
-			return "", Errorf(KindInvalid, "VPC %s is in region %s but service %s is in %s; they must be in the same region.", vpc.ID, vpc.Region, s.ID, s.Region)
+			return "", dbcloud.Errorf(dbcloud.KindInvalid, "VPC %s is in region %s but service %s is in %s; they must be in the same region.", vpc.ID, vpc.Region, s.ID, s.Region)
 		}
 		if err := busy(tx, s); err != nil {
 			return "", err
@@ -946,8 +919,8 @@ func (c *Cloud) AttachVPC(ctx context.Context, projectID, id, vpcID string) (str
 			return "", err
 		}
 		s.Spec.VPCID = vpcID
-		s.Status = StatusConfiguring
-		return OpAttachVPC, nil
+		s.Status = dbcloud.StatusConfiguring
+		return dbcloud.OpAttachVPC, nil
 	})
 	return fmt.Sprintf("Service %s is being attached to VPC %s.", id, vpcID), err
 }
@@ -957,21 +930,21 @@ func (c *Cloud) DetachVPC(ctx context.Context, projectID, id, vpcID string) (str
 	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return "", err
 	}
-	if !IsNumericID(vpcID) {
-		return "", Errorf(KindInvalid, "vpc_id %q is not a VPC ID.", vpcID)
+	if !dbcloud.IsNumericID(vpcID) {
+		return "", dbcloud.Errorf(dbcloud.KindInvalid, "vpc_id %q is not a VPC ID.", vpcID)
 	}
-	_, err := c.mutateService(ctx, projectID, id, func(tx Tx, s *Service) (OperationType, error) {
+	_, err := c.mutateService(ctx, projectID, id, func(tx dbcloud.Tx, s *dbcloud.Service) (dbcloud.OperationType, error) {
 		if s.Spec.VPCID == "" {
 			if _, err := tx.FindVPC(projectID, vpcID); err != nil {
-				if IsNotFound(err) {
-					return "", Errorf(KindInvalid, "vpc_id %q does not name a VPC of this project.", vpcID)
+				if dbcloud.IsNotFound(err) {
+					return "", dbcloud.Errorf(dbcloud.KindInvalid, "vpc_id %q does not name a VPC of this project.", vpcID)
 				}
 				return "", err
 			}
 			return "", nil // not attached: already in effect
 		}
 		if s.Spec.VPCID != vpcID {
-			return "", Errorf(KindInvalid, "Service %s is attached to VPC %s, not %s.", s.ID, s.Spec.VPCID, vpcID)
+			return "", dbcloud.Errorf(dbcloud.KindInvalid, "Service %s is attached to VPC %s, not %s.", s.ID, s.Spec.VPCID, vpcID)
 		}
 		if err := busy(tx, s); err != nil {
 			return "", err
@@ -980,32 +953,32 @@ func (c *Cloud) DetachVPC(ctx context.Context, projectID, id, vpcID string) (str
 			return "", err
 		}
 		s.Spec.VPCID = ""
-		s.Status = StatusConfiguring
-		return OpDetachVPC, nil
+		s.Status = dbcloud.StatusConfiguring
+		return dbcloud.OpDetachVPC, nil
 	})
 	return fmt.Sprintf("Service %s is being detached from VPC %s.", id, vpcID), err
 }
 
 // admitService admits the service as change would leave it.
-func (c *Cloud) admitService(tx Tx, host *HostCapacity, s *Service, change func(*Service)) error {
+func (c *Cloud) admitService(tx dbcloud.Tx, host *dbcloud.HostCapacity, s *dbcloud.Service, change func(*dbcloud.Service)) error {
 	n := *s
 	change(&n)
-	return c.admit(tx, host, s.ProjectID, candidate{services: []*Service{&n}, size: n.Spec.Size})
+	return c.admit(tx, host, s.ProjectID, candidate{services: []*dbcloud.Service{&n}, size: n.Spec.Size})
 }
 
 // supersedePending ends the resource's pending operations: a delete makes
 // them moot, and the engine then works on the delete alone.
-func (c *Cloud) supersedePending(tx Tx, resourceID string) error {
-	pending, err := tx.ListOperations(OperationFilter{ResourceID: resourceID, Pending: true})
+func (c *Cloud) supersedePending(tx dbcloud.Tx, resourceID string) error {
+	pending, err := tx.ListOperations(dbcloud.OperationFilter{ResourceID: resourceID, Pending: true})
 	if err != nil {
 		return err
 	}
 	return c.supersede(tx, pending, "superseded by delete")
 }
 
-func (c *Cloud) supersede(tx Tx, ops []*Operation, why string) error {
+func (c *Cloud) supersede(tx dbcloud.Tx, ops []*dbcloud.Operation, why string) error {
 	for _, op := range ops {
-		op.Finish(OpSuperseded, why, c.now())
+		op.Finish(dbcloud.OpSuperseded, why, c.now())
 		if err := tx.UpdateOperation(op); err != nil {
 			return err
 		}
@@ -1013,18 +986,18 @@ func (c *Cloud) supersede(tx Tx, ops []*Operation, why string) error {
 	return nil
 }
 
-func (c *Cloud) insertOperation(ctx context.Context, tx Tx, projectID, resourceID string, t OperationType, gen int64) error {
+func (c *Cloud) insertOperation(ctx context.Context, tx dbcloud.Tx, projectID, resourceID string, t dbcloud.OperationType, gen int64) error {
 	return c.insertChildOperation(ctx, tx, projectID, "", resourceID, t, gen)
 }
 
 // insertChildOperation records an operation on a resource that belongs to
 // parentID (a read replica set's service, a peering's VPC), so that the
 // parent's operation list shows it too.
-func (c *Cloud) insertChildOperation(ctx context.Context, tx Tx, projectID, parentID, resourceID string, t OperationType, gen int64) error {
+func (c *Cloud) insertChildOperation(ctx context.Context, tx dbcloud.Tx, projectID, parentID, resourceID string, t dbcloud.OperationType, gen int64) error {
 	now := c.now()
-	op := &Operation{
-		ID: NewID(), ProjectID: projectID, ParentID: parentID, ResourceID: resourceID, Type: t, Generation: gen,
-		State: OpPending, Created: now, Updated: now, RequestedBy: requesterOf(ctx),
+	op := &dbcloud.Operation{
+		ID: dbcloud.NewID(), ProjectID: projectID, ParentID: parentID, ResourceID: resourceID, Type: t, Generation: gen,
+		State: dbcloud.OpPending, Created: now, Updated: now, RequestedBy: requesterOf(ctx),
 	}
 	if err := tx.InsertOperation(op); err != nil {
 		return fmt.Errorf("record %s operation of %s: %w", t, resourceID, err)
@@ -1062,7 +1035,7 @@ func (c *Cloud) withFreePorts(ctx context.Context, fn func(ports []int) error) e
 		}
 		if attempt == portAttempts {
 			// Nothing was made; the caller can simply ask again.
-			return Errorf(KindUnavailable, "Every free port this request probed was taken by concurrent requests; try again.")
+			return dbcloud.Errorf(dbcloud.KindUnavailable, "Every free port this request probed was taken by concurrent requests; try again.")
 		}
 	}
 }
@@ -1072,7 +1045,7 @@ func (c *Cloud) withFreePorts(ctx context.Context, fn func(ports []int) error) e
 // different ports instead of all racing for the lowest free ones.
 func (c *Cloud) freePorts(ctx context.Context) ([]int, error) {
 	var used map[int]string
-	err := c.Store.View(ctx, func(tx Tx) (err error) {
+	err := c.Store.View(ctx, func(tx dbcloud.Tx) (err error) {
 		used, err = tx.ListPorts()
 		return err
 	})
@@ -1096,18 +1069,18 @@ func (c *Cloud) freePorts(ctx context.Context) ([]int, error) {
 
 // claimEndpoint claims the first of ports (from withFreePorts) that no
 // other request claimed meanwhile.
-func (c *Cloud) claimEndpoint(tx Tx, owner string, ports []int) (*Endpoint, error) {
+func (c *Cloud) claimEndpoint(tx dbcloud.Tx, owner string, ports []int) (*dbcloud.Endpoint, error) {
 	if len(ports) == 0 {
-		return nil, CodedErrorf(KindConflict, CodeCapacityExceeded,
+		return nil, dbcloud.CodedErrorf(dbcloud.KindConflict, dbcloud.CodeCapacityExceeded,
 			"No free port left in %d-%d for a new endpoint; delete a service or read replica set to free one.", c.Config.PortMin, c.Config.PortMax)
 	}
 	for _, p := range ports {
-		if err := tx.ClaimPort(p, owner); IsConflict(err) {
+		if err := tx.ClaimPort(p, owner); dbcloud.IsConflict(err) {
 			continue // another request's transaction took it first
 		} else if err != nil {
 			return nil, err
 		}
-		return &Endpoint{Host: c.Config.PublicHost, Port: p}, nil
+		return &dbcloud.Endpoint{Host: c.Config.PublicHost, Port: p}, nil
 	}
 	return nil, errPortsTaken
 }

@@ -1,9 +1,11 @@
-package dbcloud
+package cloud
 
 import (
 	"context"
 	"fmt"
 	"math"
+
+	"dbcloud"
 )
 
 // ReplicaSetCreate is a create-read-replica-set request.
@@ -22,9 +24,9 @@ type ReplicaSetResize struct {
 }
 
 // ListReplicaSets lists a service's read replica sets.
-func (c *Cloud) ListReplicaSets(ctx context.Context, projectID, serviceID string) ([]*ReadReplicaSet, error) {
-	var out []*ReadReplicaSet
-	err := c.view(ctx, projectID, func(tx Tx) error {
+func (c *Cloud) ListReplicaSets(ctx context.Context, projectID, serviceID string) ([]*dbcloud.ReadReplicaSet, error) {
+	var out []*dbcloud.ReadReplicaSet
+	err := c.view(ctx, projectID, func(tx dbcloud.Tx) error {
 		if _, err := findService(tx, projectID, serviceID); err != nil {
 			return err
 		}
@@ -35,27 +37,27 @@ func (c *Cloud) ListReplicaSets(ctx context.Context, projectID, serviceID string
 	return out, err
 }
 
-func findReplicaSet(tx Tx, projectID, serviceID, id string) (*ReadReplicaSet, error) {
+func findReplicaSet(tx dbcloud.Tx, projectID, serviceID, id string) (*dbcloud.ReadReplicaSet, error) {
 	if _, err := findService(tx, projectID, serviceID); err != nil {
 		return nil, err
 	}
 	r, err := tx.FindReplicaSet(projectID, id)
-	if IsNotFound(err) || (err == nil && r.ServiceID != serviceID) {
-		return nil, Errorf(KindNotFound, "Read replica set %q not found.", id)
+	if dbcloud.IsNotFound(err) || (err == nil && r.ServiceID != serviceID) {
+		return nil, dbcloud.Errorf(dbcloud.KindNotFound, "Read replica set %q not found.", id)
 	}
 	return r, err
 }
 
 func wholeNumber(field string, f float64) (int, error) {
 	if f != math.Trunc(f) || f < 0 || f > math.MaxInt32 {
-		return 0, Errorf(KindInvalid, "%s must be a whole number, got %v.", field, f)
+		return 0, dbcloud.Errorf(dbcloud.KindInvalid, "%s must be a whole number, got %v.", field, f)
 	}
 	return int(f), nil
 }
 
 func (c *Cloud) checkNodes(nodes int) error {
 	if nodes < 1 {
-		return Errorf(KindInvalid, "nodes must be 1 or more, got %d.", nodes)
+		return dbcloud.Errorf(dbcloud.KindInvalid, "nodes must be 1 or more, got %d.", nodes)
 	}
 	if nodes > c.Config.Quotas.MaxReplicaSetNodes {
 		return quotaError("nodes %d is over the limit of %d nodes per read replica set.", nodes, c.Config.Quotas.MaxReplicaSetNodes)
@@ -64,11 +66,11 @@ func (c *Cloud) checkNodes(nodes int) error {
 }
 
 // CreateReplicaSet records a read replica set of a service.
-func (c *Cloud) CreateReplicaSet(ctx context.Context, projectID, serviceID string, in ReplicaSetCreate) (*ReadReplicaSet, error) {
+func (c *Cloud) CreateReplicaSet(ctx context.Context, projectID, serviceID string, in ReplicaSetCreate) (*dbcloud.ReadReplicaSet, error) {
 	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return nil, err
 	}
-	if err := validateName("name", in.Name); err != nil {
+	if err := dbcloud.ValidateName("name", in.Name); err != nil {
 		return nil, err
 	}
 	cpu, err := wholeNumber("cpu_millis", in.CPUMillis)
@@ -86,16 +88,16 @@ func (c *Cloud) CreateReplicaSet(ctx context.Context, projectID, serviceID strin
 	if err := c.checkNodes(in.Nodes); err != nil {
 		return nil, err
 	}
-	r := &ReadReplicaSet{
-		ID: NewID(), ProjectID: projectID, ServiceID: serviceID, Name: in.Name,
-		Spec: ReadReplicaSetSpec{Size: size, Nodes: in.Nodes}, Generation: 1, Status: ReplicaSetCreating,
+	r := &dbcloud.ReadReplicaSet{
+		ID: dbcloud.NewID(), ProjectID: projectID, ServiceID: serviceID, Name: in.Name,
+		Spec: dbcloud.ReadReplicaSetSpec{Size: size, Nodes: in.Nodes}, Generation: 1, Status: dbcloud.ReplicaSetCreating,
 	}
 	host, err := c.hostCapacity()
 	if err != nil {
 		return nil, err
 	}
 	err = c.withFreePorts(ctx, func(ports []int) error {
-		return c.update(ctx, projectID, func(tx Tx) error {
+		return c.update(ctx, projectID, func(tx dbcloud.Tx) error {
 			return c.insertReplicaSet(ctx, tx, host, r, ports)
 		})
 	})
@@ -107,14 +109,14 @@ func (c *Cloud) CreateReplicaSet(ctx context.Context, projectID, serviceID strin
 
 // insertReplicaSet records a new read replica set of any environment
 // (decisions.md section 5) with its endpoint and first operation.
-func (c *Cloud) insertReplicaSet(ctx context.Context, tx Tx, host *HostCapacity, r *ReadReplicaSet, ports []int) error {
+func (c *Cloud) insertReplicaSet(ctx context.Context, tx dbcloud.Tx, host *dbcloud.HostCapacity, r *dbcloud.ReadReplicaSet, ports []int) error {
 	projectID, serviceID := r.ProjectID, r.ServiceID
 	s, err := findService(tx, projectID, serviceID)
 	if err != nil {
 		return err
 	}
-	if s.Status != StatusReady {
-		return Errorf(KindConflict, "Service %s is %s; read replica sets can be created when it is READY.", s.ID, s.Status)
+	if s.Status != dbcloud.StatusReady {
+		return dbcloud.Errorf(dbcloud.KindConflict, "Service %s is %s; read replica sets can be created when it is READY.", s.ID, s.Status)
 	}
 	sets, err := tx.ListReplicaSets(projectID, serviceID)
 	if err != nil {
@@ -125,7 +127,7 @@ func (c *Cloud) insertReplicaSet(ctx context.Context, tx Tx, host *HostCapacity,
 	}
 	r.Spec.Environment = s.Spec.Environment
 	r.Created = c.now()
-	if err := c.admit(tx, host, projectID, candidate{sets: []*ReadReplicaSet{r}, size: r.Spec.Size}); err != nil {
+	if err := c.admit(tx, host, projectID, candidate{sets: []*dbcloud.ReadReplicaSet{r}, size: r.Spec.Size}); err != nil {
 		return err
 	}
 	if r.Endpoint, err = c.claimEndpoint(tx, r.ID, ports); err != nil {
@@ -135,16 +137,16 @@ func (c *Cloud) insertReplicaSet(ctx context.Context, tx Tx, host *HostCapacity,
 		return err
 	}
 	claim(ctx, "replica_set", r.ID)
-	return c.insertChildOperation(ctx, tx, projectID, r.ServiceID, r.ID, OpCreateReplicaSet, r.Generation)
+	return c.insertChildOperation(ctx, tx, projectID, r.ServiceID, r.ID, dbcloud.OpCreateReplicaSet, r.Generation)
 }
 
 // mutateReplicaSet is the frame of every change to a read replica set; see
 // mutateService.
-func (c *Cloud) mutateReplicaSet(ctx context.Context, projectID, serviceID, id string, fn func(tx Tx, r *ReadReplicaSet) (OperationType, error)) error {
+func (c *Cloud) mutateReplicaSet(ctx context.Context, projectID, serviceID, id string, fn func(tx dbcloud.Tx, r *dbcloud.ReadReplicaSet) (dbcloud.OperationType, error)) error {
 	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return err
 	}
-	return c.update(ctx, projectID, func(tx Tx) error {
+	return c.update(ctx, projectID, func(tx dbcloud.Tx) error {
 		r, err := findReplicaSet(tx, projectID, serviceID, id)
 		if err != nil {
 			return err
@@ -167,13 +169,13 @@ func (c *Cloud) mutateReplicaSet(ctx context.Context, projectID, serviceID, id s
 	})
 }
 
-func replicaSetBusy(tx Tx, r *ReadReplicaSet) error {
-	pending, err := tx.ListOperations(OperationFilter{ResourceID: r.ID, Pending: true, Limit: 1})
+func replicaSetBusy(tx dbcloud.Tx, r *dbcloud.ReadReplicaSet) error {
+	pending, err := tx.ListOperations(dbcloud.OperationFilter{ResourceID: r.ID, Pending: true, Limit: 1})
 	if err != nil {
 		return err
 	}
-	if len(pending) > 0 || (r.Status != ReplicaSetActive && r.Status != ReplicaSetError) {
-		return CodedErrorf(KindConflict, CodeOperationInProgress,
+	if len(pending) > 0 || (r.Status != dbcloud.ReplicaSetActive && r.Status != dbcloud.ReplicaSetError) {
+		return dbcloud.CodedErrorf(dbcloud.KindConflict, dbcloud.CodeOperationInProgress,
 			"Read replica set %s is %s with an operation in progress; retry when it is done.", r.ID, r.Status)
 	}
 	return nil
@@ -181,8 +183,8 @@ func replicaSetBusy(tx Tx, r *ReadReplicaSet) error {
 
 // correctReplicaSet is replicaSetBusy for a resize: pending work that keeps
 // failing is superseded instead of refusing the correction.
-func (c *Cloud) correctReplicaSet(tx Tx, r *ReadReplicaSet) error {
-	pending, err := tx.ListOperations(OperationFilter{ResourceID: r.ID, Pending: true})
+func (c *Cloud) correctReplicaSet(tx dbcloud.Tx, r *dbcloud.ReadReplicaSet) error {
+	pending, err := tx.ListOperations(dbcloud.OperationFilter{ResourceID: r.ID, Pending: true})
 	if err != nil {
 		return err
 	}
@@ -190,7 +192,7 @@ func (c *Cloud) correctReplicaSet(tx Tx, r *ReadReplicaSet) error {
 	for _, op := range pending {
 		failing = failing || op.Attempts > 0
 	}
-	if !failing || r.Status == ReplicaSetDeleting {
+	if !failing || r.Status == dbcloud.ReplicaSetDeleting {
 		return replicaSetBusy(tx, r)
 	}
 	return c.supersede(tx, pending, "superseded by a newer request")
@@ -198,15 +200,15 @@ func (c *Cloud) correctReplicaSet(tx Tx, r *ReadReplicaSet) error {
 
 // DeleteReplicaSet marks a read replica set for deletion.
 func (c *Cloud) DeleteReplicaSet(ctx context.Context, projectID, serviceID, id string) error {
-	return c.mutateReplicaSet(ctx, projectID, serviceID, id, func(tx Tx, r *ReadReplicaSet) (OperationType, error) {
-		if r.Status == ReplicaSetDeleting {
+	return c.mutateReplicaSet(ctx, projectID, serviceID, id, func(tx dbcloud.Tx, r *dbcloud.ReadReplicaSet) (dbcloud.OperationType, error) {
+		if r.Status == dbcloud.ReplicaSetDeleting {
 			return "", nil
 		}
 		if err := c.supersedePending(tx, r.ID); err != nil {
 			return "", err
 		}
-		r.Status = ReplicaSetDeleting
-		return OpDeleteReplicaSet, nil
+		r.Status = dbcloud.ReplicaSetDeleting
+		return dbcloud.OpDeleteReplicaSet, nil
 	})
 }
 
@@ -216,14 +218,14 @@ func (c *Cloud) ResizeReplicaSet(ctx context.Context, projectID, serviceID, id s
 		return "", err
 	}
 	if in.CPUMillis == "" || in.MemoryGBs == "" {
-		return "", Errorf(KindInvalid, "cpu_millis and memory_gbs are both required.")
+		return "", dbcloud.Errorf(dbcloud.KindInvalid, "cpu_millis and memory_gbs are both required.")
 	}
-	size, err := c.Config.Sizes.Resolve(in.CPUMillis, in.MemoryGBs, Size{})
+	size, err := c.Config.Sizes.Resolve(in.CPUMillis, in.MemoryGBs, dbcloud.Size{})
 	if err != nil {
 		return "", err
 	}
 	if size.Shared {
-		return "", Errorf(KindInvalid, "Read replica sets cannot use shared resources; allowed pairs: %s.", SizeTable(c.Config.Sizes.dedicated()).allowed())
+		return "", dbcloud.Errorf(dbcloud.KindInvalid, "Read replica sets cannot use shared resources; allowed pairs: %s.", dbcloud.SizeTable(c.Config.Sizes.Dedicated()).Allowed())
 	}
 	if in.Nodes != nil {
 		if err := c.checkNodes(*in.Nodes); err != nil {
@@ -234,12 +236,12 @@ func (c *Cloud) ResizeReplicaSet(ctx context.Context, projectID, serviceID, id s
 	if err != nil {
 		return "", err
 	}
-	err = c.mutateReplicaSet(ctx, projectID, serviceID, id, func(tx Tx, r *ReadReplicaSet) (OperationType, error) {
+	err = c.mutateReplicaSet(ctx, projectID, serviceID, id, func(tx dbcloud.Tx, r *dbcloud.ReadReplicaSet) (dbcloud.OperationType, error) {
 		nodes := r.Spec.Nodes
 		if in.Nodes != nil {
 			nodes = *in.Nodes
 		}
-		if r.Spec.Size == size && r.Spec.Nodes == nodes && r.Status != ReplicaSetDeleting && replicaSetBusy(tx, r) == nil {
+		if r.Spec.Size == size && r.Spec.Nodes == nodes && r.Status != dbcloud.ReplicaSetDeleting && replicaSetBusy(tx, r) == nil {
 			return "", nil
 		}
 		if err := c.correctReplicaSet(tx, r); err != nil {
@@ -247,12 +249,12 @@ func (c *Cloud) ResizeReplicaSet(ctx context.Context, projectID, serviceID, id s
 		}
 		n := *r
 		n.Spec.Size, n.Spec.Nodes = size, nodes
-		if err := c.admit(tx, host, projectID, candidate{sets: []*ReadReplicaSet{&n}, size: size}); err != nil {
+		if err := c.admit(tx, host, projectID, candidate{sets: []*dbcloud.ReadReplicaSet{&n}, size: size}); err != nil {
 			return "", err
 		}
 		r.Spec.Size, r.Spec.Nodes = size, nodes
-		r.Status = ReplicaSetResizing
-		return OpResizeReplicaSet, nil
+		r.Status = dbcloud.ReplicaSetResizing
+		return dbcloud.OpResizeReplicaSet, nil
 	})
 	return fmt.Sprintf("Read replica set %s is being resized.", id), err
 }
@@ -260,8 +262,8 @@ func (c *Cloud) ResizeReplicaSet(ctx context.Context, projectID, serviceID, id s
 // SetReplicaSetPooler enables or disables a set's connection pooler.
 func (c *Cloud) SetReplicaSetPooler(ctx context.Context, projectID, serviceID, id string, enabled bool) (string, error) {
 	err := c.withFreePorts(ctx, func(ports []int) error {
-		return c.mutateReplicaSet(ctx, projectID, serviceID, id, func(tx Tx, r *ReadReplicaSet) (OperationType, error) {
-			if r.Spec.Pooler == enabled && r.Status != ReplicaSetDeleting {
+		return c.mutateReplicaSet(ctx, projectID, serviceID, id, func(tx dbcloud.Tx, r *dbcloud.ReadReplicaSet) (dbcloud.OperationType, error) {
+			if r.Spec.Pooler == enabled && r.Status != dbcloud.ReplicaSetDeleting {
 				return "", nil
 			}
 			if enabled {
@@ -283,8 +285,8 @@ func (c *Cloud) SetReplicaSetPooler(ctx context.Context, projectID, serviceID, i
 			// Shown as in progress (there is no other busy state for a
 			// set) until the pooler is as asked, so a 409 for another
 			// change meanwhile is explained by what GET shows.
-			r.Status = ReplicaSetResizing
-			return OpSetReplicaPooler, nil
+			r.Status = dbcloud.ReplicaSetResizing
+			return dbcloud.OpSetReplicaPooler, nil
 		})
 	})
 	if enabled {
@@ -298,11 +300,11 @@ func (c *Cloud) SetReplicaSetEnvironment(ctx context.Context, projectID, service
 	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return "", err
 	}
-	e, err := ParseEnvironment("environment", env)
+	e, err := dbcloud.ParseEnvironment("environment", env)
 	if err != nil {
 		return "", err
 	}
-	err = c.mutateReplicaSet(ctx, projectID, serviceID, id, func(tx Tx, r *ReadReplicaSet) (OperationType, error) {
+	err = c.mutateReplicaSet(ctx, projectID, serviceID, id, func(tx dbcloud.Tx, r *dbcloud.ReadReplicaSet) (dbcloud.OperationType, error) {
 		if r.Spec.Environment == e {
 			return "", nil
 		}
@@ -316,9 +318,9 @@ func (c *Cloud) SetReplicaSetEnvironment(ctx context.Context, projectID, service
 }
 
 // GetReplicaSet returns one read replica set of a service.
-func (c *Cloud) GetReplicaSet(ctx context.Context, projectID, serviceID, id string) (*ReadReplicaSet, error) {
-	var r *ReadReplicaSet
-	err := c.view(ctx, projectID, func(tx Tx) (err error) {
+func (c *Cloud) GetReplicaSet(ctx context.Context, projectID, serviceID, id string) (*dbcloud.ReadReplicaSet, error) {
+	var r *dbcloud.ReadReplicaSet
+	err := c.view(ctx, projectID, func(tx dbcloud.Tx) (err error) {
 		r, err = findReplicaSet(tx, projectID, serviceID, id)
 		return err
 	})

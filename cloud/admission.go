@@ -1,57 +1,17 @@
-package dbcloud
+package cloud
 
 import (
 	"context"
 	"fmt"
 	"strings"
 	"time"
+
+	"dbcloud/sizing"
+
+	"dbcloud"
 )
 
-// ResourceQuota bounds the compute and storage one project may reserve
-// (issue 14): every instance counts, primary, HA standbys and read replica
-// nodes alike. Zero means no limit.
-type ResourceQuota struct {
-	Instances  int `json:"instances"`
-	CPUMillis  int `json:"cpu_millis"`
-	MemoryGBs  int `json:"memory_gbs"`
-	StorageGBs int `json:"storage_gbs"`
-}
-
-// DefaultResourceQuota is the quota of a project without its own.
-var DefaultResourceQuota = ResourceQuota{Instances: 40, CPUMillis: 64000, MemoryGBs: 256, StorageGBs: 1000}
-
-// HostCapacity is what the host can give to service instances, as the
-// runtime measures it.
-type HostCapacity struct {
-	// CPUMillis and MemoryBytes are the host's: no single instance may be
-	// larger.
-	CPUMillis   int
-	MemoryBytes int64
-	// Overcommit is how many times the host's CPU and memory the running
-	// instances may reserve together.
-	Overcommit float64
-	// DiskFreeBytes is the free space where instances keep their data.
-	DiskFreeBytes int64
-	// DiskReserveBytes is the part of DiskFreeBytes that no service is
-	// promised: what the host keeps for dbcloud's store and itself, or,
-	// on a storage image, what btrfs needs to stay usable when full.
-	DiskReserveBytes int64
-	// StorageLimit is what a service of a size may keep on disk, in
-	// bytes; nil when the runtime does not bound storage by size.
-	StorageLimit func(Size) int64
-}
-
-// Capacity is implemented by a runtime that can tell what its host holds.
-// It is asked before a store transaction, never inside one.
-type Capacity interface {
-	// HostCapacity reports what the host has now.
-	HostCapacity() (HostCapacity, error)
-}
-
-// The footprint of a shared instance, as the local runtime sizes it.
 const (
-	sharedCPUMillis = 500
-	sharedMemoryMB  = 512
 	// instanceDiskMB is the free disk every new instance needs at least.
 	instanceDiskMB = 1024
 	// diskRetryAfter is when a change refused for want of disk is worth
@@ -77,15 +37,14 @@ func (r *Resources) add(o Resources) {
 	r.StorageMB += o.StorageMB
 }
 
-// footprint is what one running instance of size reserves.
-func footprint(size Size) (cpuMillis int, memoryMB int64) {
-	if size.Shared {
-		return sharedCPUMillis, sharedMemoryMB
-	}
-	return size.CPUMillis, int64(size.MemoryGBs) * 1024
+// footprint is what one running instance of size reserves: the limits
+// the runtimes give it (package sizing).
+func footprint(size dbcloud.Size) (cpuMillis int, memoryMB int64) {
+	r := sizing.For(size)
+	return r.CPUMillis, r.MemoryBytes >> 20
 }
 
-func instances(n int, size Size, storageMB int64, running bool) Resources {
+func instances(n int, size dbcloud.Size, storageMB int64, running bool) Resources {
 	r := Resources{StorageMB: int64(n) * storageMB}
 	if running {
 		cpu, mem := footprint(size)
@@ -94,7 +53,7 @@ func instances(n int, size Size, storageMB int64, running bool) Resources {
 	return r
 }
 
-func storageOf(s *Service) int64 {
+func storageOf(s *dbcloud.Service) int64 {
 	if s.Metrics == nil {
 		return 0
 	}
@@ -104,16 +63,16 @@ func storageOf(s *Service) int64 {
 // serviceDemand counts the primary and every HA standby. A stopped service
 // keeps only its storage: starting it is admitted again. A service being
 // deleted is counted as gone, so that its room can be reused at once.
-func serviceDemand(s *Service) Resources {
-	if s.Status == StatusDeleting {
+func serviceDemand(s *dbcloud.Service) Resources {
+	if s.Status == dbcloud.StatusDeleting {
 		return Resources{}
 	}
 	return instances(1+s.Spec.Replicas, s.Spec.Size, storageOf(s), s.Spec.Running)
 }
 
 // replicaSetDemand counts every node, each holding a copy of the parent's data.
-func replicaSetDemand(r *ReadReplicaSet, parent *Service) Resources {
-	if r.Status == ReplicaSetDeleting || parent == nil || parent.Status == StatusDeleting {
+func replicaSetDemand(r *dbcloud.ReadReplicaSet, parent *dbcloud.Service) Resources {
+	if r.Status == dbcloud.ReplicaSetDeleting || parent == nil || parent.Status == dbcloud.StatusDeleting {
 		return Resources{}
 	}
 	return instances(r.Spec.Nodes, r.Spec.Size, storageOf(parent), parent.Spec.Running)
@@ -122,10 +81,10 @@ func replicaSetDemand(r *ReadReplicaSet, parent *Service) Resources {
 // candidate is the state an operation asks for, in place of the stored one
 // (or beside it, for a new resource).
 type candidate struct {
-	services []*Service
-	sets     []*ReadReplicaSet
+	services []*dbcloud.Service
+	sets     []*dbcloud.ReadReplicaSet
 	// size is the largest instance the change starts.
-	size Size
+	size dbcloud.Size
 	// storageMB is storage the change adds beyond what the candidates
 	// have measured: a fork starts with a copy of its parent's data.
 	storageMB int64
@@ -133,9 +92,9 @@ type candidate struct {
 
 // hostCapacity asks the runtime what the host holds; nil when the runtime
 // cannot tell. It does I/O, so it is called before a store transaction.
-func (c *Cloud) hostCapacity() (*HostCapacity, error) {
-	capacity, ok := c.Runtime.(Capacity)
-	if !ok {
+func (c *Cloud) hostCapacity() (*dbcloud.HostCapacity, error) {
+	capacity := dbcloud.CapabilitiesOf(c.Runtime).Capacity
+	if capacity == nil {
 		return nil, nil
 	}
 	h, err := capacity.HostCapacity()
@@ -149,7 +108,7 @@ func (c *Cloud) hostCapacity() (*HostCapacity, error) {
 // project's quota allows. Only growth is refused: a change that keeps or
 // lowers a total passes even when the total is over its limit, so that a
 // user can always correct.
-func (c *Cloud) admit(tx Tx, host *HostCapacity, projectID string, cand candidate) error {
+func (c *Cloud) admit(tx dbcloud.Tx, host *dbcloud.HostCapacity, projectID string, cand candidate) error {
 	if host != nil {
 		// The host is shared by every project: admissions of different
 		// projects must not both take its last room. Always taken after
@@ -163,7 +122,7 @@ func (c *Cloud) admit(tx Tx, host *HostCapacity, projectID string, cand candidat
 		return err
 	}
 	var hostBefore, hostAfter, projBefore, projAfter Resources
-	var project *Project
+	var project *dbcloud.Project
 	for _, p := range projects {
 		before, after, err := c.projectDemand(tx, p.ID, cand)
 		if err != nil {
@@ -181,8 +140,8 @@ func (c *Cloud) admit(tx Tx, host *HostCapacity, projectID string, cand candidat
 	if host != nil {
 		cpu, mem := footprint(cand.size)
 		if cpu > host.CPUMillis || mem<<20 > host.MemoryBytes {
-			cpuLimit, memLimitMB := host.limits()
-			return CodedErrorf(KindConflict, CodeCapacityExceeded,
+			cpuLimit, memLimitMB := host.Limits()
+			return dbcloud.CodedErrorf(dbcloud.KindConflict, dbcloud.CodeCapacityExceeded,
 				"This host has %d millicores and %s of memory, so an instance of size %s does not fit; %d millicores and %s are free to reserve now. Choose a smaller size.",
 				host.CPUMillis, gib(host.MemoryBytes>>20), cand.size, max(0, cpuLimit-hostBefore.CPUMillis), gib(max(0, memLimitMB-hostBefore.MemoryMB)))
 		}
@@ -201,7 +160,7 @@ func (c *Cloud) admit(tx Tx, host *HostCapacity, projectID string, cand candidat
 }
 
 // projectDemand sums what the project reserves now and with the candidate.
-func (c *Cloud) projectDemand(tx Tx, projectID string, cand candidate) (before, after Resources, err error) {
+func (c *Cloud) projectDemand(tx dbcloud.Tx, projectID string, cand candidate) (before, after Resources, err error) {
 	svcs, err := tx.ListServices(projectID)
 	if err != nil {
 		return before, after, err
@@ -210,8 +169,8 @@ func (c *Cloud) projectDemand(tx Tx, projectID string, cand candidate) (before, 
 	if err != nil {
 		return before, after, err
 	}
-	stored := make(map[string]*Service, len(svcs))
-	changed := make(map[string]*Service)
+	stored := make(map[string]*dbcloud.Service, len(svcs))
+	changed := make(map[string]*dbcloud.Service)
 	for _, s := range cand.services {
 		if s.ProjectID == projectID {
 			changed[s.ID] = s
@@ -231,7 +190,7 @@ func (c *Cloud) projectDemand(tx Tx, projectID string, cand candidate) (before, 
 		after.add(serviceDemand(s))
 		stored[s.ID] = s
 	}
-	changedSets := make(map[string]*ReadReplicaSet)
+	changedSets := make(map[string]*dbcloud.ReadReplicaSet)
 	for _, r := range cand.sets {
 		if r.ProjectID == projectID {
 			changedSets[r.ID] = r
@@ -252,13 +211,8 @@ func (c *Cloud) projectDemand(tx Tx, projectID string, cand candidate) (before, 
 	return before, after, nil
 }
 
-// limits are what all running instances may reserve together.
-func (h *HostCapacity) limits() (cpuMillis int, memoryMB int64) {
-	return int(float64(h.CPUMillis) * h.Overcommit), int64(float64(h.MemoryBytes>>20) * h.Overcommit)
-}
-
-func hostCheck(h *HostCapacity, before, after Resources) error {
-	cpuLimit, memLimitMB := h.limits()
+func hostCheck(h *dbcloud.HostCapacity, before, after Resources) error {
+	cpuLimit, memLimitMB := h.Limits()
 	var over []string
 	if after.CPUMillis > before.CPUMillis && after.CPUMillis > cpuLimit {
 		over = append(over, fmt.Sprintf("it needs %d more millicores and %d are free (of %d)",
@@ -280,10 +234,10 @@ func hostCheck(h *HostCapacity, before, after Resources) error {
 	case diskShort && len(over) == 1:
 		// Space comes back as data and snapshots are deleted or the
 		// operator frees it: a retry may succeed with no other change.
-		return &Error{Kind: KindUnavailable, RetryAfter: diskRetryAfter, Message: fmt.Sprintf(
+		return &dbcloud.Error{Kind: dbcloud.KindUnavailable, RetryAfter: diskRetryAfter, Message: fmt.Sprintf(
 			"This host's disk is too full for the change: %s. Retry once space is freed (delete data or services), or ask the operator.", over[0])}
 	}
-	return CodedErrorf(KindConflict, CodeCapacityExceeded,
+	return dbcloud.CodedErrorf(dbcloud.KindConflict, dbcloud.CodeCapacityExceeded,
 		"This host cannot hold the change: %s. Choose a smaller size or fewer instances, or stop or delete a service.", strings.Join(over, "; "))
 }
 
@@ -297,7 +251,7 @@ func hostCheck(h *HostCapacity, before, after Resources) error {
 // theirs; what bounds them is each one's quota and the image's size, and
 // this check only keeps the disk from promising one service more than it
 // has left. A change that keeps or lowers a limit always passes.
-func diskCheck(tx Tx, h *HostCapacity, services []*Service) error {
+func diskCheck(tx dbcloud.Tx, h *dbcloud.HostCapacity, services []*dbcloud.Service) error {
 	if h.StorageLimit == nil {
 		return nil
 	}
@@ -305,24 +259,24 @@ func diskCheck(tx Tx, h *HostCapacity, services []*Service) error {
 	for _, s := range services {
 		want := h.StorageLimit(s.Spec.Size)
 		old, err := tx.FindService(s.ProjectID, s.ID)
-		if err != nil && !IsNotFound(err) {
+		if err != nil && !dbcloud.IsNotFound(err) {
 			return err
 		}
-		if old != nil && old.Status != StatusDeleting && want <= h.StorageLimit(old.Spec.Size) {
+		if old != nil && old.Status != dbcloud.StatusDeleting && want <= h.StorageLimit(old.Spec.Size) {
 			continue
 		}
 		need := want - storageOf(s)<<20
 		if need <= room {
 			continue
 		}
-		return CodedErrorf(KindConflict, CodeCapacityExceeded,
+		return dbcloud.CodedErrorf(dbcloud.KindConflict, dbcloud.CodeCapacityExceeded,
 			"This host's disk cannot hold a service of size %s: it may keep up to %s on disk and %s is free to give (%s free, less %s kept in reserve). Choose a smaller size, or delete data or services, or ask the operator for more disk.",
 			s.Spec.Size, gib(want>>20), gib(room>>20), gib(h.DiskFreeBytes>>20), gib(h.DiskReserveBytes>>20))
 	}
 	return nil
 }
 
-func quotaCheck(q ResourceQuota, before, after Resources) error {
+func quotaCheck(q dbcloud.ResourceQuota, before, after Resources) error {
 	var over []string
 	check := func(name string, limit, b, a int64, unit func(int64) string) {
 		if limit > 0 && a > b && a > limit {
@@ -337,7 +291,7 @@ func quotaCheck(q ResourceQuota, before, after Resources) error {
 	if len(over) == 0 {
 		return nil
 	}
-	return CodedErrorf(KindConflict, CodeQuotaExceeded,
+	return dbcloud.CodedErrorf(dbcloud.KindConflict, dbcloud.CodeQuotaExceeded,
 		"The project's resource quota does not allow the change; %s. Choose a smaller size or fewer instances, stop or delete a service, or ask the operator for a larger quota.", strings.Join(over, "; "))
 }
 
@@ -352,18 +306,18 @@ func gib(mb int64) string {
 // SetProjectQuota gives a project its own resource quota; nil returns it
 // to the server's default. It is an admin operation: lowering a quota
 // refuses growth from then on and removes nothing.
-func (c *Cloud) SetProjectQuota(ctx context.Context, projectID string, q *ResourceQuota) (*Project, error) {
+func (c *Cloud) SetProjectQuota(ctx context.Context, projectID string, q *dbcloud.ResourceQuota) (*dbcloud.Project, error) {
 	if q != nil && (q.Instances < 0 || q.CPUMillis < 0 || q.MemoryGBs < 0 || q.StorageGBs < 0) {
-		return nil, Errorf(KindInvalid, "Quota values must be 0 (no limit) or more.")
+		return nil, dbcloud.Errorf(dbcloud.KindInvalid, "Quota values must be 0 (no limit) or more.")
 	}
-	var p *Project
-	err := c.Store.Update(ctx, func(tx Tx) (err error) {
+	var p *dbcloud.Project
+	err := c.Store.Update(ctx, func(tx dbcloud.Tx) (err error) {
 		if err := tx.LockProject(projectID); err != nil {
 			return err
 		}
 		if p, err = tx.FindProject(projectID); err != nil {
-			if IsNotFound(err) {
-				return Errorf(KindNotFound, "Project %q not found.", projectID)
+			if dbcloud.IsNotFound(err) {
+				return dbcloud.Errorf(dbcloud.KindNotFound, "Project %q not found.", projectID)
 			}
 			return err
 		}

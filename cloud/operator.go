@@ -1,9 +1,11 @@
-package dbcloud
+package cloud
 
 import (
 	"context"
 	"errors"
 	"fmt"
+
+	"dbcloud"
 
 	"dbcloud/identity"
 )
@@ -17,20 +19,20 @@ import (
 // OperatorContext returns ctx acting as the installation's operator on
 // project p: its owner, as the one who runs the installation is, and
 // recorded as "dbcloud admin" in the operations it asks for.
-func OperatorContext(ctx context.Context, p *Project) context.Context {
-	return NewContextWithPrincipal(ctx, &Principal{Project: p, Roles: map[string]identity.Role{p.ID: identity.Owner}})
+func OperatorContext(ctx context.Context, p *dbcloud.Project) context.Context {
+	return NewContextWithPrincipal(ctx, &dbcloud.Principal{Project: p, Roles: map[string]identity.Role{p.ID: identity.Owner}})
 }
 
 // operatorRequester names the operator in operations it asks for.
 const operatorRequester = "dbcloud admin"
 
 // FindProjectAdmin returns a project by ID, for the operator.
-func (c *Cloud) FindProjectAdmin(ctx context.Context, id string) (*Project, error) {
-	var p *Project
-	err := c.Store.View(ctx, func(tx Tx) (err error) {
+func (c *Cloud) FindProjectAdmin(ctx context.Context, id string) (*dbcloud.Project, error) {
+	var p *dbcloud.Project
+	err := c.Store.View(ctx, func(tx dbcloud.Tx) (err error) {
 		p, err = tx.FindProject(id)
-		if IsNotFound(err) {
-			return Errorf(KindNotFound, "Project %q not found.", id)
+		if dbcloud.IsNotFound(err) {
+			return dbcloud.Errorf(dbcloud.KindNotFound, "Project %q not found.", id)
 		}
 		return err
 	})
@@ -50,24 +52,24 @@ func (c *Cloud) Teardown(ctx context.Context) (int, error) {
 	n := 0
 	for _, p := range projects {
 		pctx := OperatorContext(ctx, p)
-		err := c.update(pctx, p.ID, func(tx Tx) error {
+		err := c.update(pctx, p.ID, func(tx dbcloud.Tx) error {
 			sets, err := tx.ListReplicaSets(p.ID, "")
 			if err != nil {
 				return err
 			}
 			for _, r := range sets {
-				if r.Status == ReplicaSetDeleting {
+				if r.Status == dbcloud.ReplicaSetDeleting {
 					continue
 				}
 				if err := c.supersedePending(tx, r.ID); err != nil {
 					return err
 				}
-				r.Status, r.StatusReason = ReplicaSetDeleting, ""
+				r.Status, r.StatusReason = dbcloud.ReplicaSetDeleting, ""
 				r.Generation++
 				if err := tx.UpdateReplicaSet(r); err != nil {
 					return err
 				}
-				if err := c.insertChildOperation(pctx, tx, p.ID, r.ServiceID, r.ID, OpDeleteReplicaSet, r.Generation); err != nil {
+				if err := c.insertChildOperation(pctx, tx, p.ID, r.ServiceID, r.ID, dbcloud.OpDeleteReplicaSet, r.Generation); err != nil {
 					return err
 				}
 				n++
@@ -77,18 +79,18 @@ func (c *Cloud) Teardown(ctx context.Context) (int, error) {
 				return err
 			}
 			for _, s := range svcs {
-				if s.Status == StatusDeleting {
+				if s.Status == dbcloud.StatusDeleting {
 					continue
 				}
 				if err := c.supersedePending(tx, s.ID); err != nil {
 					return err
 				}
-				s.Status, s.StatusReason = StatusDeleting, ""
+				s.Status, s.StatusReason = dbcloud.StatusDeleting, ""
 				s.Generation++
 				if err := tx.UpdateService(s); err != nil {
 					return err
 				}
-				if err := c.insertOperation(pctx, tx, p.ID, s.ID, OpDeleteService, s.Generation); err != nil {
+				if err := c.insertOperation(pctx, tx, p.ID, s.ID, dbcloud.OpDeleteService, s.Generation); err != nil {
 					return err
 				}
 				n++
@@ -106,7 +108,7 @@ func (c *Cloud) Teardown(ctx context.Context) (int, error) {
 // and the operations still pending, so the operator can wait for a
 // teardown or a stop to finish.
 func (c *Cloud) Remaining(ctx context.Context) (resources, pending int, err error) {
-	err = c.Store.View(ctx, func(tx Tx) error {
+	err = c.Store.View(ctx, func(tx dbcloud.Tx) error {
 		projects, err := tx.ListProjects()
 		if err != nil {
 			return err
@@ -122,7 +124,7 @@ func (c *Cloud) Remaining(ctx context.Context) (resources, pending int, err erro
 			}
 			resources += len(svcs) + len(sets)
 		}
-		ops, err := tx.ListOperations(OperationFilter{Pending: true})
+		ops, err := tx.ListOperations(dbcloud.OperationFilter{Pending: true})
 		pending = len(ops)
 		return err
 	})
@@ -148,7 +150,7 @@ func (c *Cloud) StopAll(ctx context.Context) (int, error) {
 		}
 		for _, v := range vs {
 			s := v.Service
-			if !s.Spec.Running || s.Status == StatusDeleting {
+			if !s.Spec.Running || s.Status == dbcloud.StatusDeleting {
 				continue
 			}
 			if _, err := c.StopService(pctx, p.ID, s.ID); err != nil {
@@ -164,7 +166,7 @@ func (c *Cloud) StopAll(ctx context.Context) (int, error) {
 // RunningServices counts the services of every project whose compute runs
 // or is still being stopped, and the operations still pending.
 func (c *Cloud) RunningServices(ctx context.Context) (running, pending int, err error) {
-	err = c.Store.View(ctx, func(tx Tx) error {
+	err = c.Store.View(ctx, func(tx dbcloud.Tx) error {
 		projects, err := tx.ListProjects()
 		if err != nil {
 			return err
@@ -175,12 +177,12 @@ func (c *Cloud) RunningServices(ctx context.Context) (running, pending int, err 
 				return err
 			}
 			for _, s := range svcs {
-				if s.Status != StatusPaused {
+				if s.Status != dbcloud.StatusPaused {
 					running++
 				}
 			}
 		}
-		ops, err := tx.ListOperations(OperationFilter{Pending: true})
+		ops, err := tx.ListOperations(dbcloud.OperationFilter{Pending: true})
 		pending = len(ops)
 		return err
 	})

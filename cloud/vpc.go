@@ -1,9 +1,11 @@
-package dbcloud
+package cloud
 
 import (
 	"context"
 	"fmt"
 	"strings"
+
+	"dbcloud"
 )
 
 // VPCCreate is a create-VPC request.
@@ -21,9 +23,9 @@ type PeeringCreate struct {
 }
 
 // ListVPCs lists the project's VPCs.
-func (c *Cloud) ListVPCs(ctx context.Context, projectID string) ([]*VPC, error) {
-	var out []*VPC
-	err := c.view(ctx, projectID, func(tx Tx) (err error) {
+func (c *Cloud) ListVPCs(ctx context.Context, projectID string) ([]*dbcloud.VPC, error) {
+	var out []*dbcloud.VPC
+	err := c.view(ctx, projectID, func(tx dbcloud.Tx) (err error) {
 		out, err = tx.ListVPCs(projectID)
 		return err
 	})
@@ -31,44 +33,44 @@ func (c *Cloud) ListVPCs(ctx context.Context, projectID string) ([]*VPC, error) 
 }
 
 // GetVPC returns one VPC.
-func (c *Cloud) GetVPC(ctx context.Context, projectID, id string) (*VPC, error) {
-	var v *VPC
-	err := c.view(ctx, projectID, func(tx Tx) (err error) {
+func (c *Cloud) GetVPC(ctx context.Context, projectID, id string) (*dbcloud.VPC, error) {
+	var v *dbcloud.VPC
+	err := c.view(ctx, projectID, func(tx dbcloud.Tx) (err error) {
 		v, err = findVPC(tx, projectID, id)
 		return err
 	})
 	return v, err
 }
 
-func findVPC(tx Tx, projectID, id string) (*VPC, error) {
+func findVPC(tx dbcloud.Tx, projectID, id string) (*dbcloud.VPC, error) {
 	v, err := tx.FindVPC(projectID, id)
-	if IsNotFound(err) {
-		return nil, Errorf(KindNotFound, "VPC %q not found.", id)
+	if dbcloud.IsNotFound(err) {
+		return nil, dbcloud.Errorf(dbcloud.KindNotFound, "VPC %q not found.", id)
 	}
 	return v, err
 }
 
 // CreateVPC creates a VPC whose CIDR overlaps no other VPC of the project.
-func (c *Cloud) CreateVPC(ctx context.Context, projectID string, in VPCCreate) (*VPC, error) {
+func (c *Cloud) CreateVPC(ctx context.Context, projectID string, in VPCCreate) (*dbcloud.VPC, error) {
 	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return nil, err
 	}
-	if err := validateName("name", in.Name); err != nil {
+	if err := dbcloud.ValidateName("name", in.Name); err != nil {
 		return nil, err
 	}
-	cidr, err := ParseCIDR(in.CIDR)
+	cidr, err := dbcloud.ParseCIDR(in.CIDR)
 	if err != nil {
 		return nil, err
 	}
 	if in.Region == "" {
-		return nil, Errorf(KindInvalid, "region_code is required; known regions: %s.", strings.Join(c.Config.Regions, ", "))
+		return nil, dbcloud.Errorf(dbcloud.KindInvalid, "region_code is required; known regions: %s.", strings.Join(c.Config.Regions, ", "))
 	}
 	region, err := c.resolveRegion(in.Region)
 	if err != nil {
 		return nil, err
 	}
-	vpc := &VPC{ID: newNumericID(), ProjectID: projectID, Name: in.Name, CIDR: cidr, Region: region}
-	admit := func(tx Tx) error {
+	vpc := &dbcloud.VPC{ID: dbcloud.NewNumericID(), ProjectID: projectID, Name: in.Name, CIDR: cidr, Region: region}
+	admit := func(tx dbcloud.Tx) error {
 		vpcs, err := tx.ListVPCs(projectID)
 		if err != nil {
 			return err
@@ -78,7 +80,7 @@ func (c *Cloud) CreateVPC(ctx context.Context, projectID string, in VPCCreate) (
 		}
 		for _, o := range vpcs {
 			if o.CIDR.Overlaps(cidr) {
-				return CodedErrorf(KindConflict, CodeCIDRConflict, "cidr %s overlaps %s of VPC %s (%s).", cidr, o.CIDR, o.ID, o.Name)
+				return dbcloud.CodedErrorf(dbcloud.KindConflict, dbcloud.CodeCIDRConflict, "cidr %s overlaps %s of VPC %s (%s).", cidr, o.CIDR, o.ID, o.Name)
 			}
 		}
 		return nil
@@ -95,7 +97,7 @@ func (c *Cloud) CreateVPC(ctx context.Context, projectID string, in VPCCreate) (
 			return nil, fmt.Errorf("create VPC %s in the network: %w", vpc.ID, err)
 		}
 	}
-	err = c.update(ctx, projectID, func(tx Tx) error {
+	err = c.update(ctx, projectID, func(tx dbcloud.Tx) error {
 		if err := admit(tx); err != nil {
 			return err
 		}
@@ -122,10 +124,10 @@ func (c *Cloud) RenameVPC(ctx context.Context, projectID, id, name string) (stri
 	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return "", err
 	}
-	if err := validateName("name", name); err != nil {
+	if err := dbcloud.ValidateName("name", name); err != nil {
 		return "", err
 	}
-	err := c.update(ctx, projectID, func(tx Tx) error {
+	err := c.update(ctx, projectID, func(tx dbcloud.Tx) error {
 		v, err := findVPC(tx, projectID, id)
 		if err != nil {
 			return err
@@ -143,8 +145,8 @@ func (c *Cloud) DeleteVPC(ctx context.Context, projectID, id string) error {
 	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return err
 	}
-	var vpc *VPC
-	unused := func(tx Tx) (err error) {
+	var vpc *dbcloud.VPC
+	unused := func(tx dbcloud.Tx) (err error) {
 		if vpc, err = findVPC(tx, projectID, id); err != nil {
 			return err
 		}
@@ -166,7 +168,7 @@ func (c *Cloud) DeleteVPC(ctx context.Context, projectID, id string) error {
 			using = append(using, "peering "+p.ID)
 		}
 		if len(using) > 0 {
-			return Errorf(KindConflict, "VPC %s is still in use; detach or delete first: %s.", id, strings.Join(using, ", "))
+			return dbcloud.Errorf(dbcloud.KindConflict, "VPC %s is still in use; detach or delete first: %s.", id, strings.Join(using, ", "))
 		}
 		return nil
 	}
@@ -178,13 +180,13 @@ func (c *Cloud) DeleteVPC(ctx context.Context, projectID, id string) error {
 			return fmt.Errorf("delete VPC %s in the network: %w", id, err)
 		}
 	}
-	err := c.update(ctx, projectID, func(tx Tx) error {
+	err := c.update(ctx, projectID, func(tx dbcloud.Tx) error {
 		if err := unused(tx); err != nil {
 			return err
 		}
 		return tx.DeleteVPC(projectID, id)
 	})
-	if err != nil && c.Network != nil && vpc != nil && !IsNotFound(err) {
+	if err != nil && c.Network != nil && vpc != nil && !dbcloud.IsNotFound(err) {
 		if cerr := c.Network.CreateVPC(context.WithoutCancel(ctx), vpc); cerr != nil {
 			c.Logger.Error("make again a VPC whose delete was refused", "vpc", id, "error", cerr)
 		}
@@ -193,9 +195,9 @@ func (c *Cloud) DeleteVPC(ctx context.Context, projectID, id string) error {
 }
 
 // ListPeerings lists a VPC's peerings.
-func (c *Cloud) ListPeerings(ctx context.Context, projectID, vpcID string) ([]*Peering, error) {
-	var out []*Peering
-	err := c.view(ctx, projectID, func(tx Tx) error {
+func (c *Cloud) ListPeerings(ctx context.Context, projectID, vpcID string) ([]*dbcloud.Peering, error) {
+	var out []*dbcloud.Peering
+	err := c.view(ctx, projectID, func(tx dbcloud.Tx) error {
 		if _, err := findVPC(tx, projectID, vpcID); err != nil {
 			return err
 		}
@@ -207,22 +209,22 @@ func (c *Cloud) ListPeerings(ctx context.Context, projectID, vpcID string) ([]*P
 }
 
 // GetPeering returns one peering.
-func (c *Cloud) GetPeering(ctx context.Context, projectID, vpcID, id string) (*Peering, error) {
-	var p *Peering
-	err := c.view(ctx, projectID, func(tx Tx) (err error) {
+func (c *Cloud) GetPeering(ctx context.Context, projectID, vpcID, id string) (*dbcloud.Peering, error) {
+	var p *dbcloud.Peering
+	err := c.view(ctx, projectID, func(tx dbcloud.Tx) (err error) {
 		p, err = findPeering(tx, projectID, vpcID, id)
 		return err
 	})
 	return p, err
 }
 
-func findPeering(tx Tx, projectID, vpcID, id string) (*Peering, error) {
+func findPeering(tx dbcloud.Tx, projectID, vpcID, id string) (*dbcloud.Peering, error) {
 	if _, err := findVPC(tx, projectID, vpcID); err != nil {
 		return nil, err
 	}
 	p, err := tx.FindPeering(vpcID, id)
-	if IsNotFound(err) {
-		return nil, Errorf(KindNotFound, "Peering %q not found.", id)
+	if dbcloud.IsNotFound(err) {
+		return nil, dbcloud.Errorf(dbcloud.KindNotFound, "Peering %q not found.", id)
 	}
 	return p, err
 }
@@ -232,16 +234,16 @@ func findPeering(tx Tx, projectID, vpcID, id string) (*Peering, error) {
 // fails the peering with a message when it refuses.
 func validatePeerField(field, s string) error {
 	if s == "" {
-		return Errorf(KindInvalid, "%s is required.", field)
+		return dbcloud.Errorf(dbcloud.KindInvalid, "%s is required.", field)
 	}
 	if len(s) > 128 || strings.IndexFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
-		return Errorf(KindInvalid, "%s must be 1 to 128 printable characters without spaces.", field)
+		return dbcloud.Errorf(dbcloud.KindInvalid, "%s must be 1 to 128 printable characters without spaces.", field)
 	}
 	return nil
 }
 
 // CreatePeering records a peering and the operation that provisions it.
-func (c *Cloud) CreatePeering(ctx context.Context, projectID, vpcID string, in PeeringCreate) (*Peering, error) {
+func (c *Cloud) CreatePeering(ctx context.Context, projectID, vpcID string, in PeeringCreate) (*dbcloud.Peering, error) {
 	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return nil, err
 	}
@@ -252,11 +254,11 @@ func (c *Cloud) CreatePeering(ctx context.Context, projectID, vpcID string, in P
 			return nil, err
 		}
 	}
-	p := &Peering{
-		ID: newNumericID(), ProjectID: projectID, VPCID: vpcID, PeerAccountID: in.PeerAccountID,
-		PeerRegionCode: in.PeerRegionCode, PeerVPCID: in.PeerVPCID, Status: PeeringPending,
+	p := &dbcloud.Peering{
+		ID: dbcloud.NewNumericID(), ProjectID: projectID, VPCID: vpcID, PeerAccountID: in.PeerAccountID,
+		PeerRegionCode: in.PeerRegionCode, PeerVPCID: in.PeerVPCID, Status: dbcloud.PeeringPending,
 	}
-	err := c.update(ctx, projectID, func(tx Tx) error {
+	err := c.update(ctx, projectID, func(tx dbcloud.Tx) error {
 		if _, err := findVPC(tx, projectID, vpcID); err != nil {
 			return err
 		}
@@ -269,7 +271,7 @@ func (c *Cloud) CreatePeering(ctx context.Context, projectID, vpcID string, in P
 		}
 		for _, o := range existing {
 			if o.PeerAccountID == p.PeerAccountID && o.PeerRegionCode == p.PeerRegionCode && o.PeerVPCID == p.PeerVPCID {
-				return Errorf(KindConflict, "VPC %s already has peering %s with that peer VPC.", vpcID, o.ID)
+				return dbcloud.Errorf(dbcloud.KindConflict, "VPC %s already has peering %s with that peer VPC.", vpcID, o.ID)
 			}
 		}
 		p.Created = c.now()
@@ -277,7 +279,7 @@ func (c *Cloud) CreatePeering(ctx context.Context, projectID, vpcID string, in P
 			return err
 		}
 		claim(ctx, "peering", p.ID)
-		return c.insertChildOperation(ctx, tx, projectID, vpcID, p.ID, OpCreatePeering, 1)
+		return c.insertChildOperation(ctx, tx, projectID, vpcID, p.ID, dbcloud.OpCreatePeering, 1)
 	})
 	if err != nil {
 		return nil, err
@@ -290,18 +292,18 @@ func (c *Cloud) DeletePeering(ctx context.Context, projectID, vpcID, id string) 
 	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return err
 	}
-	return c.update(ctx, projectID, func(tx Tx) error {
+	return c.update(ctx, projectID, func(tx dbcloud.Tx) error {
 		p, err := findPeering(tx, projectID, vpcID, id)
 		if err != nil {
 			return err
 		}
-		if p.Status == PeeringDeleting {
+		if p.Status == dbcloud.PeeringDeleting {
 			return nil
 		}
-		p.Status = PeeringDeleting
+		p.Status = dbcloud.PeeringDeleting
 		if err := tx.UpdatePeering(p); err != nil {
 			return err
 		}
-		return c.insertChildOperation(ctx, tx, projectID, vpcID, p.ID, OpDeletePeering, 2)
+		return c.insertChildOperation(ctx, tx, projectID, vpcID, p.ID, dbcloud.OpDeletePeering, 2)
 	})
 }

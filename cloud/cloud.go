@@ -1,19 +1,17 @@
-package dbcloud
+package cloud
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
 	"log/slog"
-	"math/big"
 	"slices"
 	"strings"
 	"sync"
 	"time"
-	"unicode"
-	"unicode/utf8"
+
+	"dbcloud"
+	"dbcloud/history"
 
 	"dbcloud/identity"
 )
@@ -28,7 +26,7 @@ type Quotas struct {
 	MaxHAReplicas         int
 	// Resources is the compute and storage a project may reserve unless
 	// it has its own quota (dbcloud admin project set-quota).
-	Resources ResourceQuota
+	Resources dbcloud.ResourceQuota
 }
 
 // DefaultQuotas are the documented defaults.
@@ -39,12 +37,12 @@ var DefaultQuotas = Quotas{
 	ReplicaSetsPerService: 5,
 	MaxReplicaSetNodes:    10,
 	MaxHAReplicas:         2,
-	Resources:             DefaultResourceQuota,
+	Resources:             dbcloud.DefaultResourceQuota,
 }
 
 // Config is what the domain needs to know of the installation.
 type Config struct {
-	Sizes SizeTable
+	Sizes dbcloud.SizeTable
 	// Regions are the known region codes; the first is the default.
 	Regions []string
 	Quotas  Quotas
@@ -57,7 +55,7 @@ type Config struct {
 // DefaultConfig returns the configuration of a single-host installation.
 func DefaultConfig() Config {
 	return Config{
-		Sizes:      DefaultSizes,
+		Sizes:      dbcloud.DefaultSizes,
 		Regions:    []string{"local"},
 		Quotas:     DefaultQuotas,
 		PublicHost: "127.0.0.1",
@@ -66,26 +64,12 @@ func DefaultConfig() Config {
 	}
 }
 
-// Runtime is what the domain asks of the runtime while answering a request.
-// Everything slow or fallible goes through operations and the engine instead.
-type Runtime interface {
-	// Extensions lists the PostgreSQL extensions the runtime can create.
-	Extensions() map[string]bool
-	// PortFree reports whether nothing else on the host holds the port.
-	PortFree(port int) bool
-	// SetPassword makes verifier the password of tsdbadmin on the running
-	// service; it returns once the new password works.
-	SetPassword(ctx context.Context, svc *Service, verifier string) error
-	// Logs reads a page of the service's log lines.
-	Logs(ctx context.Context, svc *Service, q LogQuery) (*LogPage, error)
-}
-
 // Cloud is the domain service: it authorises every request, enforces every
 // rule and records desired state together with the operation that makes it
 // real. HTTP only translates to and from it.
 type Cloud struct {
-	Store   Store
-	Runtime Runtime
+	Store   dbcloud.Store
+	Runtime dbcloud.Runtime
 	Config  Config
 	Logger  *slog.Logger
 	// Now is injected so tests can control time.
@@ -94,11 +78,11 @@ type Cloud struct {
 	// operation, so the engine starts at once instead of at its next poll.
 	Notify func()
 	// Network, when set, is told of VPCs as they are created and deleted.
-	Network Network
+	Network dbcloud.Network
 	// PasswordTimeout bounds updatePassword's work on the tenant's database.
 	PasswordTimeout time.Duration
 	// History, when set, answers the metrics preview (history.go).
-	History *History
+	History *history.Series
 	// PasswordParams, when set, replaces the Argon2id costs of user
 	// passwords (tests make them cheap).
 	PasswordParams *identity.PasswordParams
@@ -112,14 +96,14 @@ type Cloud struct {
 	}
 }
 
-// NewCloud returns a Cloud with the given dependencies.
-func NewCloud(store Store, runtime Runtime, cfg Config, logger *slog.Logger) *Cloud {
+// New returns a Cloud with the given dependencies.
+func New(store dbcloud.Store, runtime dbcloud.Runtime, cfg Config, logger *slog.Logger) *Cloud {
 	if logger == nil {
 		logger = slog.Default()
 	}
 	c := &Cloud{Store: store, Runtime: runtime, Config: cfg, Logger: logger, Now: time.Now, PasswordTimeout: DefaultPasswordTimeout}
-	if ss, ok := UnwrapStore(store).(SeriesStore); ok {
-		c.History = &History{Store: ss}
+	if ss, ok := dbcloud.UnwrapStore(store).(dbcloud.SeriesStore); ok {
+		c.History = &history.Series{Store: ss}
 	}
 	return c
 }
@@ -130,24 +114,24 @@ type principalKey struct{}
 type idempotencyKey struct{}
 
 // NewContextWithPrincipal returns ctx carrying the authenticated caller.
-func NewContextWithPrincipal(ctx context.Context, p *Principal) context.Context {
+func NewContextWithPrincipal(ctx context.Context, p *dbcloud.Principal) context.Context {
 	return context.WithValue(ctx, principalKey{}, p)
 }
 
 // PrincipalFromContext returns the authenticated caller, or nil.
-func PrincipalFromContext(ctx context.Context) *Principal {
-	p, _ := ctx.Value(principalKey{}).(*Principal)
+func PrincipalFromContext(ctx context.Context) *dbcloud.Principal {
+	p, _ := ctx.Value(principalKey{}).(*dbcloud.Principal)
 	return p
 }
 
 // NewContextWithIdempotency returns ctx carrying the idempotency claim of the
 // request; the first write transaction of the request records it.
-func NewContextWithIdempotency(ctx context.Context, r *IdempotencyRecord) context.Context {
+func NewContextWithIdempotency(ctx context.Context, r *dbcloud.IdempotencyRecord) context.Context {
 	return context.WithValue(ctx, idempotencyKey{}, r)
 }
 
-func idempotencyFromContext(ctx context.Context) *IdempotencyRecord {
-	r, _ := ctx.Value(idempotencyKey{}).(*IdempotencyRecord)
+func idempotencyFromContext(ctx context.Context) *dbcloud.IdempotencyRecord {
+	r, _ := ctx.Value(idempotencyKey{}).(*dbcloud.IdempotencyRecord)
 	return r
 }
 
@@ -171,14 +155,14 @@ func (c *Cloud) authorizeWrite(ctx context.Context, projectID string) error {
 func (c *Cloud) authorizeTo(ctx context.Context, projectID string, a identity.Action) (identity.Role, error) {
 	p := PrincipalFromContext(ctx)
 	if p == nil {
-		return "", Errorf(KindUnauthorized, "Authentication required.")
+		return "", dbcloud.Errorf(dbcloud.KindUnauthorized, "Authentication required.")
 	}
 	role, ok := p.RoleIn(projectID)
 	if !ok {
-		return "", Errorf(KindNotFound, "Project %q not found.", projectID)
+		return "", dbcloud.Errorf(dbcloud.KindNotFound, "Project %q not found.", projectID)
 	}
 	if !role.Allows(a) {
-		return "", Errorf(KindForbidden, "Your role in this project is %s, which may not %s (docs/roles.md).", role, actionText[a])
+		return "", dbcloud.Errorf(dbcloud.KindForbidden, "Your role in this project is %s, which may not %s (docs/roles.md).", role, actionText[a])
 	}
 	return role, nil
 }
@@ -193,7 +177,7 @@ var actionText = map[identity.Action]string{
 
 // update runs fn in a write transaction that holds the project's lock and
 // records the request's idempotency claim with the change it made.
-func (c *Cloud) update(ctx context.Context, projectID string, fn func(tx Tx) error) error {
+func (c *Cloud) update(ctx context.Context, projectID string, fn func(tx dbcloud.Tx) error) error {
 	// Every request's write comes through here: a second check, so that an
 	// operation that forgot its own cannot write for a reader.
 	if err := c.authorizeWrite(ctx, projectID); err != nil {
@@ -204,7 +188,7 @@ func (c *Cloud) update(ctx context.Context, projectID string, fn func(tx Tx) err
 			c.Notify()
 		}
 	}()
-	return c.Store.Update(ctx, func(tx Tx) error {
+	return c.Store.Update(ctx, func(tx dbcloud.Tx) error {
 		if err := tx.LockProject(projectID); err != nil {
 			return err
 		}
@@ -214,8 +198,8 @@ func (c *Cloud) update(ctx context.Context, projectID string, fn func(tx Tx) err
 		if r := idempotencyFromContext(ctx); r != nil {
 			r.Created = c.now()
 			if err := tx.InsertIdempotency(r); err != nil {
-				if IsConflict(err) {
-					return CodedErrorf(KindConflict, CodeIdempotencyInProgress,
+				if dbcloud.IsConflict(err) {
+					return dbcloud.CodedErrorf(dbcloud.KindConflict, dbcloud.CodeIdempotencyInProgress,
 						"Another request with this Idempotency-Key was accepted first; retry to get its response.")
 				}
 				return err
@@ -226,7 +210,7 @@ func (c *Cloud) update(ctx context.Context, projectID string, fn func(tx Tx) err
 }
 
 // view runs fn in a read transaction after authorising the project.
-func (c *Cloud) view(ctx context.Context, projectID string, fn func(tx Tx) error) error {
+func (c *Cloud) view(ctx context.Context, projectID string, fn func(tx dbcloud.Tx) error) error {
 	if err := c.authorize(ctx, projectID); err != nil {
 		return err
 	}
@@ -246,20 +230,20 @@ func claim(ctx context.Context, kind, id string) {
 // A key that passed is kept verified until anything authentication reads
 // changes in the store (credentialCache), so most requests cost one read
 // of a counter instead of four lookups.
-func (c *Cloud) Authenticate(ctx context.Context, accessKey, secret string) (*Principal, error) {
-	hash := HashSecret(secret)
-	return c.cachedCredential(ctx, "key/"+accessKey, hash, func() (*Principal, error) {
+func (c *Cloud) Authenticate(ctx context.Context, accessKey, secret string) (*dbcloud.Principal, error) {
+	hash := dbcloud.HashSecret(secret)
+	return c.cachedCredential(ctx, "key/"+accessKey, hash, func() (*dbcloud.Principal, error) {
 		return c.checkKey(ctx, accessKey, hash)
 	})
 }
 
 // checkKey is Authenticate's full check, against the store.
-func (c *Cloud) checkKey(ctx context.Context, accessKey string, hash []byte) (*Principal, error) {
-	unauthorized := Errorf(KindUnauthorized, "Invalid or revoked API key.")
-	var p Principal
-	err := c.Store.View(ctx, func(tx Tx) error {
+func (c *Cloud) checkKey(ctx context.Context, accessKey string, hash []byte) (*dbcloud.Principal, error) {
+	unauthorized := dbcloud.Errorf(dbcloud.KindUnauthorized, "Invalid or revoked API key.")
+	var p dbcloud.Principal
+	err := c.Store.View(ctx, func(tx dbcloud.Tx) error {
 		k, err := tx.FindAPIKey(accessKey)
-		if IsNotFound(err) {
+		if dbcloud.IsNotFound(err) {
 			// The secret was hashed before the lookup, so unknown keys
 			// take as long as wrong secrets.
 			return unauthorized
@@ -279,7 +263,7 @@ func (c *Cloud) checkKey(ctx context.Context, accessKey string, hash []byte) (*P
 		// A key acts for its issuer: it stops with the issuer's membership
 		// and never does more than the issuer may do now.
 		m, err := tx.FindMembership(k.ProjectID, k.UserID)
-		if IsNotFound(err) || p.User.Disabled != nil {
+		if dbcloud.IsNotFound(err) || p.User.Disabled != nil {
 			return unauthorized
 		} else if err != nil {
 			return err
@@ -297,25 +281,18 @@ func (c *Cloud) checkKey(ctx context.Context, accessKey string, hash []byte) (*P
 	return &p, nil
 }
 
-// HashSecret hashes an API key secret for storage. Secrets are 256-bit random
-// values, so a fast hash is as strong as a slow one and keeps auth cheap.
-func HashSecret(secret string) []byte {
-	h := sha256.Sum256([]byte("dbcloud-api-key:" + secret))
-	return h[:]
-}
-
 // ListProjects lists the projects the caller can see: a key sees its own,
 // a user every project they are a member of.
-func (c *Cloud) ListProjects(ctx context.Context) ([]*Project, error) {
+func (c *Cloud) ListProjects(ctx context.Context) ([]*dbcloud.Project, error) {
 	p := PrincipalFromContext(ctx)
 	if p == nil {
-		return nil, Errorf(KindUnauthorized, "Authentication required.")
+		return nil, dbcloud.Errorf(dbcloud.KindUnauthorized, "Authentication required.")
 	}
 	if p.Key != nil {
-		return []*Project{p.Project}, nil
+		return []*dbcloud.Project{p.Project}, nil
 	}
-	out := []*Project{}
-	err := c.Store.View(ctx, func(tx Tx) error {
+	out := []*dbcloud.Project{}
+	err := c.Store.View(ctx, func(tx dbcloud.Tx) error {
 		ms, err := tx.ListMemberships(p.User.ID)
 		if err != nil {
 			return err
@@ -332,64 +309,6 @@ func (c *Cloud) ListProjects(ctx context.Context) ([]*Project, error) {
 	return out, err
 }
 
-const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-
-// NewID returns a random identifier of 10 characters from [a-z0-9], the form
-// of project, service and replica set IDs.
-func NewID() string { return randomString(idAlphabet, 10) }
-
-// NewAccessKey returns a new API key's public half: "dbc" and 21
-// characters of [a-z0-9].
-func NewAccessKey() string { return "dbc" + randomString(idAlphabet, 21) }
-
-// newNumericID returns a random decimal identifier, the form of VPC and
-// peering IDs. The first digit is never zero so the value reads as a number.
-func newNumericID() string {
-	return randomString("123456789", 1) + randomString("0123456789", 9)
-}
-
-func randomString(alphabet string, n int) string {
-	b := make([]byte, n)
-	max := big.NewInt(int64(len(alphabet)))
-	for i := range b {
-		v, err := rand.Int(rand.Reader, max)
-		if err != nil {
-			panic(err) // crypto/rand does not fail on Linux
-		}
-		b[i] = alphabet[v.Int64()]
-	}
-	return string(b)
-}
-
-// IsID reports whether s has the form of a project, service or replica set ID.
-func IsID(s string) bool {
-	return len(s) == 10 && strings.Trim(s, idAlphabet) == ""
-}
-
-// IsNumericID reports whether s has the form of a VPC or peering ID.
-func IsNumericID(s string) bool {
-	return len(s) > 0 && len(s) <= 20 && strings.Trim(s, "0123456789") == ""
-}
-
-// validateName applies the naming rule of services, VPCs and replica sets.
-func validateName(field, s string) error {
-	n := utf8.RuneCountInString(s)
-	if n < 1 || n > 128 {
-		return Errorf(KindInvalid, "%s must be 1 to 128 characters, got %d.", field, n)
-	}
-	if !utf8.ValidString(s) || strings.IndexFunc(s, invisible) >= 0 {
-		return Errorf(KindInvalid, "%s must not contain control or formatting characters (such as bidirectional overrides, U+202A to U+202E and U+2066 to U+2069, or U+200E and U+200F), which make a console or log show another text than the name.", field)
-	}
-	return nil
-}
-
-// invisible reports control characters and Unicode format characters
-// (category Cf: bidirectional embeddings, overrides, isolates and marks,
-// zero-width characters), which change how the text around them is shown.
-func invisible(r rune) bool {
-	return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029'
-}
-
 // resolveRegion returns the region to use, the default when code is empty.
 func (c *Cloud) resolveRegion(code string) (string, error) {
 	if code == "" {
@@ -398,25 +317,25 @@ func (c *Cloud) resolveRegion(code string) (string, error) {
 	if slices.Contains(c.Config.Regions, code) {
 		return code, nil
 	}
-	return "", Errorf(KindInvalid, "region_code %q is unknown; known regions: %s.", code, strings.Join(c.Config.Regions, ", "))
+	return "", dbcloud.Errorf(dbcloud.KindInvalid, "region_code %q is unknown; known regions: %s.", code, strings.Join(c.Config.Regions, ", "))
 }
 
 func quotaError(format string, args ...any) error {
-	return CodedErrorf(KindConflict, CodeQuotaExceeded, format, args...)
+	return dbcloud.CodedErrorf(dbcloud.KindConflict, dbcloud.CodeQuotaExceeded, format, args...)
 }
 
 // FindIdempotency returns the caller's record of an Idempotency-Key, or nil
 // when the key is new or older than IdempotencyTTL.
-func (c *Cloud) FindIdempotency(ctx context.Context, credential, key string) (*IdempotencyRecord, error) {
-	var rec *IdempotencyRecord
-	err := c.Store.View(ctx, func(tx Tx) error {
+func (c *Cloud) FindIdempotency(ctx context.Context, credential, key string) (*dbcloud.IdempotencyRecord, error) {
+	var rec *dbcloud.IdempotencyRecord
+	err := c.Store.View(ctx, func(tx dbcloud.Tx) error {
 		r, err := tx.FindIdempotency(credential, key)
-		if IsNotFound(err) {
+		if dbcloud.IsNotFound(err) {
 			return nil
 		} else if err != nil {
 			return err
 		}
-		if c.now().Sub(r.Created) < IdempotencyTTL {
+		if c.now().Sub(r.Created) < dbcloud.IdempotencyTTL {
 			rec = r
 		}
 		return nil
@@ -426,11 +345,11 @@ func (c *Cloud) FindIdempotency(ctx context.Context, credential, key string) (*I
 
 // CompleteIdempotency stores the first response of a request with an
 // Idempotency-Key, so that repeats replay it.
-func (c *Cloud) CompleteIdempotency(ctx context.Context, rec *IdempotencyRecord) error {
-	return c.Store.Update(ctx, func(tx Tx) error {
+func (c *Cloud) CompleteIdempotency(ctx context.Context, rec *dbcloud.IdempotencyRecord) error {
+	return c.Store.Update(ctx, func(tx dbcloud.Tx) error {
 		old, err := tx.FindIdempotency(rec.Credential, rec.Key)
 		switch {
-		case IsNotFound(err):
+		case dbcloud.IsNotFound(err):
 			// The request changed nothing through a transaction (a no-op
 			// repeat): remember its response all the same.
 			rec.Created = c.now()
@@ -438,7 +357,7 @@ func (c *Cloud) CompleteIdempotency(ctx context.Context, rec *IdempotencyRecord)
 		case err != nil:
 			return err
 		}
-		if c.now().Sub(old.Created) >= IdempotencyTTL {
+		if c.now().Sub(old.Created) >= dbcloud.IdempotencyTTL {
 			rec.Created = c.now()
 		} else {
 			rec.Created = old.Created
@@ -450,8 +369,8 @@ func (c *Cloud) CompleteIdempotency(ctx context.Context, rec *IdempotencyRecord)
 // PurgeIdempotency forgets keys older than IdempotencyTTL.
 func (c *Cloud) PurgeIdempotency(ctx context.Context) (int, error) {
 	var n int
-	err := c.Store.Update(ctx, func(tx Tx) (err error) {
-		n, err = tx.DeleteIdempotencyBefore(c.now().Add(-IdempotencyTTL))
+	err := c.Store.Update(ctx, func(tx dbcloud.Tx) (err error) {
+		n, err = tx.DeleteIdempotencyBefore(c.now().Add(-dbcloud.IdempotencyTTL))
 		return err
 	})
 	return n, err
@@ -459,7 +378,7 @@ func (c *Cloud) PurgeIdempotency(ctx context.Context) (int, error) {
 
 // Ping checks that the store answers, for readiness probes.
 func (c *Cloud) Ping(ctx context.Context) error {
-	return c.Store.View(ctx, func(tx Tx) error {
+	return c.Store.View(ctx, func(tx dbcloud.Tx) error {
 		_, err := tx.ListProjects()
 		return err
 	})

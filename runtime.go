@@ -1,0 +1,127 @@
+package dbcloud
+
+import "context"
+
+// The runtime contract, declared once. Every runtime (runtime/local,
+// runtime/kubernetes) implements Runtime, which the service layer asks
+// while answering a request, and Provisioner, which the engine calls to
+// make desired state real. What only some runtimes can do is an optional
+// capability below, each a named interface; CapabilitiesOf is the one
+// place that asks a runtime which of them it has. VPCs are the Network's
+// (network.go), wired beside the runtime.
+
+// Runtime is what the domain asks of the runtime while answering a request.
+// Everything slow or fallible goes through operations and the engine instead.
+type Runtime interface {
+	// Extensions lists the PostgreSQL extensions the runtime can create.
+	Extensions() map[string]bool
+	// PortFree reports whether nothing else on the host holds the port.
+	PortFree(port int) bool
+	// SetPassword makes verifier the password of tsdbadmin on the running
+	// service; it returns once the new password works.
+	SetPassword(ctx context.Context, svc *Service, verifier string) error
+	// Logs reads a page of the service's log lines.
+	Logs(ctx context.Context, svc *Service, q LogQuery) (*LogPage, error)
+}
+
+// Provisioner makes desired state real; the engine calls it, never a
+// request handler. Every method is idempotent: the engine may call it again
+// after a crash, a timeout or a lost lease, and it then converges on the
+// same result.
+type Provisioner interface {
+	// EnsureService makes the service's instances match its spec (running or
+	// stopped, size, password, addons) and reports what it observed.
+	EnsureService(ctx context.Context, svc *Service) (*Observation, error)
+	// DeleteService removes every process and file of the service.
+	DeleteService(ctx context.Context, svc *Service) error
+	// CheckService reports health without changing anything, and usage
+	// when measure is set (measuring may walk the data directory, so the
+	// engine asks for it less often than it checks health).
+	CheckService(ctx context.Context, svc *Service, measure bool) (*Observation, error)
+}
+
+// ReplicaSetProvisioner is implemented by a provisioner that runs read
+// replica sets: hot standbys of a service's primary behind one endpoint.
+// Without it, replica set operations wait. Every method is idempotent, as
+// Provisioner's are; parent is the set's service as stored now (its
+// primary may have moved since the set was last ensured).
+type ReplicaSetProvisioner interface {
+	// EnsureReplicaSet makes the set's nodes, endpoint and pooler match
+	// its spec, following the parent's current primary.
+	EnsureReplicaSet(ctx context.Context, parent *Service, set *ReadReplicaSet) (*Observation, error)
+	// DeleteReplicaSet removes every process and file of the set and its
+	// replication slots on the parent.
+	DeleteReplicaSet(ctx context.Context, parent *Service, set *ReadReplicaSet) error
+	// CheckReplicaSet reports health without changing anything; Running
+	// is true when every node, the endpoint and the pooler serve and the
+	// nodes follow the parent's current primary.
+	CheckReplicaSet(ctx context.Context, parent *Service, set *ReadReplicaSet) (*Observation, error)
+}
+
+// Backups is implemented by runtimes that keep snapshots (base backups) and
+// a continuous WAL archive per service, which is what forks restore from.
+// The domain asks it while answering a fork request, so it must be cheap:
+// it reads what the runtime already has and never takes a snapshot.
+type Backups interface {
+	// RecoveryWindow reports what a fork of the service can restore.
+	RecoveryWindow(ctx context.Context, svc *Service) (RecoveryWindow, error)
+}
+
+// BackupMaintainer is implemented by provisioners that take snapshots on a
+// schedule and prune old snapshots and WAL. The engine calls it for each
+// READY service, often; it does nothing when nothing is due.
+type BackupMaintainer interface {
+	MaintainBackups(ctx context.Context, svc *Service) error
+}
+
+// SnapshotLister is implemented by runtimes that keep snapshots; like
+// Backups, it only reads what the runtime has.
+type SnapshotLister interface {
+	// Snapshots lists the service's complete snapshots, oldest first.
+	Snapshots(ctx context.Context, svc *Service) ([]SnapshotInfo, error)
+}
+
+// RestoreChecker is implemented by runtimes that verify their restores.
+type RestoreChecker interface {
+	// LastRestoreCheck is the service's last verified restore; nil when
+	// none ran yet.
+	LastRestoreCheck(svc *Service) (*RestoreCheck, error)
+}
+
+// Capacity is implemented by a runtime that can tell what its host holds.
+// It is asked before a store transaction, never inside one.
+type Capacity interface {
+	// HostCapacity reports what the host has now.
+	HostCapacity() (HostCapacity, error)
+}
+
+// Capabilities are the optional parts of a runtime; a nil field is a
+// capability the runtime lacks.
+type Capabilities struct {
+	// ReplicaSets runs read replica sets; without it their operations wait.
+	ReplicaSets ReplicaSetProvisioner
+	// Backups answers what a fork can restore; without it forks are
+	// accepted without checking the parent's recovery window.
+	Backups Backups
+	// Maintainer takes scheduled snapshots and prunes old ones.
+	Maintainer BackupMaintainer
+	// Snapshots lists a service's snapshots.
+	Snapshots SnapshotLister
+	// RestoreChecks reports the last verified restore of a service.
+	RestoreChecks RestoreChecker
+	// Capacity reports what the host holds, for admission; without it
+	// only project quotas bound what is admitted.
+	Capacity Capacity
+}
+
+// CapabilitiesOf reports the optional capabilities of rt.
+func CapabilitiesOf(rt any) Capabilities {
+	var c Capabilities
+	c.ReplicaSets, _ = rt.(ReplicaSetProvisioner)
+	c.Backups, _ = rt.(Backups)
+	c.Maintainer, _ = rt.(BackupMaintainer)
+	c.Snapshots, _ = rt.(SnapshotLister)
+	c.RestoreChecks, _ = rt.(RestoreChecker)
+	c.Capacity, _ = rt.(Capacity)
+	return c
+}
