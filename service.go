@@ -16,7 +16,7 @@ const (
 )
 
 // ServiceStatus is the status a client sees. The transition table of
-// decisions.md section 6 lives in transition.go.
+// decisions.md section 6 is transition.go.
 type ServiceStatus string
 
 // Service statuses, as the API document names them.

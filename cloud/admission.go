@@ -326,3 +326,10 @@ func (c *Cloud) SetProjectQuota(ctx context.Context, projectID string, q *dbclou
 	})
 	return p, err
 }
+
+// admitService admits the service as change would leave it.
+func (c *Cloud) admitService(tx dbcloud.Tx, host *dbcloud.HostCapacity, s *dbcloud.Service, change func(*dbcloud.Service)) error {
+	n := *s
+	change(&n)
+	return c.admit(tx, host, s.ProjectID, candidate{services: []*dbcloud.Service{&n}, size: n.Spec.Size})
+}

@@ -307,3 +307,74 @@ func (c *Cloud) DeletePeering(ctx context.Context, projectID, vpcID, id string) 
 		return c.insertChildOperation(ctx, tx, projectID, vpcID, p.ID, dbcloud.OpDeletePeering, 2)
 	})
 }
+
+// AttachVPC attaches the service to a VPC of its project and region.
+func (c *Cloud) AttachVPC(ctx context.Context, projectID, id, vpcID string) (string, error) {
+	if err := c.authorizeWrite(ctx, projectID); err != nil {
+		return "", err
+	}
+	if !dbcloud.IsNumericID(vpcID) {
+		return "", dbcloud.Errorf(dbcloud.KindInvalid, "vpc_id %q is not a VPC ID.", vpcID)
+	}
+	_, err := c.mutateService(ctx, projectID, id, func(tx dbcloud.Tx, s *dbcloud.Service) (dbcloud.OperationType, error) {
+		if s.Spec.VPCID == vpcID && s.Status != dbcloud.StatusDeleting {
+			return "", nil
+		}
+		vpc, err := tx.FindVPC(projectID, vpcID)
+		if dbcloud.IsNotFound(err) {
+			return "", dbcloud.Errorf(dbcloud.KindInvalid, "vpc_id %q does not name a VPC of this project.", vpcID)
+		} else if err != nil {
+			return "", err
+		}
+		if s.Spec.VPCID != "" {
+			return "", dbcloud.Errorf(dbcloud.KindConflict, "Service %s is already attached to VPC %s; detach it first.", s.ID, s.Spec.VPCID)
+		}
+		if vpc.Region != s.Region {
+			return "", dbcloud.Errorf(dbcloud.KindInvalid, "VPC %s is in region %s but service %s is in %s; they must be in the same region.", vpc.ID, vpc.Region, s.ID, s.Region)
+		}
+		if err := busy(tx, s); err != nil {
+			return "", err
+		}
+		if err := dbcloud.AttachVPC.Check(s); err != nil {
+			return "", err
+		}
+		s.Spec.VPCID = vpcID
+		dbcloud.AttachVPC.Apply(s)
+		return dbcloud.OpAttachVPC, nil
+	})
+	return fmt.Sprintf("Service %s is being attached to VPC %s.", id, vpcID), err
+}
+
+// DetachVPC detaches the service from the VPC it is attached to.
+func (c *Cloud) DetachVPC(ctx context.Context, projectID, id, vpcID string) (string, error) {
+	if err := c.authorizeWrite(ctx, projectID); err != nil {
+		return "", err
+	}
+	if !dbcloud.IsNumericID(vpcID) {
+		return "", dbcloud.Errorf(dbcloud.KindInvalid, "vpc_id %q is not a VPC ID.", vpcID)
+	}
+	_, err := c.mutateService(ctx, projectID, id, func(tx dbcloud.Tx, s *dbcloud.Service) (dbcloud.OperationType, error) {
+		if s.Spec.VPCID == "" {
+			if _, err := tx.FindVPC(projectID, vpcID); err != nil {
+				if dbcloud.IsNotFound(err) {
+					return "", dbcloud.Errorf(dbcloud.KindInvalid, "vpc_id %q does not name a VPC of this project.", vpcID)
+				}
+				return "", err
+			}
+			return "", nil // not attached: already in effect
+		}
+		if s.Spec.VPCID != vpcID {
+			return "", dbcloud.Errorf(dbcloud.KindInvalid, "Service %s is attached to VPC %s, not %s.", s.ID, s.Spec.VPCID, vpcID)
+		}
+		if err := busy(tx, s); err != nil {
+			return "", err
+		}
+		if err := dbcloud.DetachVPC.Check(s); err != nil {
+			return "", err
+		}
+		s.Spec.VPCID = ""
+		dbcloud.DetachVPC.Apply(s)
+		return dbcloud.OpDetachVPC, nil
+	})
+	return fmt.Sprintf("Service %s is being detached from VPC %s.", id, vpcID), err
+}

@@ -217,10 +217,11 @@ func (e *Engine) repair(ctx context.Context, svc *dbcloud.Service, obs *dbcloud.
 			reason = "The primary stopped unexpectedly; restarting it."
 		}
 		if err := e.updateService(lctx, svc, func(s *dbcloud.Service) bool {
-			if s.Generation != gen || s.Status != dbcloud.StatusReady {
+			if s.Generation != gen || !dbcloud.PrimaryLost.Allows(s.Status) {
 				return false
 			}
-			s.Status, s.StatusReason = dbcloud.StatusUnstable, reason
+			dbcloud.PrimaryLost.Apply(s)
+			s.StatusReason = reason
 			return true
 		}, nil); err != nil {
 			return

@@ -249,10 +249,10 @@ func startProvisioning(tx dbcloud.Tx, projectID, id string) (*dbcloud.Service, b
 	s, err := tx.FindService(projectID, id)
 	if dbcloud.IsNotFound(err) {
 		return nil, false, nil
-	} else if err != nil || s.Status != dbcloud.StatusQueued {
+	} else if err != nil || !dbcloud.Provision.Allows(s.Status) {
 		return s, false, err
 	}
-	s.Status = dbcloud.StatusConfiguring
+	dbcloud.Provision.Apply(s)
 	return s, true, tx.UpdateService(s)
 }
 
