@@ -5,7 +5,6 @@ package local
 import (
 	"context"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,11 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"dbcloud"
-	"dbcloud/internal/atomicfile"
 	"dbcloud/pglog"
 	"dbcloud/runtime/local/backup"
 	"dbcloud/runtime/local/internal/cgroup"
@@ -379,55 +374,6 @@ func (rt *Runtime) listenAddr() string {
 	return "*"
 }
 
-// serverCert returns the service's TLS certificate, issuing it once from the
-// CA: every service has its own key, never a template's.
-func (rt *Runtime) serverCert(svc *dbcloud.Service) (certPEM, keyPEM []byte, err error) {
-	dir := filepath.Join(rt.serviceDir(svc.ID), "tls")
-	certPath, keyPath := filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
-	hosts := []string{rt.cfg.Host, "127.0.0.1", "::1", "localhost"}
-	if ep := svc.VPCEndpoint; ep != nil {
-		hosts = append(hosts, ep.Host)
-	}
-	if c, err := os.ReadFile(certPath); err == nil {
-		if k, err := os.ReadFile(keyPath); err == nil && certValid(c, 30*24*time.Hour, hosts) {
-			return c, k, nil
-		}
-	}
-	certPEM, keyPEM, err = rt.cfg.CA.IssueServerCert(svc.ID, hosts, 365*24*time.Hour)
-	if err != nil {
-		return nil, nil, fmt.Errorf("issue certificate for %s: %w", svc.ID, err)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, nil, err
-	}
-	if err := atomicfile.Write(keyPath, keyPEM, 0o600); err != nil {
-		return nil, nil, err
-	}
-	if err := atomicfile.Write(certPath, certPEM, 0o644); err != nil {
-		return nil, nil, err
-	}
-	return certPEM, keyPEM, nil
-}
-
-// certValid reports whether the PEM certificate parses, is valid for longer
-// than margin, and names every host (a VPC address is added on attach).
-func certValid(certPEM []byte, margin time.Duration, hosts []string) bool {
-	block, _ := pem.Decode(certPEM)
-	if block == nil {
-		return false
-	}
-	c, err := x509.ParseCertificate(block.Bytes)
-	if err != nil || time.Until(c.NotAfter) <= margin {
-		return false
-	}
-	for _, h := range hosts {
-		if c.VerifyHostname(h) != nil {
-			return false
-		}
-	}
-	return true
-}
-
 // EnsureService makes the service's primary match its spec.
 func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*dbcloud.Observation, error) {
 	ctx, steps := withSteps(ctx)
@@ -633,57 +579,6 @@ func (rt *Runtime) DeleteService(ctx context.Context, svc *dbcloud.Service) erro
 	return rt.removeOwner(ctx, svc.ID)
 }
 
-// SetPassword makes the verifier tsdbadmin's password on the running primary.
-func (rt *Runtime) SetPassword(ctx context.Context, svc *dbcloud.Service, verifier string) error {
-	spec, err := rt.primary(svc)
-	if err != nil {
-		return err
-	}
-	err = rt.setVerifier(ctx, spec, verifier)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
-		// lock_not_available, after lock_timeout: a session of the
-		// tenant's holds a lock on the role.
-		return dbcloud.Errorf(dbcloud.KindConflict,
-			"A session of service %s holds a lock on role tsdbadmin (an open transaction that changed it), so the password was not changed; commit or roll back that transaction and retry.", svc.ID)
-	}
-	return err
-}
-
-// setVerifier sends the SCRAM verifier, never a plaintext password, so the
-// password reaches neither PostgreSQL's logs nor any process list.
-func (rt *Runtime) setVerifier(ctx context.Context, spec postgres.Spec, verifier string) error {
-	if err := checkVerifier(spec, verifier); err != nil {
-		return err
-	}
-	if err := rt.instances.Exec(ctx, spec, "postgres", alterPassword(verifier)); err != nil {
-		return fmt.Errorf("set password on %s: %w", spec.ID, err)
-	}
-	return nil
-}
-
-// setVerifierOn is setVerifier on a superuser session the caller has.
-func setVerifierOn(ctx context.Context, conn *pgx.Conn, spec postgres.Spec, verifier string) error {
-	if err := checkVerifier(spec, verifier); err != nil {
-		return err
-	}
-	if _, err := conn.Exec(ctx, alterPassword(verifier)); err != nil {
-		return fmt.Errorf("set password on %s: %w", spec.ID, err)
-	}
-	return nil
-}
-
-func checkVerifier(spec postgres.Spec, verifier string) error {
-	if !strings.HasPrefix(verifier, "SCRAM-SHA-256$") {
-		return dbcloud.Terminal(fmt.Errorf("instance %s: stored password is not a SCRAM verifier", spec.ID))
-	}
-	return nil
-}
-
-func alterPassword(verifier string) string {
-	return "ALTER ROLE tsdbadmin PASSWORD " + postgres.QuoteLiteral(verifier)
-}
-
 // checkEndpoint proves the endpoint serves TLS with the service's
 // certificate, as a client with sslmode=verify-full would see it.
 func (rt *Runtime) checkEndpoint(ctx context.Context, ep *dbcloud.Endpoint) error {
@@ -716,7 +611,7 @@ func (rt *Runtime) metrics(ctx context.Context, svc *dbcloud.Service, spec postg
 // HostCapacity reports the host's CPUs, memory and free disk (of the
 // storage image where there is one), how many times its CPU and memory
 // all instances may reserve together, and the disk a service of a size
-// may fill; the domain decides what fits (admission.go).
+// may fill; the service layer decides what fits (cloud/admission.go).
 func (rt *Runtime) HostCapacity() (dbcloud.HostCapacity, error) {
 	cpu, mem, disk, err := postgres.HostCapacity(rt.cfg.DataDir)
 	if err != nil {

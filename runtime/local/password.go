@@ -1,0 +1,65 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"dbcloud"
+	"dbcloud/runtime/local/postgres"
+)
+
+// SetPassword makes the verifier tsdbadmin's password on the running primary.
+func (rt *Runtime) SetPassword(ctx context.Context, svc *dbcloud.Service, verifier string) error {
+	spec, err := rt.primary(svc)
+	if err != nil {
+		return err
+	}
+	err = rt.setVerifier(ctx, spec, verifier)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+		// lock_not_available, after lock_timeout: a session of the
+		// tenant's holds a lock on the role.
+		return dbcloud.Errorf(dbcloud.KindConflict,
+			"A session of service %s holds a lock on role tsdbadmin (an open transaction that changed it), so the password was not changed; commit or roll back that transaction and retry.", svc.ID)
+	}
+	return err
+}
+
+// setVerifier sends the SCRAM verifier, never a plaintext password, so the
+// password reaches neither PostgreSQL's logs nor any process list.
+func (rt *Runtime) setVerifier(ctx context.Context, spec postgres.Spec, verifier string) error {
+	if err := checkVerifier(spec, verifier); err != nil {
+		return err
+	}
+	if err := rt.instances.Exec(ctx, spec, "postgres", alterPassword(verifier)); err != nil {
+		return fmt.Errorf("set password on %s: %w", spec.ID, err)
+	}
+	return nil
+}
+
+// setVerifierOn is setVerifier on a superuser session the caller has.
+func setVerifierOn(ctx context.Context, conn *pgx.Conn, spec postgres.Spec, verifier string) error {
+	if err := checkVerifier(spec, verifier); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, alterPassword(verifier)); err != nil {
+		return fmt.Errorf("set password on %s: %w", spec.ID, err)
+	}
+	return nil
+}
+
+func checkVerifier(spec postgres.Spec, verifier string) error {
+	if !strings.HasPrefix(verifier, "SCRAM-SHA-256$") {
+		return dbcloud.Terminal(fmt.Errorf("instance %s: stored password is not a SCRAM verifier", spec.ID))
+	}
+	return nil
+}
+
+func alterPassword(verifier string) string {
+	return "ALTER ROLE tsdbadmin PASSWORD " + postgres.QuoteLiteral(verifier)
+}
