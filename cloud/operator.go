@@ -85,7 +85,8 @@ func (c *Cloud) Teardown(ctx context.Context) (int, error) {
 				if err := c.supersedePending(tx, s.ID); err != nil {
 					return err
 				}
-				s.Status, s.StatusReason = dbcloud.StatusDeleting, ""
+				dbcloud.Delete.Apply(s)
+				s.StatusReason = ""
 				s.Generation++
 				if err := tx.UpdateService(s); err != nil {
 					return err

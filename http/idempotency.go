@@ -160,15 +160,11 @@ func validIdempotencyKey(k string) bool {
 	return true
 }
 
-// sealKey derives the key that seals stored responses from the caller's
-// secret, which the server does not keep: a stored response (it may hold an
-// initial password) can be opened only when the same caller retries.
-func sealKey(secret string) ([]byte, error) {
-	return hkdf.Key(sha256.New, []byte(secret), nil, "dbcloud idempotent response", 32)
-}
-
-func seal(secret string, plain []byte) ([]byte, error) {
-	key, err := sealKey(secret)
+// sealer is the AEAD that seals stored responses, keyed from the caller's
+// secret, which the server does not keep: a stored response (it may hold
+// an initial password) can be opened only when the same caller retries.
+func sealer(secret string) (cipher.AEAD, error) {
+	key, err := hkdf.Key(sha256.New, []byte(secret), nil, "dbcloud idempotent response", 32)
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +172,11 @@ func seal(secret string, plain []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	gcm, err := cipher.NewGCM(block)
+	return cipher.NewGCM(block)
+}
+
+func seal(secret string, plain []byte) ([]byte, error) {
+	gcm, err := sealer(secret)
 	if err != nil {
 		return nil, err
 	}
@@ -186,15 +186,7 @@ func seal(secret string, plain []byte) ([]byte, error) {
 }
 
 func unseal(secret string, sealed []byte) ([]byte, error) {
-	key, err := sealKey(secret)
-	if err != nil {
-		return nil, err
-	}
-	block, err := aes.NewCipher(key)
-	if err != nil {
-		return nil, err
-	}
-	gcm, err := cipher.NewGCM(block)
+	gcm, err := sealer(secret)
 	if err != nil {
 		return nil, err
 	}
