@@ -73,3 +73,9 @@ func ValidateName(field, s string) error {
 func invisible(r rune) bool {
 	return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029'
 }
+
+// CredentialUsername is the database role of the credential with this ID.
+// The dbcloud_ prefix is reserved in every service (the guard refuses a
+// tenant's CREATE, ALTER, GRANT and DROP of such roles), so tsdbadmin can
+// neither take a credential's place nor change what it may do.
+func CredentialUsername(id string) string { return "dbcloud_cred_" + id }

@@ -1,6 +1,9 @@
 package dbcloud
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // The runtime contract, declared once. Every runtime (runtime/local,
 // runtime/kubernetes) implements Runtime, which the service layer asks
@@ -112,6 +115,9 @@ type Capabilities struct {
 	// Capacity reports what the host holds, for admission; without it
 	// only project quotas bound what is admitted.
 	Capacity Capacity
+	// Credentials makes database credentials; without it their requests
+	// are refused.
+	Credentials Credentials
 }
 
 // CapabilitiesOf reports the optional capabilities of rt.
@@ -123,5 +129,37 @@ func CapabilitiesOf(rt any) Capabilities {
 	c.Snapshots, _ = rt.(SnapshotLister)
 	c.RestoreChecks, _ = rt.(RestoreChecker)
 	c.Capacity, _ = rt.(Capacity)
+	c.Credentials, _ = rt.(Credentials)
 	return c
+}
+
+// CredentialRole is a database credential as the runtime makes it: a
+// login role of its own on the service (decisions.md section 12).
+type CredentialRole struct {
+	// Username is the role's name: CredentialUsername of the credential.
+	Username string
+	// Verifier is the SCRAM-SHA-256 verifier of its password.
+	Verifier string
+	// ReadOnly makes every session of the role read-only whatever it
+	// sets; otherwise the role acts with tsdbadmin's privileges.
+	ReadOnly bool
+	// Expires is when the role stops being able to log in.
+	Expires time.Time
+}
+
+// Credentials is implemented by runtimes that make database credentials.
+// The service layer calls SyncCredentials after it records a change, and
+// the engine calls it on a round, so expiries happen also when dbcloud was
+// down at the moment.
+type Credentials interface {
+	// SyncCredentials makes the service's credential roles exactly live:
+	// each one exists with its verifier, access and expiry; every other
+	// credential role (revoked, expired, or inherited by a fork from its
+	// parent) has its sessions ended on every instance and is dropped,
+	// what it owned passing to tsdbadmin. It returns once that holds.
+	SyncCredentials(ctx context.Context, svc *Service, live []CredentialRole) error
+	// CredentialLogins reports when each credential role last logged in,
+	// from the server's own connection records; a role never seen is
+	// absent.
+	CredentialLogins(ctx context.Context, svc *Service) (map[string]time.Time, error)
 }
