@@ -83,6 +83,8 @@ func (t OperationType) ResourceKind() string {
 		return "replica_set"
 	case OpCreatePeering, OpDeletePeering:
 		return "peering"
+	case OpCreateCredential, OpRevokeCredential, OpExpireCredential:
+		return "credential"
 	case OpCreateService, OpDeleteService, OpStartService, OpStopService, OpResizeService, OpSetHA,
 		OpSetPooler, OpAttachVPC, OpDetachVPC, OpFailover, OpRestartPrimary:
 		return "service"

@@ -24,6 +24,11 @@ const (
 	OpSetReplicaPooler OperationType = "set_replica_set_pooler"
 	OpCreatePeering    OperationType = "create_peering"
 	OpDeletePeering    OperationType = "delete_peering"
+	// Credentials are made and dropped synchronously (or by the engine's
+	// expiry round); their operations are recorded finished, as history.
+	OpCreateCredential OperationType = "create_credential"
+	OpRevokeCredential OperationType = "revoke_credential"
+	OpExpireCredential OperationType = "expire_credential"
 )
 
 // OperationState is where an operation is in its life.
@@ -120,4 +125,18 @@ type OperationFilter struct {
 	// Before, when set, selects only operations older than this one (by
 	// accepted time, then ID), for paging newest first.
 	Before *Operation
+}
+
+// FinishedOperation is an operation recorded when its work is already
+// over (a credential made, revoked or expired): history, never pending.
+// failure is "" when it succeeded.
+func FinishedOperation(projectID, parentID, resourceID string, t OperationType, by Requester, now time.Time, failure string) *Operation {
+	op := &Operation{ID: NewID(), ProjectID: projectID, ParentID: parentID, ResourceID: resourceID, Type: t,
+		State: OpPending, Created: now, Updated: now, RequestedBy: by, Started: &now}
+	state := OpSucceeded
+	if failure != "" {
+		state = OpFailed
+	}
+	op.Finish(state, failure, now)
+	return op
 }

@@ -80,6 +80,14 @@ type Tx interface {
 	UpdateVPC(v *VPC) error
 	DeleteVPC(projectID, id string) error
 
+	// Credentials of a service; ListCredentials with serviceID "" lists
+	// the project's, with projectID "" too every project's.
+	InsertCredential(c *Credential) error
+	FindCredential(projectID, serviceID, id string) (*Credential, error)
+	ListCredentials(projectID, serviceID string) ([]*Credential, error)
+	UpdateCredential(c *Credential) error
+	DeleteCredential(projectID, serviceID, id string) error
+
 	InsertPeering(p *Peering) error
 	FindPeering(vpcID, id string) (*Peering, error)
 	ListPeerings(vpcID string) ([]*Peering, error)

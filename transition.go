@@ -49,7 +49,14 @@ var (
 	// UpdatePassword changes no status: it needs READY and takes effect
 	// before its 204 (decisions.md section 6).
 	UpdatePassword = Transition{Action: "updatePassword", From: []ServiceStatus{StatusReady}}
-	Delete         = Transition{Action: "deleteService", Op: OpDeleteService,
+	// CreateCredential, like UpdatePassword, works on the running
+	// database before it answers (decisions.md section 12).
+	CreateCredential = Transition{Action: "createCredential", From: []ServiceStatus{StatusReady}}
+	// RevokeCredential drops the role at once on a READY service; on any
+	// other the revocation is recorded and the engine drops the role
+	// before the service serves again.
+	RevokeCredential = Transition{Action: "revokeCredential", From: []ServiceStatus{StatusReady}}
+	Delete           = Transition{Action: "deleteService", Op: OpDeleteService,
 		From: []ServiceStatus{StatusQueued, StatusConfiguring, StatusReady, StatusUnstable, StatusPausing, StatusPaused,
 			StatusResuming, StatusUpgrading, StatusOptimizing},
 		Through: StatusDeleting, To: StatusDeleted}
@@ -60,7 +67,7 @@ var (
 
 // ServiceTransitions is the whole table, in the order of decisions.md.
 var ServiceTransitions = []Transition{Create, Fork, Provision, Start, Stop, Resize, GrowHA, ShrinkHA,
-	EnablePooler, DisablePooler, AttachVPC, DetachVPC, UpdatePassword, Delete, PrimaryLost}
+	EnablePooler, DisablePooler, AttachVPC, DetachVPC, UpdatePassword, CreateCredential, RevokeCredential, Delete, PrimaryLost}
 
 // Unshown are the statuses the API document lists that dbcloud never
 // shows yet, with the work that will.

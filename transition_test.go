@@ -41,6 +41,8 @@ func TestTransitions(t *testing.T) {
 		{AttachVPC, "READY", C, R, OpAttachVPC},
 		{DetachVPC, "READY", C, R, OpDetachVPC},
 		{UpdatePassword, "READY", "", "", ""},
+		{CreateCredential, "READY", "", "", ""},
+		{RevokeCredential, "READY", "", "", ""},
 		{Delete, "QUEUED,CONFIGURING,READY,UNSTABLE,PAUSING,PAUSED,RESUMING,UPGRADING,OPTIMIZING", StatusDeleting, StatusDeleted, OpDeleteService},
 		{PrimaryLost, "READY", U, R, OpFailover},
 	} {

@@ -86,7 +86,7 @@ type Cloud struct {
 	// PasswordParams, when set, replaces the Argon2id costs of user
 	// passwords (tests make them cheap).
 	PasswordParams *identity.PasswordParams
-	// credentials keeps verified credentials (credentials.go).
+	// credentials keeps verified credentials (authcache.go).
 	credentials credentialCache
 	// dummy is a password hash nobody's password matches, made once, which
 	// SignIn verifies for unknown users so they cost what known ones do.
@@ -169,7 +169,8 @@ func (c *Cloud) authorizeTo(ctx context.Context, projectID string, a identity.Ac
 
 var actionText = map[identity.Action]string{
 	identity.Read:            "read it",
-	identity.ChangeResources: "change services, replica sets or VPCs; ask an admin for the developer role",
+	identity.MintReadOnly:     "make or revoke READ_ONLY database credentials",
+	identity.ChangeResources: "change services, replica sets or VPCs, or make READ_WRITE database credentials; ask an admin for the developer role",
 	identity.ManageKeys:      "create or revoke API keys; ask an owner for the admin role",
 	identity.ManageMembers:   "manage members; ask an owner for the admin role",
 	identity.DeleteProject:   "delete the project; only owners may",
@@ -178,9 +179,15 @@ var actionText = map[identity.Action]string{
 // update runs fn in a write transaction that holds the project's lock and
 // records the request's idempotency claim with the change it made.
 func (c *Cloud) update(ctx context.Context, projectID string, fn func(tx dbcloud.Tx) error) error {
+	return c.updateAs(ctx, projectID, identity.ChangeResources, fn)
+}
+
+// updateAs is update for a write that action allows (a viewer's READ_ONLY
+// credential is a write a reader may make).
+func (c *Cloud) updateAs(ctx context.Context, projectID string, action identity.Action, fn func(tx dbcloud.Tx) error) error {
 	// Every request's write comes through here: a second check, so that an
 	// operation that forgot its own cannot write for a reader.
-	if err := c.authorizeWrite(ctx, projectID); err != nil {
+	if _, err := c.authorizeTo(ctx, projectID, action); err != nil {
 		return err
 	}
 	defer func() {

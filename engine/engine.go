@@ -47,6 +47,9 @@ type Engine struct {
 	// BackupInterval is how often READY services are offered to the
 	// provisioner's MaintainBackups (which decides what is due); 0 never.
 	BackupInterval time.Duration
+	// CredentialInterval is how often expired and revoked credentials'
+	// roles are looked for (credentials.go); 0 never.
+	CredentialInterval time.Duration
 	// MaxAttempts is how many retryable failures a change may have before
 	// it is failed and the service shown UNSTABLE.
 	MaxAttempts int
@@ -93,7 +96,7 @@ func New(store dbcloud.Store, p dbcloud.Provisioner, owner string, logger *slog.
 	return &Engine{
 		Store: store, Provisioner: p, Owner: owner, Logger: logger,
 		Workers: 4, LeaseTTL: DefaultLeaseTTL, PollInterval: time.Second,
-		HealthInterval: time.Second, MetricsInterval: 5 * time.Second, BackupInterval: 5 * time.Second, MaxAttempts: 8,
+		HealthInterval: time.Second, MetricsInterval: 5 * time.Second, BackupInterval: 5 * time.Second, CredentialInterval: DefaultCredentialInterval, MaxAttempts: 8,
 		Now: time.Now,
 	}
 }
@@ -114,6 +117,10 @@ func (e *Engine) Open() error {
 	if b := dbcloud.CapabilitiesOf(e.Provisioner).Maintainer; b != nil && e.BackupInterval > 0 {
 		e.wg.Add(1)
 		go e.backupLoop(ctx, b)
+	}
+	if rt := dbcloud.CapabilitiesOf(e.Provisioner).Credentials; rt != nil && e.CredentialInterval > 0 {
+		e.wg.Add(1)
+		go e.credentialLoop(ctx, rt)
 	}
 	return nil
 }

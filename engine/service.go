@@ -29,6 +29,11 @@ func (e *Engine) reconcileService(ctx context.Context, svc *dbcloud.Service, id 
 	if err != nil {
 		return e.failed(ctx, svc, err)
 	}
+	if obs.Running {
+		if err := e.ensureCredentials(ctx, svc); err != nil {
+			return e.failed(ctx, svc, err)
+		}
+	}
 	e.clearBackoff(id)
 	// Step 2: what was asked is real; show it, unless more was asked since.
 	err = e.updateService(ctx, svc, func(s *dbcloud.Service) bool {
@@ -219,6 +224,9 @@ func (e *Engine) deleteService(ctx context.Context, svc *dbcloud.Service) error 
 	e.clearBackoff(svc.ID)
 	err = e.Store.Update(ctx, func(tx dbcloud.Tx) error {
 		if err := tx.DeleteService(svc.ProjectID, svc.ID); err != nil && !dbcloud.IsNotFound(err) {
+			return err
+		}
+		if err := deleteCredentialsTx(tx, svc); err != nil {
 			return err
 		}
 		if err := tx.ReleasePorts(svc.ID); err != nil {

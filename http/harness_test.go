@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"dbcloud/cloud"
 	"dbcloud/history"
@@ -105,6 +106,8 @@ type testRuntime struct {
 	setPassword func(ctx context.Context, s *dbcloud.Service, verifier string) error
 	portFree    func(port int) bool
 	hostCheck   func()
+	// roles is each service's credential roles as last synced.
+	roles map[string][]dbcloud.CredentialRole
 }
 
 func (r *testRuntime) HostCapacity() (dbcloud.HostCapacity, error) {
@@ -134,6 +137,18 @@ func (r *testRuntime) SetPassword(ctx context.Context, s *dbcloud.Service, v str
 	defer r.mu.Unlock()
 	r.passwords[s.ID] = v
 	return nil
+}
+func (r *testRuntime) SyncCredentials(_ context.Context, s *dbcloud.Service, live []dbcloud.CredentialRole) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.roles == nil {
+		r.roles = map[string][]dbcloud.CredentialRole{}
+	}
+	r.roles[s.ID] = live
+	return nil
+}
+func (r *testRuntime) CredentialLogins(context.Context, *dbcloud.Service) (map[string]time.Time, error) {
+	return nil, nil
 }
 func (r *testRuntime) Logs(_ context.Context, _ *dbcloud.Service, q dbcloud.LogQuery) (*dbcloud.LogPage, error) {
 	if q.Cursor != "" {

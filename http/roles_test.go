@@ -91,6 +91,7 @@ var matrixBodies = map[string]any{
 	"setEnvironment": map[string]any{"environment": "DEV"},
 	"setHA":          map[string]any{"replica_count": 0},
 	"replicaSets":    map[string]any{"name": "r", "cpu_millis": 500, "memory_gbs": 2, "nodes": 1},
+	"credentials":    map[string]any{"name": "reader", "access": "READ_ONLY", "ttl_seconds": 600},
 	"series":         map[string]any{"name": dbcloud.SeriesConnections, "from": "2026-01-01T00:00:00Z", "to": "2026-01-01T01:00:00Z"},
 }
 
@@ -98,13 +99,13 @@ var matrixBodies = map[string]any{
 // table broken there (a viewer given ChangeResources) must fail here too,
 // both against identity's answers and against the API's.
 var roleActions = map[identity.Role]map[identity.Action]bool{
-	identity.Viewer: {identity.Read: true, identity.ChangeResources: false,
+	identity.Viewer: {identity.Read: true, identity.MintReadOnly: true, identity.ChangeResources: false,
 		identity.ManageKeys: false, identity.ManageMembers: false, identity.DeleteProject: false},
-	identity.Developer: {identity.Read: true, identity.ChangeResources: true,
+	identity.Developer: {identity.Read: true, identity.MintReadOnly: true, identity.ChangeResources: true,
 		identity.ManageKeys: false, identity.ManageMembers: false, identity.DeleteProject: false},
-	identity.Admin: {identity.Read: true, identity.ChangeResources: true,
+	identity.Admin: {identity.Read: true, identity.MintReadOnly: true, identity.ChangeResources: true,
 		identity.ManageKeys: true, identity.ManageMembers: true, identity.DeleteProject: false},
-	identity.Owner: {identity.Read: true, identity.ChangeResources: true,
+	identity.Owner: {identity.Read: true, identity.MintReadOnly: true, identity.ChangeResources: true,
 		identity.ManageKeys: true, identity.ManageMembers: true, identity.DeleteProject: true},
 }
 
@@ -113,16 +114,18 @@ type routeClass string
 
 const (
 	readsProject   routeClass = "reads the project"
+	mintsReadOnly  routeClass = "makes or revokes a READ_ONLY database credential"
 	changesProject routeClass = "changes the project's resources"
 )
 
 // roleRoutes is the answer each role must get from each class of route,
-// written out: every role reads, developers and above change resources.
+// written out: every role reads and mints READ_ONLY credentials,
+// developers and above change resources.
 var roleRoutes = map[identity.Role]map[routeClass]bool{
-	identity.Viewer:    {readsProject: true, changesProject: false},
-	identity.Developer: {readsProject: true, changesProject: true},
-	identity.Admin:     {readsProject: true, changesProject: true},
-	identity.Owner:     {readsProject: true, changesProject: true},
+	identity.Viewer:    {readsProject: true, mintsReadOnly: true, changesProject: false},
+	identity.Developer: {readsProject: true, mintsReadOnly: true, changesProject: true},
+	identity.Admin:     {readsProject: true, mintsReadOnly: true, changesProject: true},
+	identity.Owner:     {readsProject: true, mintsReadOnly: true, changesProject: true},
 }
 
 // checkIdentityTable: identity's role table answers as roleActions says,
@@ -147,7 +150,7 @@ func checkIdentityTable(t *testing.T) {
 			}
 		}
 	}
-	classAction := map[routeClass]identity.Action{readsProject: identity.Read, changesProject: identity.ChangeResources}
+	classAction := map[routeClass]identity.Action{readsProject: identity.Read, mintsReadOnly: identity.MintReadOnly, changesProject: identity.ChangeResources}
 	for r, classes := range roleRoutes {
 		for class, want := range classes {
 			if a := classAction[class]; roleActions[r][a] != want || r.Allows(a) != want {
@@ -185,8 +188,10 @@ func TestRoleMatrix(t *testing.T) {
 	if len(ops.Operations) == 0 {
 		t.Fatal("no operation of the target service")
 	}
+	var cred struct{ ID string }
+	e.want(201, "", req{Method: "POST", Path: e.pa() + "/services/" + svc.ServiceID + "/credentials", Body: matrixBodies["credentials"]}).decode(t, &cred)
 	ids := map[string]string{"{vpc_id}": vpc.ID, "{peering_id}": peering.ID, "{service_id}": svc.ServiceID,
-		"{replica_set_id}": rs.ID, "{operation_id}": ops.Operations[0].ID}
+		"{replica_set_id}": rs.ID, "{operation_id}": ops.Operations[0].ID, "{credential_id}": cred.ID}
 
 	h := http.NewHandler(e.cloud, noLimits, nil)
 	routes := h.Routes()
@@ -220,6 +225,9 @@ func TestRoleMatrix(t *testing.T) {
 			class := readsProject
 			if inProject && !reads {
 				class = changesProject
+			}
+			if strings.Contains(rt.Path, "/credentials") && !reads {
+				class = mintsReadOnly // the credential made below and the body here are READ_ONLY
 			}
 			var body any
 			if rt.Body {

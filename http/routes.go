@@ -82,6 +82,11 @@ func (h *Handler) routes() []Route {
 		get(vpc+"/operations", h.listOperations(vpcScope)),
 		get(vpc+"/peerings/{peering_id}/operations", h.listOperations(peeringScope)),
 		get(service+"/snapshots", h.listSnapshots),
+
+		// Database credentials (beyond the document; http/credentials.go).
+		get(service+"/credentials", h.listCredentials),
+		post(service+"/credentials", true, h.createCredential),
+		del(service+"/credentials/{credential_id}", h.revokeCredential),
 	}
 }
 

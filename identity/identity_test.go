@@ -4,10 +4,10 @@ import "testing"
 
 func TestRoleTable(t *testing.T) {
 	want := map[Role]map[Action]bool{
-		Viewer:    {Read: true},
-		Developer: {Read: true, ChangeResources: true},
-		Admin:     {Read: true, ChangeResources: true, ManageKeys: true, ManageMembers: true},
-		Owner:     {Read: true, ChangeResources: true, ManageKeys: true, ManageMembers: true, DeleteProject: true},
+		Viewer:    {Read: true, MintReadOnly: true},
+		Developer: {Read: true, MintReadOnly: true, ChangeResources: true},
+		Admin:     {Read: true, MintReadOnly: true, ChangeResources: true, ManageKeys: true, ManageMembers: true},
+		Owner:     {Read: true, MintReadOnly: true, ChangeResources: true, ManageKeys: true, ManageMembers: true, DeleteProject: true},
 		"root":    {},
 		"":        {},
 	}

@@ -30,8 +30,13 @@ const (
 	// Read is looking at anything of the project: services, logs, VPCs,
 	// replica sets, members and the list of keys (never a secret).
 	Read Action = "read"
+	// MintReadOnly is making and revoking READ_ONLY database credentials
+	// of a service (decisions.md section 12): what a viewer may hand to a
+	// dashboard or an agent, since it reads no more than the viewer could.
+	MintReadOnly Action = "mint-read-only-credentials"
 	// ChangeResources is creating, changing, forking, stopping, starting
-	// and deleting services, replica sets, VPCs and peerings.
+	// and deleting services, replica sets, VPCs and peerings, and making
+	// READ_WRITE database credentials.
 	ChangeResources Action = "change-resources"
 	// ManageKeys is creating and revoking the project's API keys.
 	ManageKeys Action = "manage-keys"
@@ -42,16 +47,16 @@ const (
 )
 
 // Actions lists every action, in the order of docs/roles.md.
-var Actions = []Action{Read, ChangeResources, ManageKeys, ManageMembers, DeleteProject}
+var Actions = []Action{Read, MintReadOnly, ChangeResources, ManageKeys, ManageMembers, DeleteProject}
 
 // allowed is the role table. Each role allows what the one below it does
 // and more; it is spelled out rather than derived from the rank so that a
 // reader (and docs/roles.md) can check it line by line.
 var allowed = map[Role][]Action{
-	Viewer:    {Read},
-	Developer: {Read, ChangeResources},
-	Admin:     {Read, ChangeResources, ManageKeys, ManageMembers},
-	Owner:     {Read, ChangeResources, ManageKeys, ManageMembers, DeleteProject},
+	Viewer:    {Read, MintReadOnly},
+	Developer: {Read, MintReadOnly, ChangeResources},
+	Admin:     {Read, MintReadOnly, ChangeResources, ManageKeys, ManageMembers},
+	Owner:     {Read, MintReadOnly, ChangeResources, ManageKeys, ManageMembers, DeleteProject},
 }
 
 // Allows reports whether the role may take the action. An unknown role

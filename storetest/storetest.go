@@ -41,6 +41,7 @@ func RunStoreTests(t *testing.T, newDB NewDB) {
 		{"ReplicaSet", testReplicaSet},
 		{"VPC", testVPC},
 		{"Peering", testPeering},
+		{"Credential", testCredential},
 		{"Operation", testOperation},
 		{"History", testHistory},
 		{"Port", testPort},
