@@ -29,6 +29,14 @@ type kind[R any] struct {
 	remove func(tx dbcloud.Tx, projectID, id string) error
 }
 
+// at reports whether r is still at generation gen with status st: a
+// change made since (another plane's, a request's) leaves it alone.
+func (k *kind[R]) at(r *R, gen int64, st string) bool {
+	_, _, g := k.ref(r)
+	s, _ := k.status(r)
+	return g == gen && s == st
+}
+
 // settle asks ensure to make r real and shows what it observed with show
 // (what runs, and the settled status if gen is still the newest), with the
 // operations that asked for it ended in the same transaction (step 2: what
@@ -156,10 +164,7 @@ func restore[R any](ctx context.Context, e *Engine, k *kind[R], r *R, reason str
 	_, id, gen := k.ref(r)
 	if st, _ := k.status(r); st == k.ready {
 		if err := update(ctx, e, k, r, func(r *R) bool {
-			if _, _, g := k.ref(r); g != gen {
-				return false
-			}
-			if st, _ := k.status(r); st != k.ready {
+			if !k.at(r, gen, k.ready) {
 				return false
 			}
 			k.setStatus(r, k.broken, reason)
@@ -185,10 +190,7 @@ func restore[R any](ctx context.Context, e *Engine, k *kind[R], r *R, reason str
 		then = func(tx dbcloud.Tx) error { return record(tx, fixed) }
 	}
 	update(ctx, e, k, r, func(r *R) bool {
-		if _, _, g := k.ref(r); g != gen {
-			return false
-		}
-		if st, _ := k.status(r); st != k.broken {
+		if !k.at(r, gen, k.broken) {
 			return false
 		}
 		show(r, fixed)
