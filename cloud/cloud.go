@@ -169,7 +169,7 @@ func (c *Cloud) authorizeTo(ctx context.Context, projectID string, a identity.Ac
 
 var actionText = map[identity.Action]string{
 	identity.Read:            "read it",
-	identity.MintReadOnly:     "make or revoke READ_ONLY database credentials",
+	identity.MintReadOnly:    "make or revoke READ_ONLY database credentials",
 	identity.ChangeResources: "change services, replica sets or VPCs, or make READ_WRITE database credentials; ask an admin for the developer role",
 	identity.ManageKeys:      "create or revoke API keys; ask an owner for the admin role",
 	identity.ManageMembers:   "manage members; ask an owner for the admin role",

@@ -139,8 +139,8 @@ func (e *Engine) credentials(ctx context.Context, projectID, serviceID string) (
 
 // deleteCredentialsTx forgets a deleted service's credentials: their roles
 // went with its data.
-func deleteCredentialsTx(tx dbcloud.Tx, svc *dbcloud.Service) error {
-	creds, err := tx.ListCredentials(svc.ProjectID, svc.ID)
+func deleteCredentialsTx(tx dbcloud.Tx, projectID, serviceID string) error {
+	creds, err := tx.ListCredentials(projectID, serviceID)
 	if err != nil {
 		return err
 	}

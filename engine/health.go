@@ -216,61 +216,45 @@ func (e *Engine) repair(ctx context.Context, svc *dbcloud.Service, obs *dbcloud.
 		if reason == "" {
 			reason = "The primary stopped unexpectedly; restarting it."
 		}
-		if err := e.updateService(lctx, svc, func(s *dbcloud.Service) bool {
-			if s.Generation != gen || !dbcloud.PrimaryLost.Allows(s.Status) {
-				return false
-			}
-			dbcloud.PrimaryLost.Apply(s)
-			s.StatusReason = reason
-			return true
-		}, nil); err != nil {
-			return
-		}
-		e.Logger.Warn("service unhealthy", "service", svc.ID, "reason", reason)
 	}
-	start := time.Now()
-	fixed, err := e.Provisioner.EnsureService(lctx, svc)
-	if e.Observe != nil && lctx.Err() == nil {
-		e.Observe("repair", time.Since(start), err)
-	}
-	if err != nil {
-		if lctx.Err() == nil {
-			e.backoff(svc.ID, 1)
-			e.Logger.Warn("repair failed; retrying", "service", svc.ID, "error", err)
-			// A cause the user can act on (a full disk) replaces the
-			// generic reason, so status_reason says why it stays down.
-			var de *dbcloud.Error
-			if errors.As(err, &de) && de.Kind != dbcloud.KindInternal {
-				e.updateService(lctx, svc, func(s *dbcloud.Service) bool {
-					if s.Generation != gen || s.Status != dbcloud.StatusUnstable || s.StatusReason == de.Message {
-						return false
-					}
-					s.StatusReason = de.Message
-					return true
-				}, nil)
-			}
+	ensure := func() (*dbcloud.Observation, error) {
+		start := time.Now()
+		fixed, err := e.Provisioner.EnsureService(lctx, svc)
+		if e.Observe != nil && lctx.Err() == nil {
+			e.Observe("repair", time.Since(start), err)
 		}
-		return
+		return fixed, err
 	}
-	e.updateService(lctx, svc, func(s *dbcloud.Service) bool {
-		if s.Generation != gen || s.Status != dbcloud.StatusUnstable {
-			return false
-		}
+	show := func(s *dbcloud.Service, fixed *dbcloud.Observation) {
 		s.Status, s.StatusReason = settled(s, fixed)
 		s.Instances = fixed.Instances
 		s.PoolerEndpoint = fixed.PoolerEndpoint
 		if fixed.Endpoint != nil {
 			s.Endpoint = fixed.Endpoint
 		}
-		return true
-	}, func(tx dbcloud.Tx) error {
-		// Runs before fn: record the repair only if fn will show READY.
+	}
+	record := func(tx dbcloud.Tx, fixed *dbcloud.Observation) error {
+		// Runs before show: record the repair only if show will show READY.
 		s, err := tx.FindService(svc.ProjectID, svc.ID)
 		if err != nil || s.Generation != gen || s.Status != dbcloud.StatusUnstable || !fixed.Running || !s.Spec.Running {
 			return nil
 		}
 		isPrimary := primaryID(fixed.Instances)
 		return repairOperation(tx, s, wasPrimary != "" && isPrimary != "" && wasPrimary != isPrimary, reason, began, e.now())
+	}
+	restore(lctx, e, serviceKind, svc, reason, ensure, show, record, func(err error) {
+		// A cause the user can act on (a full disk) replaces the
+		// generic reason, so status_reason says why it stays down.
+		var de *dbcloud.Error
+		if errors.As(err, &de) && de.Kind != dbcloud.KindInternal {
+			e.updateService(lctx, svc, func(s *dbcloud.Service) bool {
+				if s.Generation != gen || s.Status != dbcloud.StatusUnstable || s.StatusReason == de.Message {
+					return false
+				}
+				s.StatusReason = de.Message
+				return true
+			}, nil)
+		}
 	})
 }
 

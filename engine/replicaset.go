@@ -2,8 +2,6 @@ package engine
 
 import (
 	"context"
-	"fmt"
-	"time"
 
 	"dbcloud"
 )
@@ -16,6 +14,26 @@ import (
 func (e *Engine) replicaSets() (dbcloud.ReplicaSetProvisioner, bool) {
 	rp := dbcloud.CapabilitiesOf(e.Provisioner).ReplicaSets
 	return rp, rp != nil
+}
+
+// replicaSetKind is how the engine's shared flow (resource.go) reads and
+// shows a read replica set.
+var replicaSetKind = &kind[dbcloud.ReadReplicaSet]{
+	name: "read replica set", attr: "replica_set",
+	ref: func(r *dbcloud.ReadReplicaSet) (string, string, int64) {
+		return r.ProjectID, r.ID, r.Generation
+	},
+	status: func(r *dbcloud.ReadReplicaSet) (string, string) {
+		return string(r.Status), r.StatusReason
+	},
+	setStatus: func(r *dbcloud.ReadReplicaSet, status, reason string) {
+		r.Status, r.StatusReason = dbcloud.ReplicaSetStatus(status), reason
+	},
+	ready: string(dbcloud.ReplicaSetActive), broken: string(dbcloud.ReplicaSetError),
+	deleting: string(dbcloud.ReplicaSetDeleting),
+	find:     dbcloud.Tx.FindReplicaSet,
+	save:     dbcloud.Tx.UpdateReplicaSet,
+	remove:   dbcloud.Tx.DeleteReplicaSet,
 }
 
 // reconcileReplicaSet makes one read replica set match its spec.
@@ -32,38 +50,27 @@ func (e *Engine) reconcileReplicaSet(ctx context.Context, projectID, id string) 
 		return e.finishOperations(ctx, id, 0, dbcloud.OpSucceeded, "")
 	}
 	if set.Status == dbcloud.ReplicaSetDeleting {
-		return e.deleteReplicaSet(ctx, rp, parent, set)
+		return remove(ctx, e, replicaSetKind, set, func() error { return rp.DeleteReplicaSet(ctx, parent, set) })
 	}
 	if parent == nil {
-		return e.replicaSetFailed(ctx, set, dbcloud.Terminal(dbcloud.Errorf(dbcloud.KindInvalid,
+		return failed(ctx, e, replicaSetKind, set, dbcloud.Terminal(dbcloud.Errorf(dbcloud.KindInvalid,
 			"The service %s of this read replica set no longer exists.", set.ServiceID)))
 	}
-	gen := set.Generation
-	start := time.Now()
-	obs, err := rp.EnsureReplicaSet(ctx, parent, set)
-	if err != nil {
-		return e.replicaSetFailed(ctx, set, err)
+	ensure := func() (*dbcloud.Observation, error) { return rp.EnsureReplicaSet(ctx, parent, set) }
+	return settle(ctx, e, replicaSetKind, set, ensure, showReplicaSet)
+}
+
+// showReplicaSet shows what runs of a set, and its settled status if gen
+// is still the newest.
+func showReplicaSet(r *dbcloud.ReadReplicaSet, obs *dbcloud.Observation, gen int64) {
+	r.ObservedGeneration = max(r.ObservedGeneration, gen)
+	r.PoolerEndpoint = obs.PoolerEndpoint
+	if obs.Endpoint != nil {
+		r.Endpoint = obs.Endpoint
 	}
-	e.clearBackoff(id)
-	err = e.updateReplicaSet(ctx, set, func(r *dbcloud.ReadReplicaSet) bool {
-		r.ObservedGeneration = max(r.ObservedGeneration, gen)
-		r.PoolerEndpoint = obs.PoolerEndpoint
-		if obs.Endpoint != nil {
-			r.Endpoint = obs.Endpoint
-		}
-		if r.Generation == gen && r.Status != dbcloud.ReplicaSetDeleting {
-			r.Status, r.StatusReason = replicaSetSettled(obs)
-		}
-		return true
-	}, func(tx dbcloud.Tx) error {
-		return finishOperationsTx(tx, id, gen, dbcloud.OpSucceeded, "", e.now())
-	})
-	if err != nil {
-		return err
+	if r.Generation == gen && r.Status != dbcloud.ReplicaSetDeleting {
+		r.Status, r.StatusReason = replicaSetSettled(obs)
 	}
-	e.Logger.Info("read replica set reconciled", "replica_set", id, "generation", gen, "running", obs.Running,
-		"duration_ms", time.Since(start).Milliseconds())
-	return nil
 }
 
 // replicaSetSettled is the status of a set whose spec is fully real.
@@ -72,58 +79,6 @@ func replicaSetSettled(obs *dbcloud.Observation) (dbcloud.ReplicaSetStatus, stri
 		return dbcloud.ReplicaSetActive, ""
 	}
 	return dbcloud.ReplicaSetError, obs.Reason
-}
-
-// replicaSetFailed is failed for a read replica set: its status becomes
-// error with the reason once the engine gives up.
-func (e *Engine) replicaSetFailed(ctx context.Context, set *dbcloud.ReadReplicaSet, cause error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	giveUp, err := e.attemptFailed(ctx, set.ID, cause)
-	if err != nil || !giveUp {
-		return err
-	}
-	reason := reasonOf(cause)
-	gen := set.Generation
-	return e.updateReplicaSet(ctx, set, func(r *dbcloud.ReadReplicaSet) bool {
-		if r.Status == dbcloud.ReplicaSetDeleting {
-			return false
-		}
-		r.Status, r.StatusReason = dbcloud.ReplicaSetError, reason
-		return true
-	}, func(tx dbcloud.Tx) error {
-		return finishOperationsTx(tx, set.ID, gen, dbcloud.OpFailed, reason, e.now())
-	})
-}
-
-// deleteReplicaSet removes the set's processes, files and slots, then its
-// row and ports.
-func (e *Engine) deleteReplicaSet(ctx context.Context, rp dbcloud.ReplicaSetProvisioner, parent *dbcloud.Service, set *dbcloud.ReadReplicaSet) error {
-	if err := rp.DeleteReplicaSet(ctx, parent, set); err != nil {
-		if ctx.Err() == nil {
-			attempts, cerr := e.countAttempt(ctx, set.ID, err)
-			if cerr != nil {
-				return cerr
-			}
-			e.backoff(set.ID, attempts)
-		}
-		return fmt.Errorf("delete read replica set %s: %w", set.ID, err)
-	}
-	e.clearBackoff(set.ID)
-	err := e.Store.Update(ctx, func(tx dbcloud.Tx) error {
-		if err := tx.DeleteReplicaSet(set.ProjectID, set.ID); err != nil && !dbcloud.IsNotFound(err) {
-			return err
-		}
-		if err := tx.ReleasePorts(set.ID); err != nil {
-			return err
-		}
-		return finishOperationsTx(tx, set.ID, 0, dbcloud.OpSucceeded, "", e.now())
-	})
-	if err == nil {
-		e.Logger.Info("read replica set deleted", "replica_set", set.ID)
-	}
-	return err
 }
 
 // loadReplicaSet returns the set and its parent service; nil for either
@@ -151,30 +106,9 @@ func (e *Engine) loadReplicaSet(ctx context.Context, projectID, id string) (*dbc
 	return set, parent, err
 }
 
-// updateReplicaSet is updateService for a read replica set.
+// updateReplicaSet is update (resource.go) for a read replica set.
 func (e *Engine) updateReplicaSet(ctx context.Context, set *dbcloud.ReadReplicaSet, fn func(r *dbcloud.ReadReplicaSet) bool, then func(tx dbcloud.Tx) error) error {
-	return e.Store.Update(ctx, func(tx dbcloud.Tx) error {
-		if then != nil {
-			if err := then(tx); err != nil {
-				return err
-			}
-		}
-		r, err := tx.FindReplicaSet(set.ProjectID, set.ID)
-		if dbcloud.IsNotFound(err) {
-			return nil
-		} else if err != nil {
-			return err
-		}
-		before := r.Status
-		if !fn(r) {
-			return nil
-		}
-		if r.Status != before {
-			e.Logger.Info("read replica set status", "replica_set", r.ID, "from", before, "to", r.Status, "reason", r.StatusReason)
-		}
-		*set = *r
-		return tx.UpdateReplicaSet(r)
-	})
+	return update(ctx, e, replicaSetKind, set, fn, then)
 }
 
 // checkReplicaSet is check for a read replica set: a node that died, or a
@@ -209,36 +143,12 @@ func (e *Engine) checkReplicaSet(ctx context.Context, rp dbcloud.ReplicaSetProvi
 	if obs, err = rp.CheckReplicaSet(lctx, parent, set); err != nil || (obs.Running && set.Status == dbcloud.ReplicaSetActive) {
 		return
 	}
-	gen := set.Generation
-	if set.Status == dbcloud.ReplicaSetActive {
-		if err := e.updateReplicaSet(lctx, set, func(r *dbcloud.ReadReplicaSet) bool {
-			if r.Generation != gen || r.Status != dbcloud.ReplicaSetActive {
-				return false
-			}
-			r.Status, r.StatusReason = dbcloud.ReplicaSetError, obs.Reason
-			return true
-		}, nil); err != nil {
-			return
-		}
-		e.Logger.Warn("read replica set unhealthy", "replica_set", set.ID, "reason", obs.Reason)
-	}
-	fixed, err := rp.EnsureReplicaSet(lctx, parent, set)
-	if err != nil {
-		if lctx.Err() == nil {
-			e.backoff(set.ID, 1)
-			e.Logger.Warn("repair failed; retrying", "replica_set", set.ID, "error", err)
-		}
-		return
-	}
-	e.updateReplicaSet(lctx, set, func(r *dbcloud.ReadReplicaSet) bool {
-		if r.Generation != gen || r.Status != dbcloud.ReplicaSetError {
-			return false
-		}
+	ensure := func() (*dbcloud.Observation, error) { return rp.EnsureReplicaSet(lctx, parent, set) }
+	restore(lctx, e, replicaSetKind, set, obs.Reason, ensure, func(r *dbcloud.ReadReplicaSet, fixed *dbcloud.Observation) {
 		r.Status, r.StatusReason = replicaSetSettled(fixed)
 		r.PoolerEndpoint = fixed.PoolerEndpoint
 		if fixed.Endpoint != nil {
 			r.Endpoint = fixed.Endpoint
 		}
-		return true
-	}, nil)
+	}, nil, nil)
 }

@@ -9,6 +9,32 @@ import (
 	"dbcloud"
 )
 
+// serviceKind is how the engine's shared flow (resource.go) reads and shows a
+// service.
+var serviceKind = &kind[dbcloud.Service]{
+	name: "service", attr: "service",
+	ref: func(s *dbcloud.Service) (string, string, int64) { return s.ProjectID, s.ID, s.Generation },
+	status: func(s *dbcloud.Service) (string, string) {
+		return string(s.Status), s.StatusReason
+	},
+	setStatus: func(s *dbcloud.Service, status, reason string) {
+		s.Status, s.StatusReason = dbcloud.ServiceStatus(status), reason
+	},
+	// A lost primary and a delete move a service as the transition
+	// table says (transition.go).
+	ready: string(dbcloud.PrimaryLost.To), broken: string(dbcloud.PrimaryLost.Through), deleting: string(dbcloud.Delete.Through),
+	find:   dbcloud.Tx.FindService,
+	save:   dbcloud.Tx.UpdateService,
+	// A deleted service's credentials go with it: their roles went
+	// with its data.
+	remove: func(tx dbcloud.Tx, projectID, id string) error {
+		if err := deleteCredentialsTx(tx, projectID, id); err != nil {
+			return err
+		}
+		return tx.DeleteService(projectID, id)
+	},
+}
+
 // reconcileService makes one service match its spec. Each step records its
 // progress, so a crash at any point is recovered by reconciling again.
 func (e *Engine) reconcileService(ctx context.Context, svc *dbcloud.Service, id string) error {
@@ -19,24 +45,21 @@ func (e *Engine) reconcileService(ctx context.Context, svc *dbcloud.Service, id 
 	if svc.Status == dbcloud.StatusDeleting {
 		return e.deleteService(ctx, svc)
 	}
-	gen := svc.Generation
-	start := time.Now()
-	if err := e.ensureAttachment(ctx, svc); err != nil {
-		return e.failed(ctx, svc, err)
-	}
-	vpcEndpoint := svc.VPCEndpoint
-	obs, err := e.Provisioner.EnsureService(ctx, svc)
-	if err != nil {
-		return e.failed(ctx, svc, err)
-	}
-	if obs.Running {
-		if err := e.ensureCredentials(ctx, svc); err != nil {
-			return e.failed(ctx, svc, err)
+	var vpcEndpoint *dbcloud.VPCEndpoint
+	ensure := func() (*dbcloud.Observation, error) {
+		if err := e.ensureAttachment(ctx, svc); err != nil {
+			return nil, err
 		}
+		vpcEndpoint = svc.VPCEndpoint
+		obs, err := e.Provisioner.EnsureService(ctx, svc)
+		if err == nil && obs.Running {
+			// Before the service shows READY: a fork's inherited roles
+			// and roles revoked while it was stopped must not log in.
+			err = e.ensureCredentials(ctx, svc)
+		}
+		return obs, err
 	}
-	e.clearBackoff(id)
-	// Step 2: what was asked is real; show it, unless more was asked since.
-	err = e.updateService(ctx, svc, func(s *dbcloud.Service) bool {
+	return settle(ctx, e, serviceKind, svc, ensure, func(s *dbcloud.Service, obs *dbcloud.Observation, gen int64) {
 		s.ObservedGeneration = max(s.ObservedGeneration, gen)
 		s.Instances = obs.Instances
 		// The VPC endpoint appears once the service accepts connections there.
@@ -52,16 +75,7 @@ func (e *Engine) reconcileService(ctx context.Context, svc *dbcloud.Service, id 
 		if s.Generation == gen && s.Status != dbcloud.StatusDeleting {
 			s.Status, s.StatusReason = settled(s, obs)
 		}
-		return true
-	}, func(tx dbcloud.Tx) error {
-		return finishOperationsTx(tx, id, gen, dbcloud.OpSucceeded, "", e.now())
 	})
-	if err != nil {
-		return err
-	}
-	e.Logger.Info("service reconciled", "service", id, "generation", gen, "running", obs.Running,
-		"duration_ms", time.Since(start).Milliseconds())
-	return nil
 }
 
 // ensureAttachment asks the network for the service's address in the VPC
@@ -130,30 +144,6 @@ func settled(s *dbcloud.Service, obs *dbcloud.Observation) (dbcloud.ServiceStatu
 	return dbcloud.StatusUnstable, obs.Reason
 }
 
-// failed records a failed attempt: a retryable error backs off and tries
-// again; a terminal one, or too many attempts, fails the operations and
-// shows the service UNSTABLE with the reason.
-func (e *Engine) failed(ctx context.Context, svc *dbcloud.Service, cause error) error {
-	if ctx.Err() != nil {
-		return ctx.Err() // lost the lease or shutting down: not the service's fault
-	}
-	giveUp, err := e.attemptFailed(ctx, svc.ID, cause)
-	if err != nil || !giveUp {
-		return err
-	}
-	reason := reasonOf(cause)
-	gen := svc.Generation
-	return e.updateService(ctx, svc, func(s *dbcloud.Service) bool {
-		if s.Status == dbcloud.StatusDeleting {
-			return false
-		}
-		s.Status, s.StatusReason = dbcloud.StatusUnstable, reason
-		return true
-	}, func(tx dbcloud.Tx) error {
-		return finishOperationsTx(tx, svc.ID, gen, dbcloud.OpFailed, reason, e.now())
-	})
-}
-
 // attemptFailed records a failed attempt on a resource and says whether to
 // give up: a retryable error under MaxAttempts backs off instead. Once given
 // up, the health loop tries again only after a long pause, so a cause that
@@ -204,49 +194,29 @@ func (e *Engine) countAttempt(ctx context.Context, id string, cause error) (int,
 	return attempts, err
 }
 
-// deleteService removes the service's processes and files, then its rows.
+// deleteService removes the service's processes, files and VPC address,
+// then its rows, then its metrics history.
 func (e *Engine) deleteService(ctx context.Context, svc *dbcloud.Service) error {
-	svc.Spec.VPCID = ""
-	err := e.ensureAttachment(ctx, svc)
-	if err == nil {
-		err = e.Provisioner.DeleteService(ctx, svc)
-	}
-	if err != nil {
-		if ctx.Err() == nil {
-			attempts, cerr := e.countAttempt(ctx, svc.ID, err)
-			if cerr != nil {
-				return cerr
-			}
-			e.backoff(svc.ID, attempts)
-		}
-		return fmt.Errorf("delete service %s: %w", svc.ID, err)
-	}
-	e.clearBackoff(svc.ID)
-	err = e.Store.Update(ctx, func(tx dbcloud.Tx) error {
-		if err := tx.DeleteService(svc.ProjectID, svc.ID); err != nil && !dbcloud.IsNotFound(err) {
+	err := remove(ctx, e, serviceKind, svc, func() error {
+		svc.Spec.VPCID = ""
+		if err := e.ensureAttachment(ctx, svc); err != nil {
 			return err
 		}
-		if err := deleteCredentialsTx(tx, svc); err != nil {
-			return err
-		}
-		if err := tx.ReleasePorts(svc.ID); err != nil {
-			return err
-		}
-		return finishOperationsTx(tx, svc.ID, 0, dbcloud.OpSucceeded, "", e.now())
+		return e.Provisioner.DeleteService(ctx, svc)
 	})
-	if err == nil {
-		e.mu.Lock()
-		delete(e.measured, svc.ID)
-		e.mu.Unlock()
-		e.Logger.Info("service deleted", "service", svc.ID)
-		// After a crash here the rows age out with the retention instead.
-		if e.History != nil {
-			if herr := e.History.Forget(ctx, svc.ID); herr != nil && ctx.Err() == nil {
-				e.Logger.Warn("delete metrics history", "service", svc.ID, "error", herr)
-			}
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	delete(e.measured, svc.ID)
+	e.mu.Unlock()
+	// After a crash here the rows age out with the retention instead.
+	if e.History != nil {
+		if herr := e.History.Forget(ctx, svc.ID); herr != nil && ctx.Err() == nil {
+			e.Logger.Warn("delete metrics history", "service", svc.ID, "error", herr)
 		}
 	}
-	return err
+	return nil
 }
 
 // startProvisioning reads the service a worker takes up, in the
@@ -264,35 +234,9 @@ func startProvisioning(tx dbcloud.Tx, projectID, id string) (*dbcloud.Service, b
 	return s, true, tx.UpdateService(s)
 }
 
-// updateService re-reads the service inside a write transaction and applies
-// fn to the fresh copy, so the engine never overwrites a concurrent request's
-// change with a stale one. fn returns false to leave it unchanged. then, if
-// not nil, runs in the same transaction: a status and the end of the
-// operations that led to it are seen together, so a client that sees READY
-// can act at once.
+// updateService is update (resource.go) for a service.
 func (e *Engine) updateService(ctx context.Context, svc *dbcloud.Service, fn func(s *dbcloud.Service) bool, then func(tx dbcloud.Tx) error) error {
-	return e.Store.Update(ctx, func(tx dbcloud.Tx) error {
-		if then != nil {
-			if err := then(tx); err != nil {
-				return err
-			}
-		}
-		s, err := tx.FindService(svc.ProjectID, svc.ID)
-		if dbcloud.IsNotFound(err) {
-			return nil
-		} else if err != nil {
-			return err
-		}
-		before := s.Status
-		if !fn(s) {
-			return nil
-		}
-		if s.Status != before {
-			e.Logger.Info("service status", "service", s.ID, "from", before, "to", s.Status, "reason", s.StatusReason)
-		}
-		*svc = *s
-		return tx.UpdateService(s)
-	})
+	return update(ctx, e, serviceKind, svc, fn, then)
 }
 
 // finishOperations ends the pending operations of a resource up to

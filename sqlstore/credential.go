@@ -1,71 +1,40 @@
 package sqlstore
 
-import (
-	"fmt"
+import "dbcloud"
 
-	"dbcloud"
-)
+var dbCredentials = define(entity[dbcloud.Credential]{
+	table: "credentials", noun: "credential",
+	key: []string{"id", "project_id", "service_id"}, cols: []string{"created"}, set: []string{"created"},
+	values: func(c *dbcloud.Credential) []any {
+		return []any{c.ID, c.ProjectID, c.ServiceID, formatTime(c.Created)}
+	},
+})
 
 // InsertCredential adds a credential; ErrDuplicate if the ID exists.
-func (t *tx) InsertCredential(c *dbcloud.Credential) error {
-	doc, err := encode(c)
-	if err != nil {
-		return err
-	}
-	err = t.insert(`INSERT INTO credentials (id, project_id, service_id, created, doc) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
-		c.ID, c.ProjectID, c.ServiceID, formatTime(c.Created), doc)
-	if err != nil {
-		return fmt.Errorf("insert credential %s: %w", c.ID, err)
-	}
-	return nil
-}
+func (t *tx) InsertCredential(c *dbcloud.Credential) error { return dbCredentials.insert(t, c) }
 
 // FindCredential returns a credential of a service.
 func (t *tx) FindCredential(projectID, serviceID, id string) (*dbcloud.Credential, error) {
-	c, err := findDoc[dbcloud.Credential](t, `SELECT doc FROM credentials WHERE id = ? AND project_id = ? AND service_id = ?`+t.forUpdate,
-		id, projectID, serviceID)
-	if err != nil {
-		return nil, fmt.Errorf("find credential %s: %w", id, err)
-	}
-	return c, nil
+	return dbCredentials.find(t, id, projectID, serviceID)
 }
 
 // ListCredentials returns the credentials of a service, of a project
 // (serviceID ""), or of every project (both ""), oldest first.
 func (t *tx) ListCredentials(projectID, serviceID string) ([]*dbcloud.Credential, error) {
-	q, args := `SELECT doc FROM credentials`, []any{}
 	switch {
 	case projectID == "":
+		return dbCredentials.list(t, "credentials", `ORDER BY created, id`)
 	case serviceID == "":
-		q, args = q+` WHERE project_id = ?`, append(args, projectID)
-	default:
-		q, args = q+` WHERE project_id = ? AND service_id = ?`, append(args, projectID, serviceID)
+		return dbCredentials.list(t, "credentials of project "+projectID, `WHERE project_id = ? ORDER BY created, id`, projectID)
 	}
-	out, err := listDocs[dbcloud.Credential](t, q+` ORDER BY created, id`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list credentials: %w", err)
-	}
-	return out, nil
+	return dbCredentials.list(t, "credentials of service "+serviceID,
+		`WHERE project_id = ? AND service_id = ? ORDER BY created, id`, projectID, serviceID)
 }
 
 // UpdateCredential replaces a credential; ErrNotFound if it is missing.
-func (t *tx) UpdateCredential(c *dbcloud.Credential) error {
-	doc, err := encode(c)
-	if err != nil {
-		return err
-	}
-	err = t.change(`UPDATE credentials SET created = ?, doc = ? WHERE id = ? AND project_id = ? AND service_id = ?`,
-		formatTime(c.Created), doc, c.ID, c.ProjectID, c.ServiceID)
-	if err != nil {
-		return fmt.Errorf("update credential %s: %w", c.ID, err)
-	}
-	return nil
-}
+func (t *tx) UpdateCredential(c *dbcloud.Credential) error { return dbCredentials.update(t, c) }
 
 // DeleteCredential removes a credential; ErrNotFound if it is missing.
 func (t *tx) DeleteCredential(projectID, serviceID, id string) error {
-	if err := t.change(`DELETE FROM credentials WHERE id = ? AND project_id = ? AND service_id = ?`, id, projectID, serviceID); err != nil {
-		return fmt.Errorf("delete credential %s: %w", id, err)
-	}
-	return nil
+	return dbCredentials.delete(t, "", id, projectID, serviceID)
 }

@@ -7,6 +7,14 @@ import (
 	"dbcloud"
 )
 
+// events are listed as entities; inserting one takes its ID from a
+// counter, so InsertEvent is written out.
+var events = define(entity[dbcloud.Event]{
+	table: "events", noun: "event",
+	key:    []string{"project_id", "id"},
+	values: func(e *dbcloud.Event) []any { return []any{e.ProjectID, e.ID} },
+})
+
 // InsertEvent takes the project's next event ID from its counter row and
 // records the event. The counter's row lock is held to commit, so a
 // concurrent writer of the same project gets the next ID only after this
@@ -50,12 +58,8 @@ func (t *tx) InsertEvent(e *dbcloud.Event) error {
 // ListEvents returns up to limit events of the project after ID after,
 // oldest first.
 func (t *tx) ListEvents(projectID string, after int64, limit int) ([]*dbcloud.Event, error) {
-	out, err := listDocs[dbcloud.Event](t, `SELECT doc FROM events WHERE project_id = ? AND id > ? ORDER BY id LIMIT ?`,
+	return events.list(t, "events of project "+projectID, `WHERE project_id = ? AND id > ? ORDER BY id LIMIT ?`,
 		projectID, after, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list events of project %s: %w", projectID, err)
-	}
-	return out, nil
 }
 
 // DeleteEventsBefore deletes the events recorded before before. The

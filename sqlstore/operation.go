@@ -8,29 +8,21 @@ import (
 	"dbcloud"
 )
 
+var operations = define(entity[dbcloud.Operation]{
+	table: "operations", noun: "operation",
+	key:  []string{"id"},
+	cols: []string{"project_id", "resource_id", "parent_id", "state", "created"},
+	set:  []string{"project_id", "resource_id", "parent_id", "state", "created"},
+	values: func(op *dbcloud.Operation) []any {
+		return []any{op.ID, op.ProjectID, op.ResourceID, op.ParentID, string(op.State), formatTime(op.Created)}
+	},
+})
+
 // InsertOperation adds an operation; ErrDuplicate if the ID exists.
-func (t *tx) InsertOperation(op *dbcloud.Operation) error {
-	doc, err := encode(op)
-	if err != nil {
-		return err
-	}
-	err = t.insert(`INSERT INTO operations (id, project_id, resource_id, parent_id, state, created, doc)
-		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
-		op.ID, op.ProjectID, op.ResourceID, op.ParentID, string(op.State), formatTime(op.Created), doc)
-	if err != nil {
-		return fmt.Errorf("insert operation %s: %w", op.ID, err)
-	}
-	return nil
-}
+func (t *tx) InsertOperation(op *dbcloud.Operation) error { return operations.insert(t, op) }
 
 // FindOperation returns an operation by ID.
-func (t *tx) FindOperation(id string) (*dbcloud.Operation, error) {
-	op, err := findDoc[dbcloud.Operation](t, `SELECT doc FROM operations WHERE id = ?`+t.forUpdate, id)
-	if err != nil {
-		return nil, fmt.Errorf("find operation %s: %w", id, err)
-	}
-	return op, nil
-}
+func (t *tx) FindOperation(id string) (*dbcloud.Operation, error) { return operations.find(t, id) }
 
 // ListOperations returns the operations f selects, oldest first (newest
 // first if f.Newest): those of f.ResourceID if set, those on f.Subject or
@@ -42,7 +34,6 @@ func (t *tx) ListOperations(f dbcloud.OperationFilter) ([]*dbcloud.Operation, er
 		args []any
 		and  = " WHERE "
 	)
-	q.WriteString(`SELECT doc FROM operations`)
 	if f.ResourceID != "" {
 		q.WriteString(and + `resource_id = ?`)
 		args = append(args, f.ResourceID)
@@ -73,26 +64,11 @@ func (t *tx) ListOperations(f dbcloud.OperationFilter) ([]*dbcloud.Operation, er
 		q.WriteString(` LIMIT ?`)
 		args = append(args, f.Limit)
 	}
-	out, err := listDocs[dbcloud.Operation](t, q.String(), args...)
-	if err != nil {
-		return nil, fmt.Errorf("list operations: %w", err)
-	}
-	return out, nil
+	return operations.list(t, "operations", q.String(), args...)
 }
 
 // UpdateOperation replaces an operation; ErrNotFound if it is missing.
-func (t *tx) UpdateOperation(op *dbcloud.Operation) error {
-	doc, err := encode(op)
-	if err != nil {
-		return err
-	}
-	err = t.change(`UPDATE operations SET project_id = ?, resource_id = ?, parent_id = ?, state = ?, created = ?, doc = ? WHERE id = ?`,
-		op.ProjectID, op.ResourceID, op.ParentID, string(op.State), formatTime(op.Created), doc, op.ID)
-	if err != nil {
-		return fmt.Errorf("update operation %s: %w", op.ID, err)
-	}
-	return nil
-}
+func (t *tx) UpdateOperation(op *dbcloud.Operation) error { return operations.update(t, op) }
 
 // ListPorts returns the claimed endpoint ports and their owners.
 func (t *tx) ListPorts() (map[int]string, error) {
@@ -136,44 +112,27 @@ func (t *tx) ReleasePorts(owner string) error {
 	return nil
 }
 
+var idempotency = define(entity[dbcloud.IdempotencyRecord]{
+	table: "idempotency", noun: "idempotency key",
+	key:  []string{"credential", "idempotency_key"},
+	cols: []string{"created"}, set: []string{"created"},
+	values: func(r *dbcloud.IdempotencyRecord) []any {
+		return []any{r.Credential, r.Key, formatTime(r.Created)}
+	},
+	label: func(key ...any) string { return fmt.Sprintf("%q", key[1]) },
+})
+
 // InsertIdempotency claims an idempotency key; ErrDuplicate if the caller
 // has used the key before.
-func (t *tx) InsertIdempotency(r *dbcloud.IdempotencyRecord) error {
-	doc, err := encode(r)
-	if err != nil {
-		return err
-	}
-	err = t.insert(`INSERT INTO idempotency (credential, idempotency_key, created, doc) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING`,
-		r.Credential, r.Key, formatTime(r.Created), doc)
-	if err != nil {
-		return fmt.Errorf("insert idempotency key %q: %w", r.Key, err)
-	}
-	return nil
-}
+func (t *tx) InsertIdempotency(r *dbcloud.IdempotencyRecord) error { return idempotency.insert(t, r) }
 
 // FindIdempotency returns the record of a caller's key.
 func (t *tx) FindIdempotency(credential, key string) (*dbcloud.IdempotencyRecord, error) {
-	r, err := findDoc[dbcloud.IdempotencyRecord](t,
-		`SELECT doc FROM idempotency WHERE credential = ? AND idempotency_key = ?`+t.forUpdate, credential, key)
-	if err != nil {
-		return nil, fmt.Errorf("find idempotency key %q: %w", key, err)
-	}
-	return r, nil
+	return idempotency.find(t, credential, key)
 }
 
 // UpdateIdempotency replaces a record; ErrNotFound if it is missing.
-func (t *tx) UpdateIdempotency(r *dbcloud.IdempotencyRecord) error {
-	doc, err := encode(r)
-	if err != nil {
-		return err
-	}
-	err = t.change(`UPDATE idempotency SET created = ?, doc = ? WHERE credential = ? AND idempotency_key = ?`,
-		formatTime(r.Created), doc, r.Credential, r.Key)
-	if err != nil {
-		return fmt.Errorf("update idempotency key %q: %w", r.Key, err)
-	}
-	return nil
-}
+func (t *tx) UpdateIdempotency(r *dbcloud.IdempotencyRecord) error { return idempotency.update(t, r) }
 
 // DeleteIdempotencyBefore deletes the records created before before and
 // returns how many it deleted.

@@ -9,173 +9,93 @@ import (
 	"dbcloud/identity"
 )
 
-// InsertMembership adds a membership; ErrDuplicate if the user is a member.
-func (t *tx) InsertMembership(m *dbcloud.Membership) error {
-	t.touch(dbcloud.RevisionCredentials)
-	err := t.insert(`INSERT INTO memberships (project_id, user_id, role, created) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING`,
-		m.ProjectID, m.UserID, string(m.Role), formatTime(m.Created))
+// Memberships have no doc: every field is a column.
+var memberships = define(entity[dbcloud.Membership]{
+	table: "memberships", noun: "membership", noDoc: true,
+	key:  []string{"project_id", "user_id"},
+	cols: []string{"role", "created"}, set: []string{"role"},
+	values: func(m *dbcloud.Membership) []any {
+		return []any{m.ProjectID, m.UserID, string(m.Role), formatTime(m.Created)}
+	},
+	read:  "project_id, user_id, role, created",
+	scan:  scanMembership,
+	scope: credentials[dbcloud.Membership],
+	label: func(key ...any) string { return fmt.Sprintf("%s/%s", key...) },
+})
+
+func scanMembership(rows *sql.Rows) (*dbcloud.Membership, error) {
+	var m dbcloud.Membership
+	var role, created string
+	err := rows.Scan(&m.ProjectID, &m.UserID, &role, &created)
 	if err != nil {
-		return fmt.Errorf("insert membership %s/%s: %w", m.ProjectID, m.UserID, err)
+		return nil, err
 	}
-	return nil
+	m.Role = identity.Role(role)
+	if m.Created, err = time.Parse(timeLayout, created); err != nil {
+		return nil, err
+	}
+	return &m, nil
 }
+
+// InsertMembership adds a membership; ErrDuplicate if the user is a member.
+func (t *tx) InsertMembership(m *dbcloud.Membership) error { return memberships.insert(t, m) }
 
 // FindMembership returns the user's membership of the project.
 func (t *tx) FindMembership(projectID, userID string) (*dbcloud.Membership, error) {
-	ms, err := t.listMemberships(`SELECT project_id, user_id, role, created FROM memberships
-		WHERE project_id = ? AND user_id = ?`+t.forUpdate, projectID, userID)
-	if err == nil && len(ms) == 0 {
-		err = dbcloud.ErrNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("find membership %s/%s: %w", projectID, userID, err)
-	}
-	return ms[0], nil
+	return memberships.find(t, projectID, userID)
 }
 
 // ListMembers lists a project's memberships, oldest first.
 func (t *tx) ListMembers(projectID string) ([]*dbcloud.Membership, error) {
-	ms, err := t.listMemberships(`SELECT project_id, user_id, role, created FROM memberships
-		WHERE project_id = ? ORDER BY created, user_id`, projectID)
-	if err != nil {
-		return nil, fmt.Errorf("list members of %s: %w", projectID, err)
-	}
-	return ms, nil
+	return memberships.list(t, "members of "+projectID, `WHERE project_id = ? ORDER BY created, user_id`, projectID)
 }
 
 // ListMemberships lists a user's memberships, oldest first.
 func (t *tx) ListMemberships(userID string) ([]*dbcloud.Membership, error) {
-	ms, err := t.listMemberships(`SELECT project_id, user_id, role, created FROM memberships
-		WHERE user_id = ? ORDER BY created, project_id`, userID)
-	if err != nil {
-		return nil, fmt.Errorf("list memberships of %s: %w", userID, err)
-	}
-	return ms, nil
-}
-
-func (t *tx) listMemberships(query string, args ...any) ([]*dbcloud.Membership, error) {
-	rows, err := t.query(query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []*dbcloud.Membership{}
-	for rows.Next() {
-		var m dbcloud.Membership
-		var role, created string
-		if err := rows.Scan(&m.ProjectID, &m.UserID, &role, &created); err != nil {
-			return nil, err
-		}
-		m.Role = identity.Role(role)
-		if m.Created, err = time.Parse(timeLayout, created); err != nil {
-			return nil, err
-		}
-		out = append(out, &m)
-	}
-	return out, rows.Err()
+	return memberships.list(t, "memberships of "+userID, `WHERE user_id = ? ORDER BY created, project_id`, userID)
 }
 
 // UpdateMembership changes a member's role; ErrNotFound if missing.
-func (t *tx) UpdateMembership(m *dbcloud.Membership) error {
-	t.touch(dbcloud.RevisionCredentials)
-	err := t.change(`UPDATE memberships SET role = ? WHERE project_id = ? AND user_id = ?`, string(m.Role), m.ProjectID, m.UserID)
-	if err != nil {
-		return fmt.Errorf("update membership %s/%s: %w", m.ProjectID, m.UserID, err)
-	}
-	return nil
-}
+func (t *tx) UpdateMembership(m *dbcloud.Membership) error { return memberships.update(t, m) }
 
 // DeleteMembership removes a member; ErrNotFound if missing.
 func (t *tx) DeleteMembership(projectID, userID string) error {
-	t.touch(dbcloud.RevisionCredentials)
-	if err := t.change(`DELETE FROM memberships WHERE project_id = ? AND user_id = ?`, projectID, userID); err != nil {
-		return fmt.Errorf("delete membership %s/%s: %w", projectID, userID, err)
-	}
-	return nil
+	return memberships.delete(t, dbcloud.RevisionCredentials, projectID, userID)
 }
 
-// User tokens keep their hash in the key column and out of the doc.
+// User tokens keep their hash in the key column and out of the doc; errors
+// do not name it.
+var userTokens = define(entity[dbcloud.UserToken]{
+	table: "user_tokens", noun: "token",
+	key:  []string{"hash"},
+	cols: []string{"user_id", "family", "expires"}, set: []string{"expires"},
+	values: func(u *dbcloud.UserToken) []any {
+		return []any{u.Hash, u.UserID, u.Family, formatTime(u.Expires)}
+	},
+	read:  "doc, hash",
+	scan:  scanDocAnd(func(u *dbcloud.UserToken, hash []byte) { u.Hash = hash }),
+	scope: credentials[dbcloud.UserToken],
+	label: func(...any) string { return "" },
+})
 
 // InsertUserToken adds a token; ErrDuplicate if its hash exists.
-func (t *tx) InsertUserToken(u *dbcloud.UserToken) error {
-	t.touch(dbcloud.RevisionCredentials)
-	doc, err := encode(u)
-	if err != nil {
-		return err
-	}
-	err = t.insert(`INSERT INTO user_tokens (hash, user_id, family, expires, doc) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
-		u.Hash, u.UserID, u.Family, formatTime(u.Expires), doc)
-	if err != nil {
-		return fmt.Errorf("insert %s token: %w", u.Kind, err)
-	}
-	return nil
-}
+func (t *tx) InsertUserToken(u *dbcloud.UserToken) error { return userTokens.insert(t, u) }
 
 // FindUserToken returns the token with the hash.
-func (t *tx) FindUserToken(hash []byte) (*dbcloud.UserToken, error) {
-	ts, err := t.listUserTokens(`SELECT hash, doc FROM user_tokens WHERE hash = ?`+t.forUpdate, hash)
-	if err == nil && len(ts) == 0 {
-		err = dbcloud.ErrNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("find token: %w", err)
-	}
-	return ts[0], nil
-}
+func (t *tx) FindUserToken(hash []byte) (*dbcloud.UserToken, error) { return userTokens.find(t, hash) }
 
 // ListTokenFamily lists the tokens of one login, oldest first.
 func (t *tx) ListTokenFamily(family string) ([]*dbcloud.UserToken, error) {
-	ts, err := t.listUserTokens(`SELECT hash, doc FROM user_tokens WHERE family = ? ORDER BY expires`, family)
-	if err != nil {
-		return nil, fmt.Errorf("list token family: %w", err)
-	}
-	return ts, nil
+	return userTokens.list(t, "token family", `WHERE family = ? ORDER BY expires`, family)
 }
 
 // ListUserTokens lists every token of a user, oldest first.
 func (t *tx) ListUserTokens(userID string) ([]*dbcloud.UserToken, error) {
-	ts, err := t.listUserTokens(`SELECT hash, doc FROM user_tokens WHERE user_id = ? ORDER BY expires`, userID)
-	if err != nil {
-		return nil, fmt.Errorf("list tokens of %s: %w", userID, err)
-	}
-	return ts, nil
-}
-
-func (t *tx) listUserTokens(query string, args ...any) ([]*dbcloud.UserToken, error) {
-	rows, err := t.query(query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []*dbcloud.UserToken{}
-	var doc sql.RawBytes
-	for rows.Next() {
-		var hash []byte
-		if err := rows.Scan(&hash, &doc); err != nil {
-			return nil, err
-		}
-		u, err := decode[dbcloud.UserToken](doc)
-		if err != nil {
-			return nil, err
-		}
-		u.Hash = hash
-		out = append(out, u)
-	}
-	return out, rows.Err()
+	return userTokens.list(t, "tokens of "+userID, `WHERE user_id = ? ORDER BY expires`, userID)
 }
 
 // UpdateUserToken replaces a token's doc; ErrNotFound if missing.
-func (t *tx) UpdateUserToken(u *dbcloud.UserToken) error {
-	t.touch(dbcloud.RevisionCredentials)
-	doc, err := encode(u)
-	if err != nil {
-		return err
-	}
-	if err := t.change(`UPDATE user_tokens SET expires = ?, doc = ? WHERE hash = ?`, formatTime(u.Expires), doc, u.Hash); err != nil {
-		return fmt.Errorf("update %s token: %w", u.Kind, err)
-	}
-	return nil
-}
+func (t *tx) UpdateUserToken(u *dbcloud.UserToken) error { return userTokens.update(t, u) }
 
 // DeleteUserTokensBefore deletes the tokens that expired before then.
 func (t *tx) DeleteUserTokensBefore(then time.Time) (int, error) {

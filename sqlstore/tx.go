@@ -109,54 +109,6 @@ func (t *tx) change(query string, args ...any) error {
 	return nil
 }
 
-// findDoc decodes the doc column of the single row query returns, or
-// returns ErrNotFound.
-func findDoc[T any](t *tx, query string, args ...any) (*T, error) {
-	rows, err := t.query(query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
-		return nil, dbcloud.ErrNotFound
-	}
-	var doc sql.RawBytes // valid until Next; decoded at once, so never copied
-	if err := rows.Scan(&doc); err != nil {
-		return nil, err
-	}
-	v, err := decode[T](doc)
-	if err != nil {
-		return nil, err
-	}
-	return v, rows.Close()
-}
-
-// listDocs decodes the doc column of every row query returns. The result is
-// never nil, so that an empty list encodes as [] wherever it ends up.
-func listDocs[T any](t *tx, query string, args ...any) ([]*T, error) {
-	rows, err := t.query(query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []*T{}
-	var doc sql.RawBytes
-	for rows.Next() {
-		if err := rows.Scan(&doc); err != nil {
-			return nil, err
-		}
-		v, err := decode[T](doc)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
-}
-
 // encode returns v's doc. It is a string, not []byte, because drivers bind
 // []byte as a BLOB, which a STRICT SQLite TEXT column refuses.
 func encode(v any) (string, error) {
