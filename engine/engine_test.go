@@ -131,10 +131,20 @@ func newFixture(t *testing.T) *fixture {
 
 func (f *fixture) engine(t *testing.T, owner string) *engine.Engine {
 	t.Helper()
-	e := engine.New(f.store, f.prov, owner, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return f.engineWith(t, owner, f.prov, nil)
+}
+
+// engineWith is engine over provisioner p, with configure (if set)
+// applied before it opens.
+func (f *fixture) engineWith(t *testing.T, owner string, p dbcloud.Provisioner, configure func(e *engine.Engine)) *engine.Engine {
+	t.Helper()
+	e := engine.New(f.store, p, owner, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	e.PollInterval, e.HealthInterval, e.MetricsInterval = 20*time.Millisecond, 20*time.Millisecond, 20*time.Millisecond
 	e.LeaseTTL = 1500 * time.Millisecond
 	e.MaxAttempts = 3
+	if configure != nil {
+		configure(e)
+	}
 	if err := e.Open(); err != nil {
 		t.Fatal(err)
 	}
