@@ -23,8 +23,8 @@ var serviceKind = &kind[dbcloud.Service]{
 	// A lost primary and a delete move a service as the transition
 	// table says (transition.go).
 	ready: string(dbcloud.PrimaryLost.To), broken: string(dbcloud.PrimaryLost.Through), deleting: string(dbcloud.Delete.Through),
-	find:   dbcloud.Tx.FindService,
-	save:   dbcloud.Tx.UpdateService,
+	find: dbcloud.Tx.FindService,
+	save: dbcloud.Tx.UpdateService,
 	// A deleted service's credentials go with it: their roles went
 	// with its data.
 	remove: func(tx dbcloud.Tx, projectID, id string) error {
