@@ -24,6 +24,21 @@ import (
 type fakeRuntime struct {
 	mu        sync.Mutex
 	passwords map[string]string
+	roles     map[string][]dbcloud.CredentialRole
+}
+
+func (r *fakeRuntime) SyncCredentials(_ context.Context, s *dbcloud.Service, live []dbcloud.CredentialRole) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.roles == nil {
+		r.roles = map[string][]dbcloud.CredentialRole{}
+	}
+	r.roles[s.ID] = live
+	return nil
+}
+
+func (r *fakeRuntime) CredentialLogins(context.Context, *dbcloud.Service) (map[string]time.Time, error) {
+	return nil, nil
 }
 
 func (r *fakeRuntime) Extensions() map[string]bool { return map[string]bool{"vector": true} }

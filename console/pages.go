@@ -29,6 +29,9 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("GET /p/{pid}/services/{sid}/status", s(h.serviceStatus))
 	h.mux.HandleFunc("POST /p/{pid}/services/{sid}/{action}", s(h.serviceAction))
 	h.mux.HandleFunc("GET /p/{pid}/services/{sid}/logs", s(h.logsGet))
+	h.mux.HandleFunc("GET /p/{pid}/services/{sid}/credentials", s(h.credentialsGet))
+	h.mux.HandleFunc("POST /p/{pid}/services/{sid}/credentials", s(h.credentialCreate))
+	h.mux.HandleFunc("POST /p/{pid}/services/{sid}/credentials/{cid}/revoke", s(h.credentialRevoke))
 	h.mux.HandleFunc("GET /p/{pid}/vpcs", s(h.vpcsGet))
 	h.mux.HandleFunc("POST /p/{pid}/vpcs", s(h.vpcCreate))
 	h.mux.HandleFunc("POST /p/{pid}/vpcs/{vid}/delete", s(h.vpcDelete))
@@ -54,24 +57,25 @@ type flash struct {
 // the query carries only the name, so a link cannot make the console say
 // anything else.
 var done = map[string]string{
-	"started":  "Start requested; the status follows below.",
-	"stopped":  "Stop requested; the status follows below.",
-	"deleted":  "Delete requested.",
-	"resized":  "Resize requested.",
-	"ha":       "High-availability change requested.",
-	"pooler":   "Connection pooler changed.",
-	"env":      "Environment changed.",
-	"vpc":      "VPC change requested.",
-	"renamed":  "Renamed.",
-	"rset":     "Read replica set change requested.",
-	"revoked":  "API key revoked; its next request is refused.",
-	"member":   "Member saved.",
-	"removed":  "Member removed.",
-	"vpcmade":  "VPC created.",
-	"vpcgone":  "VPC deleted.",
-	"forked":   "Fork requested.",
-	"password": "Password changed.",
-	"peering":  "Peering change requested.",
+	"started":     "Start requested; the status follows below.",
+	"stopped":     "Stop requested; the status follows below.",
+	"deleted":     "Delete requested.",
+	"resized":     "Resize requested.",
+	"ha":          "High-availability change requested.",
+	"pooler":      "Connection pooler changed.",
+	"env":         "Environment changed.",
+	"vpc":         "VPC change requested.",
+	"renamed":     "Renamed.",
+	"rset":        "Read replica set change requested.",
+	"revoked":     "API key revoked; its next request is refused.",
+	"member":      "Member saved.",
+	"removed":     "Member removed.",
+	"vpcmade":     "VPC created.",
+	"vpcgone":     "VPC deleted.",
+	"forked":      "Fork requested.",
+	"password":    "Password changed.",
+	"peering":     "Peering change requested.",
+	"credrevoked": "Credential revoked; its sessions have ended.",
 }
 
 func (h *Handler) fromQuery(r *http.Request) flash {

@@ -52,7 +52,8 @@ var funcs = template.FuncMap{
 		}
 		return ""
 	},
-	"lower": strings.ToLower,
+	"lower":  strings.ToLower,
+	"access": accessLabel,
 }
 
 // parseTemplates parses each page with the layout, once, at start.

@@ -92,6 +92,11 @@ var fuzzSeeds = []struct{ method, path, body string }{
 	{"GET", "/vpcs/{vid}/operations?limit=501", ``},
 	{"GET", "/vpcs/{vid}/peerings/{pcid}/operations", ``},
 	{"GET", "/services/{sid}/snapshots", ``},
+
+	{"GET", "/services/{sid}/credentials", ``},
+	{"POST", "/services/{sid}/credentials", `{"name":"agent","access":"READ_ONLY","ttl_seconds":600}`},
+	{"POST", "/services/{sid}/credentials", `{"name":"w","access":"READ_WRITE","ttl_seconds":59}`},
+	{"DELETE", "/services/{sid}/credentials/{sid}", ``},
 }
 
 // fuzzPath turns a fuzzed path into the request's path below the base path.
