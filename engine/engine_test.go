@@ -147,16 +147,20 @@ func newFixture(t *testing.T) *fixture {
 
 func (f *fixture) engine(t *testing.T, owner string) *engine.Engine {
 	t.Helper()
-	return f.engineLogging(t, owner, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return f.engineWith(t, owner)
 }
 
-// engineLogging is engine with the logger a test reads.
-func (f *fixture) engineLogging(t *testing.T, owner string, logger *slog.Logger) *engine.Engine {
+// engineWith is engine with what a test sets before it starts (its
+// logger, its network).
+func (f *fixture) engineWith(t *testing.T, owner string, set ...func(e *engine.Engine)) *engine.Engine {
 	t.Helper()
-	e := engine.New(f.store, f.prov, owner, logger)
+	e := engine.New(f.store, f.prov, owner, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	e.PollInterval, e.HealthInterval, e.MetricsInterval = 20*time.Millisecond, 20*time.Millisecond, 20*time.Millisecond
 	e.LeaseTTL = 1500 * time.Millisecond
 	e.MaxAttempts = 3
+	for _, fn := range set {
+		fn(e)
+	}
 	if err := e.Open(); err != nil {
 		t.Fatal(err)
 	}

@@ -2,13 +2,16 @@ package engine_test
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"dbcloud"
 	"dbcloud/cloud"
+	"dbcloud/engine"
 )
 
 // syncBuffer is a log destination the test reads while the engine writes.
@@ -29,10 +32,16 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
+// logTo has the engine log to b.
+func logTo(b *syncBuffer) func(e *engine.Engine) {
+	return func(e *engine.Engine) { e.Logger = slog.New(slog.NewTextHandler(b, nil)) }
+}
+
 // TestEngine_PanicInReconcile: a runtime that panics while it ensures one
 // service costs that service an attempt, not the process: the other
 // service reaches READY, the panic is logged with the service it hit, and
-// the panicking service is retried with its backoff until it works.
+// the panicking service is retried with its backoff until it works; one
+// that panics every time is given up on (UNSTABLE) after MaxAttempts.
 func TestEngine_PanicInReconcile(t *testing.T) {
 	f := newFixture(t)
 	bad, err := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: "bad"})
@@ -43,12 +52,17 @@ func TestEngine_PanicInReconcile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	badID := bad.Service.ID
+	broken, err := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: "broken"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	badID, brokenID := bad.Service.ID, broken.Service.ID
 	f.prov.mu.Lock()
 	f.prov.panics[badID] = 2 // under the fixture's MaxAttempts of 3
+	f.prov.panics[brokenID] = 100
 	f.prov.mu.Unlock()
 	logs := &syncBuffer{}
-	f.engineLogging(t, "a", slog.New(slog.NewTextHandler(logs, nil)))
+	f.engineWith(t, "a", logTo(logs))
 
 	f.waitStatus(t, good.Service.ID, dbcloud.StatusReady)
 	f.waitStatus(t, badID, dbcloud.StatusReady)
@@ -65,6 +79,11 @@ func TestEngine_PanicInReconcile(t *testing.T) {
 	}
 	if got := ops[0]; got.Attempts != 2 || got.State != dbcloud.OpSucceeded {
 		t.Errorf("create %s after %d failed attempts; want succeeded after 2", got.State, got.Attempts)
+	}
+	// One that always panics is given up on as after any error.
+	f.waitStatus(t, brokenID, dbcloud.StatusUnstable)
+	if n, pending := f.prov.count(brokenID), len(f.pending(t, brokenID)); n != 3 || pending != 0 {
+		t.Errorf("service that always panics: %d ensures, %d operations pending; want 3 (MaxAttempts) and none", n, pending)
 	}
 	var panicked, retried bool
 	for _, line := range strings.Split(logs.String(), "\n") {
@@ -86,7 +105,7 @@ func TestEngine_PanicInReconcile(t *testing.T) {
 func TestEngine_PanicInHealthCheck(t *testing.T) {
 	f := newFixture(t)
 	logs := &syncBuffer{}
-	f.engineLogging(t, "a", slog.New(slog.NewTextHandler(logs, nil)))
+	f.engineWith(t, "a", logTo(logs))
 	bad, _ := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: "bad"}) // listed first
 	good, _ := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: "good"})
 	badID, goodID := bad.Service.ID, good.Service.ID
@@ -114,5 +133,82 @@ func TestEngine_PanicInHealthCheck(t *testing.T) {
 	})
 	if !strings.Contains(logs.String(), "nil pointer dereference") || !strings.Contains(logs.String(), "resource="+badID) {
 		t.Errorf("no panic logged with the service:\n%s", logs.String())
+	}
+}
+
+// panickyNetwork provisions peerings, panicking in the first CreatePeering
+// calls of each (by its peer VPC) as a buggy provider would.
+type panickyNetwork struct {
+	dbcloud.Network // only peerings are asked for
+	mu              sync.Mutex
+	panics, creates map[string]int
+}
+
+func (n *panickyNetwork) CreatePeering(ctx context.Context, vpc *dbcloud.VPC, p *dbcloud.Peering) (string, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.creates[p.PeerVPCID]++
+	if n.panics[p.PeerVPCID] > 0 {
+		n.panics[p.PeerVPCID]--
+		var m map[string]int
+		m[p.ID]++ // a nil map written
+	}
+	return "pcx-" + p.ID, nil
+}
+
+// TestEngine_PanicInPeeringReconcile: a panic in the network provider is
+// the peering's failed attempt, through the peering's own failure path: a
+// peering whose provider panics twice is retried with its backoff and
+// active once the provider works; one whose provider always panics is
+// failed after MaxAttempts, its operation ended, not retried for ever.
+func TestEngine_PanicInPeeringReconcile(t *testing.T) {
+	f := newFixture(t)
+	vpc, err := f.cloud.CreateVPC(f.ctx, f.pid, cloud.VPCCreate{Name: "v", CIDR: "10.1.0.0/16", Region: cloud.DefaultConfig().Regions[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := func(peerVPC string) *dbcloud.Peering {
+		p, err := f.cloud.CreatePeering(f.ctx, f.pid, vpc.ID, cloud.PeeringCreate{PeerAccountID: "123456789012", PeerRegionCode: "us-east-1", PeerVPCID: peerVPC})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	healed, broken := peer("vpc-healed"), peer("vpc-broken")
+	// Under and over the fixture's MaxAttempts of 3.
+	network := &panickyNetwork{panics: map[string]int{"vpc-healed": 2, "vpc-broken": 100}, creates: map[string]int{}}
+	f.engineWith(t, "a", func(e *engine.Engine) { e.Network = network })
+
+	for _, c := range []struct {
+		p        *dbcloud.Peering
+		status   dbcloud.PeeringStatus
+		state    dbcloud.OperationState
+		attempts int
+	}{
+		{healed, dbcloud.PeeringActive, dbcloud.OpSucceeded, 2},
+		{broken, dbcloud.PeeringFailed, dbcloud.OpFailed, 3},
+	} {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			got, err := f.cloud.GetPeering(f.ctx, f.pid, vpc.ID, c.p.ID)
+			if err == nil && got.Status == c.status {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("peering with %s: %+v, %v; want %s", c.p.PeerVPCID, got, err, c.status)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		var ops []*dbcloud.Operation
+		f.store.View(t.Context(), func(tx dbcloud.Tx) (err error) {
+			ops, err = tx.ListOperations(dbcloud.OperationFilter{ResourceID: c.p.ID})
+			return err
+		})
+		if len(ops) != 1 || ops[0].Attempts != c.attempts || ops[0].State != c.state {
+			t.Errorf("peering with %s: %d operations; want one, %s after %d failed attempts", c.p.PeerVPCID, len(ops), c.state, c.attempts)
+			for _, op := range ops {
+				t.Logf("operation %s: %s after %d attempts", op.Type, op.State, op.Attempts)
+			}
+		}
 	}
 }
