@@ -32,6 +32,7 @@ type provisioner struct {
 	checkPanics map[string]bool
 	checks      map[string]int
 	block       chan struct{} // when set, EnsureService waits for it
+	cancelled   int           // EnsureService calls whose context ended while they waited
 	// failSize, when set, fails every EnsureService of a service of that
 	// size, as PostgreSQL does with a size the host cannot map.
 	failSize *dbcloud.Size
@@ -51,6 +52,9 @@ func (p *provisioner) EnsureService(ctx context.Context, s *dbcloud.Service) (*d
 		select {
 		case <-block:
 		case <-ctx.Done():
+			p.mu.Lock()
+			p.cancelled++
+			p.mu.Unlock()
 			return nil, ctx.Err()
 		}
 	}

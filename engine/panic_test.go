@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -210,5 +211,53 @@ func TestEngine_PanicInPeeringReconcile(t *testing.T) {
 				t.Logf("operation %s: %s after %d attempts", op.Type, op.State, op.Attempts)
 			}
 		}
+	}
+}
+
+// panickyStore panics in every write while panics is set, as a bug in a
+// store driver would.
+type panickyStore struct {
+	dbcloud.Store
+	panics atomic.Bool
+}
+
+func (s *panickyStore) Update(ctx context.Context, fn func(dbcloud.Tx) error) error {
+	if s.panics.Load() {
+		var m map[string]int
+		m["update"]++ // a nil map written
+	}
+	return s.Store.Update(ctx, fn)
+}
+
+// TestEngine_PanicRenewingLease: a panic in the goroutine that renews a
+// worker's lease stops that work (without renewals the lease would expire
+// under it and another plane could start on the same service), and the
+// engine goes on: the service is reconciled again once the store works.
+func TestEngine_PanicRenewingLease(t *testing.T) {
+	f := newFixture(t)
+	f.prov.block = make(chan struct{}) // the work holds the lease meanwhile
+	store := &panickyStore{Store: f.store}
+	logs := &syncBuffer{}
+	f.engineWith(t, "a", logTo(logs), func(e *engine.Engine) { e.Store = store })
+	v, err := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: "db"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := v.Service.ID
+	f.waitStatus(t, id, dbcloud.StatusConfiguring)
+
+	store.panics.Store(true)
+	f.waitFor(t, id, "work stopped after the renewal panicked", func(*cloud.ServiceView, error) bool {
+		f.prov.mu.Lock()
+		defer f.prov.mu.Unlock()
+		return f.prov.cancelled > 0
+	})
+	store.panics.Store(false)
+	f.prov.mu.Lock()
+	close(f.prov.block)
+	f.prov.mu.Unlock()
+	f.waitStatus(t, id, dbcloud.StatusReady)
+	if !strings.Contains(logs.String(), `task="lease renewal"`) {
+		t.Errorf("no panic of the lease renewal logged:\n%s", logs.String())
 	}
 }
