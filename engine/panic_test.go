@@ -214,11 +214,21 @@ func TestEngine_PanicInPeeringReconcile(t *testing.T) {
 	}
 }
 
-// panickyStore panics in every write while panics is set, as a bug in a
-// store driver would.
+// panickyStore panics in every write while panics is set, and in the
+// next viewPanics reads, as a bug in a store driver would.
 type panickyStore struct {
 	dbcloud.Store
-	panics atomic.Bool
+	panics     atomic.Bool
+	viewPanics atomic.Int32
+}
+
+// View panics while viewPanics is above 0, counting down.
+func (s *panickyStore) View(ctx context.Context, fn func(dbcloud.Tx) error) error {
+	if s.viewPanics.Add(-1) >= 0 {
+		var m map[string]int
+		m["view"]++ // a nil map written
+	}
+	return s.Store.View(ctx, fn)
 }
 
 func (s *panickyStore) Update(ctx context.Context, fn func(dbcloud.Tx) error) error {
@@ -259,5 +269,60 @@ func TestEngine_PanicRenewingLease(t *testing.T) {
 	f.waitStatus(t, id, dbcloud.StatusReady)
 	if !strings.Contains(logs.String(), `task="lease renewal"`) {
 		t.Errorf("no panic of the lease renewal logged:\n%s", logs.String())
+	}
+}
+
+// TestEngine_PanicInDispatchLoop: the loop that finds pending work panics
+// (its store read, here) and is started again: the service created
+// meanwhile still reaches READY.
+func TestEngine_PanicInDispatchLoop(t *testing.T) {
+	f := newFixture(t)
+	store := &panickyStore{Store: f.store}
+	store.viewPanics.Store(3) // the dispatch loop's first read is one of them
+	logs := &syncBuffer{}
+	f.engineWith(t, "a", logTo(logs), func(e *engine.Engine) { e.Store = store })
+	v, err := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: "db"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.waitStatus(t, v.Service.ID, dbcloud.StatusReady)
+	if !strings.Contains(logs.String(), `task="engine dispatch loop"`) {
+		t.Errorf("no panic of the dispatch loop logged:\n%s", logs.String())
+	}
+}
+
+// TestEngine_PanicInBackupRound: a service whose backup maintenance
+// panics every time costs that service its backups, not the round: the
+// service listed after it is still maintained round after round, and the
+// panicking one is tried again in later rounds.
+func TestEngine_PanicInBackupRound(t *testing.T) {
+	f := newFixture(t)
+	q := &quietBackups{provisioner: f.prov, quiet: map[string]bool{}, maintained: map[string]int{}, panics: map[string]bool{}}
+	var ids []string
+	for _, name := range []string{"broken", "ok"} { // listed in this order
+		v, err := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, v.Service.ID)
+	}
+	q.panics[ids[0]] = true
+	f.engineWith(t, "a", func(e *engine.Engine) {
+		e.Provisioner = q
+		e.HealthInterval, e.BackupInterval = time.Hour, 20*time.Millisecond
+	})
+	for _, id := range ids {
+		f.waitStatus(t, id, dbcloud.StatusReady)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		q.mu.Lock()
+		broken, ok := q.maintained[ids[0]], q.maintained[ids[1]]
+		q.mu.Unlock()
+		if broken >= 2 && ok >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("maintained %d times the service that panics (want 2) and %d times the other (want 3)", broken, ok)
+		}
 	}
 }
