@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"dbcloud/history"
+	"dbcloud/internal/supervise"
 
 	"dbcloud"
 )
@@ -67,7 +68,9 @@ type Engine struct {
 
 	wake   chan struct{}
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	// group runs the loops, workers and lease renewals: a panic in one is
+	// recovered (supervise.go), and Close waits for them all.
+	group supervise.Group
 
 	mu        sync.Mutex
 	active    map[string]bool      // resources a worker of this process has
@@ -108,12 +111,11 @@ func (e *Engine) Open() error {
 	e.repairAfter = map[string]time.Time{}
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
-	e.wg.Add(2)
-	go e.dispatchLoop(ctx)
-	go e.healthLoop(ctx)
+	e.group.Logger = e.Logger
+	e.group.Loop(ctx, supervise.Task{Name: "engine dispatch loop"}, e.dispatchLoop)
+	e.group.Loop(ctx, supervise.Task{Name: "engine health loop"}, e.healthLoop)
 	if b := dbcloud.CapabilitiesOf(e.Provisioner).Maintainer; b != nil && e.BackupInterval > 0 {
-		e.wg.Add(1)
-		go e.backupLoop(ctx, b)
+		e.group.Loop(ctx, supervise.Task{Name: "engine backup loop"}, func(ctx context.Context) { e.backupLoop(ctx, b) })
 	}
 	return nil
 }
@@ -123,7 +125,7 @@ func (e *Engine) Open() error {
 func (e *Engine) Close() error {
 	if e.cancel != nil {
 		e.cancel()
-		e.wg.Wait()
+		e.group.Wait()
 	}
 	return nil
 }
@@ -139,7 +141,6 @@ func (e *Engine) Notify() {
 func (e *Engine) now() time.Time { return e.Now().UTC() }
 
 func (e *Engine) dispatchLoop(ctx context.Context) {
-	defer e.wg.Done()
 	t := time.NewTicker(e.PollInterval)
 	defer t.Stop()
 	sem := make(chan struct{}, max(1, e.Workers))
@@ -189,18 +190,24 @@ func (e *Engine) dispatch(ctx context.Context, sem chan struct{}) {
 		case <-ctx.Done():
 			return
 		}
-		e.wg.Add(1)
 		e.lastChange.Store(time.Now().UnixNano())
-		go func(op *dbcloud.Operation) {
-			defer e.wg.Done()
+		kind := e.kindOf(op.Type)
+		e.group.Go(supervise.Task{
+			Name: "engine worker", Attrs: []any{"resource", op.ResourceID, "kind", kind},
+			// A panic outside the reconcile (which reconcileSafely
+			// records): the resource waits a backoff before the next try.
+			OnPanic: func(*supervise.PanicError) { e.backoff(op.ResourceID, 1) },
+		}, func() {
 			defer func() { <-sem }()
-			e.work(ctx, op.ResourceID, e.kindOf(op.Type), op.ProjectID)
-			e.mu.Lock()
-			delete(e.active, op.ResourceID)
-			e.lastChange.Store(time.Now().UnixNano())
-			e.mu.Unlock()
-			e.Notify() // the resource may have more pending work
-		}(op)
+			defer func() {
+				e.mu.Lock()
+				delete(e.active, op.ResourceID)
+				e.lastChange.Store(time.Now().UnixNano())
+				e.mu.Unlock()
+				e.Notify() // the resource may have more pending work
+			}()
+			e.work(ctx, op.ResourceID, kind, op.ProjectID)
+		})
 	}
 }
 
@@ -247,15 +254,7 @@ func (e *Engine) work(ctx context.Context, resourceID, kind, projectID string) {
 		e.Logger.Info("service status", "service", resourceID, "from", dbcloud.StatusQueued, "to", dbcloud.StatusConfiguring)
 	}
 	start := time.Now()
-	var err error
-	switch kind {
-	case "service":
-		err = e.reconcileService(ctx, svc, resourceID)
-	case "peering":
-		err = e.reconcilePeering(ctx, projectID, resourceID)
-	case "replica_set":
-		err = e.reconcileReplicaSet(ctx, projectID, resourceID)
-	}
+	err := e.reconcileSafely(ctx, kind, svc, projectID, resourceID)
 	if e.Observe != nil && ctx.Err() == nil {
 		e.Observe(kind, time.Since(start), err)
 	}
@@ -302,7 +301,11 @@ func (e *Engine) lease(parent context.Context, resourceID string, begin func(tx 
 	e.leasesHeld.Add(1)
 	ctx, cancel := context.WithCancel(parent)
 	done := make(chan struct{})
-	go func() {
+	e.group.Go(supervise.Task{
+		Name: "lease renewal", Attrs: []any{"resource", resourceID},
+		// Without renewals the lease expires under the work: stop it.
+		OnPanic: func(*supervise.PanicError) { cancel() },
+	}, func() {
 		defer close(done)
 		t := time.NewTicker(e.LeaseTTL / 3)
 		defer t.Stop()
@@ -336,7 +339,7 @@ func (e *Engine) lease(parent context.Context, resourceID string, begin func(tx 
 				return
 			}
 		}
-	}()
+	})
 	release := func() {
 		cancel()
 		<-done
