@@ -12,7 +12,6 @@ import (
 // a whole data directory, which must not delay health checks. The
 // provisioner decides what is due and backs off after failures.
 func (e *Engine) backupLoop(ctx context.Context, b dbcloud.BackupMaintainer) {
-	defer e.wg.Done()
 	t := time.NewTicker(e.BackupInterval)
 	defer t.Stop()
 	round := time.Now()
@@ -33,7 +32,7 @@ func (e *Engine) backupLoop(ctx context.Context, b dbcloud.BackupMaintainer) {
 		due, _ := b.(backupsDue)
 		for _, svc := range w.services {
 			if svc.Status == dbcloud.StatusReady && (due == nil || due.BackupsDue(svc)) {
-				e.maintainBackups(ctx, b, svc)
+				e.guard("backup round", svc.ID, func() { e.maintainBackups(ctx, b, svc) })
 			}
 		}
 	}

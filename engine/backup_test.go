@@ -20,6 +20,7 @@ type quietBackups struct {
 	mu         sync.Mutex
 	quiet      map[string]bool
 	maintained map[string]int
+	panics     map[string]bool // services whose MaintainBackups panics
 }
 
 func (q *quietBackups) BackupsDue(svc *dbcloud.Service) bool {
@@ -32,6 +33,10 @@ func (q *quietBackups) MaintainBackups(ctx context.Context, svc *dbcloud.Service
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.maintained[svc.ID]++
+	if q.panics[svc.ID] {
+		var m map[string]int
+		m[svc.ID]++ // a nil map written
+	}
 	return nil
 }
 

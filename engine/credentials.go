@@ -37,7 +37,6 @@ func (e *Engine) ensureCredentials(ctx context.Context, svc *dbcloud.Service) er
 
 // credentialLoop runs credentialRound every CredentialInterval.
 func (e *Engine) credentialLoop(ctx context.Context, rt dbcloud.Credentials) {
-	defer e.wg.Done()
 	t := time.NewTicker(e.CredentialInterval)
 	defer t.Stop()
 	for {
@@ -77,20 +76,26 @@ func (e *Engine) credentialRound(ctx context.Context, rt dbcloud.Credentials) er
 		if svc == nil || svc.Status != dbcloud.StatusReady {
 			continue
 		}
-		lctx, release, ok := e.claimLeased(ctx, svc.ID)
-		if !ok {
-			continue // another worker has the service; the next round comes back
-		}
-		creds, err := e.credentials(lctx, svc.ProjectID, svc.ID)
-		if err == nil {
-			err = e.syncCredentials(lctx, rt, svc, creds)
-		}
-		release()
-		if err != nil && ctx.Err() == nil {
-			e.Logger.Warn("credential sync", "service", svc.ID, "error", err)
-		}
+		e.guard("credential sync", svc.ID, func() { e.expireCredentials(ctx, rt, svc) })
 	}
 	return nil
+}
+
+// expireCredentials syncs one service's roles under its lease, for the
+// round.
+func (e *Engine) expireCredentials(ctx context.Context, rt dbcloud.Credentials, svc *dbcloud.Service) {
+	lctx, release, ok := e.claimLeased(ctx, svc.ID)
+	if !ok {
+		return // another worker has the service; the next round comes back
+	}
+	defer release()
+	creds, err := e.credentials(lctx, svc.ProjectID, svc.ID)
+	if err == nil {
+		err = e.syncCredentials(lctx, rt, svc, creds)
+	}
+	if err != nil && ctx.Err() == nil {
+		e.Logger.Warn("credential sync", "service", svc.ID, "error", err)
+	}
 }
 
 // syncCredentials makes the service's roles the live credentials, then

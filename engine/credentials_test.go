@@ -64,7 +64,8 @@ func TestEngine_Credentials(t *testing.T) {
 	var skew atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
 	f.cloud.Now = now
-	f.engineWith(t, "a", credProvisioner{provisioner: prov, roleKeeper: keeper}, func(e *engine.Engine) {
+	f.engineWith(t, "a", func(e *engine.Engine) {
+		e.Provisioner = credProvisioner{provisioner: prov, roleKeeper: keeper}
 		e.CredentialInterval = 20 * time.Millisecond
 		e.Now = now
 	})

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"dbcloud/history"
+	"dbcloud/internal/supervise"
 
 	"dbcloud"
 )
@@ -70,7 +71,9 @@ type Engine struct {
 
 	wake   chan struct{}
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	// group runs the loops, workers and lease renewals: a panic in one is
+	// recovered (supervise.go), and Close waits for them all.
+	group supervise.Group
 
 	mu        sync.Mutex
 	active    map[string]bool      // resources a worker of this process has
@@ -111,16 +114,14 @@ func (e *Engine) Open() error {
 	e.repairAfter = map[string]time.Time{}
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
-	e.wg.Add(2)
-	go e.dispatchLoop(ctx)
-	go e.healthLoop(ctx)
+	e.group.Logger = e.Logger
+	e.group.Loop(ctx, supervise.Task{Name: "engine dispatch loop"}, e.dispatchLoop)
+	e.group.Loop(ctx, supervise.Task{Name: "engine health loop"}, e.healthLoop)
 	if b := dbcloud.CapabilitiesOf(e.Provisioner).Maintainer; b != nil && e.BackupInterval > 0 {
-		e.wg.Add(1)
-		go e.backupLoop(ctx, b)
+		e.group.Loop(ctx, supervise.Task{Name: "engine backup loop"}, func(ctx context.Context) { e.backupLoop(ctx, b) })
 	}
 	if rt := dbcloud.CapabilitiesOf(e.Provisioner).Credentials; rt != nil && e.CredentialInterval > 0 {
-		e.wg.Add(1)
-		go e.credentialLoop(ctx, rt)
+		e.group.Loop(ctx, supervise.Task{Name: "engine credential loop"}, func(ctx context.Context) { e.credentialLoop(ctx, rt) })
 	}
 	return nil
 }
@@ -130,7 +131,7 @@ func (e *Engine) Open() error {
 func (e *Engine) Close() error {
 	if e.cancel != nil {
 		e.cancel()
-		e.wg.Wait()
+		e.group.Wait()
 	}
 	return nil
 }
@@ -146,7 +147,6 @@ func (e *Engine) Notify() {
 func (e *Engine) now() time.Time { return e.Now().UTC() }
 
 func (e *Engine) dispatchLoop(ctx context.Context) {
-	defer e.wg.Done()
 	t := time.NewTicker(e.PollInterval)
 	defer t.Stop()
 	sem := make(chan struct{}, max(1, e.Workers))
@@ -196,18 +196,24 @@ func (e *Engine) dispatch(ctx context.Context, sem chan struct{}) {
 		case <-ctx.Done():
 			return
 		}
-		e.wg.Add(1)
 		e.lastChange.Store(time.Now().UnixNano())
-		go func(op *dbcloud.Operation) {
-			defer e.wg.Done()
+		kind := e.kindOf(op.Type)
+		e.group.Go(supervise.Task{
+			Name: "engine worker", Attrs: []any{"resource", op.ResourceID, "kind", kind},
+			// A panic outside the reconcile (which reconcileSafely
+			// records): the resource waits a backoff before the next try.
+			OnPanic: func(*supervise.PanicError) { e.backoff(op.ResourceID, 1) },
+		}, func() {
 			defer func() { <-sem }()
-			e.work(ctx, op.ResourceID, e.kindOf(op.Type), op.ProjectID)
-			e.mu.Lock()
-			delete(e.active, op.ResourceID)
-			e.lastChange.Store(time.Now().UnixNano())
-			e.mu.Unlock()
-			e.Notify() // the resource may have more pending work
-		}(op)
+			defer func() {
+				e.mu.Lock()
+				delete(e.active, op.ResourceID)
+				e.lastChange.Store(time.Now().UnixNano())
+				e.mu.Unlock()
+				e.Notify() // the resource may have more pending work
+			}()
+			e.work(ctx, op.ResourceID, kind, op.ProjectID)
+		})
 	}
 }
 
@@ -254,15 +260,7 @@ func (e *Engine) work(ctx context.Context, resourceID, kind, projectID string) {
 		e.Logger.Info("service status", "service", resourceID, "from", dbcloud.StatusQueued, "to", dbcloud.StatusConfiguring)
 	}
 	start := time.Now()
-	var err error
-	switch kind {
-	case "service":
-		err = e.reconcileService(ctx, svc, resourceID)
-	case "peering":
-		err = e.reconcilePeering(ctx, projectID, resourceID)
-	case "replica_set":
-		err = e.reconcileReplicaSet(ctx, projectID, resourceID)
-	}
+	err := e.reconcileSafely(ctx, kind, svc, projectID, resourceID)
 	if e.Observe != nil && ctx.Err() == nil {
 		e.Observe(kind, time.Since(start), err)
 	}
@@ -309,7 +307,11 @@ func (e *Engine) lease(parent context.Context, resourceID string, begin func(tx 
 	e.leasesHeld.Add(1)
 	ctx, cancel := context.WithCancel(parent)
 	done := make(chan struct{})
-	go func() {
+	e.group.Go(supervise.Task{
+		Name: "lease renewal", Attrs: []any{"resource", resourceID},
+		// Without renewals the lease expires under the work: stop it.
+		OnPanic: func(*supervise.PanicError) { cancel() },
+	}, func() {
 		defer close(done)
 		t := time.NewTicker(e.LeaseTTL / 3)
 		defer t.Stop()
@@ -343,7 +345,7 @@ func (e *Engine) lease(parent context.Context, resourceID string, begin func(tx 
 				return
 			}
 		}
-	}()
+	})
 	release := func() {
 		cancel()
 		<-done

@@ -26,7 +26,13 @@ type provisioner struct {
 	ensures map[string]int
 	deleted map[string]bool
 	fail    map[string][]error // errors to return from the next EnsureService calls
-	block   chan struct{}      // when set, EnsureService waits for it
+	panics  map[string]int     // how many of the next EnsureService calls panic
+	// checkPanics makes every CheckService of these services panic;
+	// checks counts the calls.
+	checkPanics map[string]bool
+	checks      map[string]int
+	block       chan struct{} // when set, EnsureService waits for it
+	cancelled   int           // EnsureService calls whose context ended while they waited
 	// failSize, when set, fails every EnsureService of a service of that
 	// size, as PostgreSQL does with a size the host cannot map.
 	failSize *dbcloud.Size
@@ -34,7 +40,8 @@ type provisioner struct {
 
 func newProvisioner() *provisioner {
 	return &provisioner{running: map[string]bool{}, sizes: map[string]dbcloud.Size{}, ensures: map[string]int{},
-		deleted: map[string]bool{}, fail: map[string][]error{}}
+		deleted: map[string]bool{}, fail: map[string][]error{}, panics: map[string]int{},
+		checkPanics: map[string]bool{}, checks: map[string]int{}}
 }
 
 func (p *provisioner) EnsureService(ctx context.Context, s *dbcloud.Service) (*dbcloud.Observation, error) {
@@ -45,12 +52,20 @@ func (p *provisioner) EnsureService(ctx context.Context, s *dbcloud.Service) (*d
 		select {
 		case <-block:
 		case <-ctx.Done():
+			p.mu.Lock()
+			p.cancelled++
+			p.mu.Unlock()
 			return nil, ctx.Err()
 		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.ensures[s.ID]++
+	if p.panics[s.ID] > 0 {
+		p.panics[s.ID]--
+		var m map[string]int
+		m[s.ID]++ // a bug in a runtime: a nil map written
+	}
 	if errs := p.fail[s.ID]; len(errs) > 0 {
 		p.fail[s.ID] = errs[1:]
 		return nil, errs[0]
@@ -86,6 +101,11 @@ func (p *provisioner) DeleteService(ctx context.Context, s *dbcloud.Service) err
 func (p *provisioner) CheckService(ctx context.Context, s *dbcloud.Service, measure bool) (*dbcloud.Observation, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.checks[s.ID]++
+	if p.checkPanics[s.ID] {
+		var obs *dbcloud.Observation
+		_ = obs.Running // a bug in a runtime: a nil pointer read
+	}
 	return &dbcloud.Observation{Running: p.running[s.ID], Metrics: &dbcloud.Metrics{MemoryMB: 18, StorageMB: 40}}, nil
 }
 
@@ -131,19 +151,19 @@ func newFixture(t *testing.T) *fixture {
 
 func (f *fixture) engine(t *testing.T, owner string) *engine.Engine {
 	t.Helper()
-	return f.engineWith(t, owner, f.prov, nil)
+	return f.engineWith(t, owner)
 }
 
-// engineWith is engine over provisioner p, with configure (if set)
-// applied before it opens.
-func (f *fixture) engineWith(t *testing.T, owner string, p dbcloud.Provisioner, configure func(e *engine.Engine)) *engine.Engine {
+// engineWith is engine with what a test sets before it starts (its
+// logger, its network).
+func (f *fixture) engineWith(t *testing.T, owner string, set ...func(e *engine.Engine)) *engine.Engine {
 	t.Helper()
-	e := engine.New(f.store, p, owner, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	e := engine.New(f.store, f.prov, owner, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	e.PollInterval, e.HealthInterval, e.MetricsInterval = 20*time.Millisecond, 20*time.Millisecond, 20*time.Millisecond
 	e.LeaseTTL = 1500 * time.Millisecond
 	e.MaxAttempts = 3
-	if configure != nil {
-		configure(e)
+	for _, fn := range set {
+		fn(e)
 	}
 	if err := e.Open(); err != nil {
 		t.Fatal(err)

@@ -14,7 +14,6 @@ import (
 // shown UNSTABLE (error) and restarted at once, and usage is written to the
 // store every MetricsInterval.
 func (e *Engine) healthLoop(ctx context.Context) {
-	defer e.wg.Done()
 	t := time.NewTicker(e.HealthInterval)
 	defer t.Stop()
 	for {
@@ -33,9 +32,11 @@ func (e *Engine) healthLoop(ctx context.Context) {
 		due := e.metricsDue(w.services)
 		var measured []measurement
 		for _, svc := range w.services {
-			if obs := e.check(ctx, svc, due[svc.ID]); obs != nil {
-				measured = append(measured, measurement{svc, obs})
-			}
+			e.guard("health check", svc.ID, func() {
+				if obs := e.check(ctx, svc, due[svc.ID]); obs != nil {
+					measured = append(measured, measurement{svc, obs})
+				}
+			})
 		}
 		e.recordMetrics(ctx, measured)
 		var samples []dbcloud.SeriesSample
@@ -45,7 +46,7 @@ func (e *Engine) healthLoop(ctx context.Context) {
 		e.recordHistory(ctx, samples)
 		if rp, ok := e.replicaSets(); ok {
 			for i, set := range w.sets {
-				e.checkReplicaSet(ctx, rp, w.parents[i], set)
+				e.guard("replica set health check", set.ID, func() { e.checkReplicaSet(ctx, rp, w.parents[i], set) })
 			}
 		}
 	}

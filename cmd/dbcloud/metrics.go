@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -110,7 +111,7 @@ func (m *Main) wireMetrics(h *http.Handler) error {
 		handler = mux
 	}
 	m.metricsServer = &stdhttp.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	go m.metricsServer.Serve(ln)
+	m.goLoop(context.Background(), "metrics server", func(context.Context) { m.metricsServer.Serve(ln) })
 	m.Logger.Info("serving Prometheus metrics", "url", m.MetricsURL())
 	return nil
 }

@@ -31,6 +31,7 @@ import (
 
 	"dbcloud/internal/atomicfile"
 	"dbcloud/internal/pgbin"
+	"dbcloud/internal/supervise"
 	"dbcloud/runtime/local"
 	"dbcloud/runtime/local/pgbouncer"
 	"dbcloud/runtime/local/postgres"
@@ -147,7 +148,9 @@ type Main struct {
 	engine   *engine.Engine
 	ca       *tlsca.CA
 	cancel   context.CancelFunc
-	done     chan struct{}
+	// background runs the servers and the purge loop (goLoop); Close
+	// waits for it.
+	background supervise.Group
 	// metricsServer serves /metrics on metricsListener (--metrics-listen).
 	metricsServer   *stdhttp.Server
 	metricsListener net.Listener
@@ -364,17 +367,16 @@ func (m *Main) Run(ctx context.Context) error {
 	m.server.RegisterOnShutdown(h.StopStreams)
 	m.server.TLSConfig = tlsConfig
 	bg, cancel := context.WithCancel(context.Background())
-	m.cancel, m.done = cancel, make(chan struct{})
+	m.cancel = cancel
 	// Accepted operations of a previous run are picked up here: the engine
 	// reads pending work from the store, nothing from memory.
 	if err := m.engine.Open(); err != nil {
 		cancel()
 		return err
 	}
-	go func() {
-		m.server.ServeTLS(http.LimitConnsPerAddr(m.listener, c.HTTP.MaxConnsPerAddr), "", "")
-	}()
-	go m.purgeLoop(bg)
+	listener := http.LimitConnsPerAddr(m.listener, c.HTTP.MaxConnsPerAddr)
+	m.goLoop(bg, "API server", func(context.Context) { m.server.ServeTLS(listener, "", "") })
+	m.goLoop(bg, "purge loop", m.purgeLoop)
 	m.Logger.Info("serving", "url", m.URL(), "ca_file", m.CAFile, "data_dir", c.DataDir)
 	m.banner()
 	return nil
@@ -460,10 +462,20 @@ func (m *Main) URL() string {
 // Cloud returns the domain service, for in-process tests.
 func (m *Main) Cloud() *cloud.Cloud { return m.cloud }
 
+// goLoop runs one of the server's long-lived loops under supervise: a
+// panic in it is logged and the loop started again, where it would have
+// ended the process and every tenant's control plane with it. A server's
+// loop ends when the server is shut down, the others when ctx ends.
+func (m *Main) goLoop(ctx context.Context, name string, fn func(ctx context.Context)) {
+	if m.background.Logger == nil { // set once, before the first goroutine reads it
+		m.background.Logger = m.Logger
+	}
+	m.background.Loop(ctx, supervise.Task{Name: name}, fn)
+}
+
 // purgeLoop forgets idempotency keys, operations and events past their
 // lifetime.
 func (m *Main) purgeLoop(ctx context.Context) {
-	defer close(m.done)
 	t := time.NewTicker(time.Hour)
 	defer t.Stop()
 	for {
@@ -501,8 +513,8 @@ func (m *Main) Close() error {
 	}
 	if m.cancel != nil {
 		m.cancel()
-		<-m.done
 	}
+	m.background.Wait()
 	if m.engine != nil {
 		errs = append(errs, m.engine.Close())
 	}

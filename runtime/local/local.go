@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"dbcloud"
+	"dbcloud/internal/supervise"
 	"dbcloud/pglog"
 	"dbcloud/runtime/local/backup"
 	"dbcloud/runtime/local/internal/cgroup"
@@ -112,8 +113,8 @@ type Runtime struct {
 	cursorKey   []byte                   // signs log cursors; read from its file once
 	logPaths    []pglog.PathName         // host paths log messages may name (logs.go); found once
 
-	stopLogs context.CancelFunc // ends the log retention loop
-	logsDone chan struct{}
+	stopLogs   context.CancelFunc // ends the log retention loop
+	background supervise.Group    // runs it
 }
 
 type cpuSample struct {
@@ -238,11 +239,10 @@ func (rt *Runtime) Open(ctx context.Context) error {
 		return err
 	}
 	logCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	rt.stopLogs, rt.logsDone = cancel, make(chan struct{})
-	go func() {
-		defer close(rt.logsDone)
-		rt.RunLogRetention(logCtx, rt.cfg.LogRetention)
-	}()
+	rt.stopLogs = cancel
+	rt.background.Logger = rt.cfg.Logger
+	rt.background.Loop(logCtx, supervise.Task{Name: "log retention", Attrs: []any{"data_dir", rt.cfg.DataDir}},
+		func(ctx context.Context) { rt.RunLogRetention(ctx, rt.cfg.LogRetention) })
 	return nil
 }
 
@@ -250,7 +250,7 @@ func (rt *Runtime) Open(ctx context.Context) error {
 func (rt *Runtime) Close() error {
 	if rt.stopLogs != nil {
 		rt.stopLogs()
-		<-rt.logsDone
+		rt.background.Wait()
 	}
 	return rt.instances.Close()
 }
@@ -334,7 +334,12 @@ func (rt *Runtime) preparedBase(ctx context.Context, svc *dbcloud.Service) (post
 	issuing.Add(1)
 	go func() {
 		defer issuing.Done()
-		certPEM, keyPEM, certErr = rt.serverCert(svc)
+		// A panic here is this ensure's error: the engine's Call, which
+		// makes it the service's failed attempt, does not see this goroutine.
+		certErr = supervise.Call(func() (err error) {
+			certPEM, keyPEM, err = rt.serverCert(svc)
+			return err
+		})
 	}()
 	defer issuing.Wait()
 	if _, err := rt.ensureOwner(ctx, svc); err != nil {

@@ -300,26 +300,33 @@ func (rt *Runtime) RunLogRetention(ctx context.Context, ret LogRetention) {
 	t := time.NewTicker(ret.Every)
 	defer t.Stop()
 	for {
-		// Control planes sharing the runtime directory take turns: a
-		// round runs in whichever takes the lock, the others skip it.
-		lock, ok, err := flock.TryLock(filepath.Join(rt.cfg.DataDir, logRetentionLock))
-		if err != nil {
-			rt.cfg.Logger.Warn("log retention", "error", err)
-		}
-		if ok {
-			n, err := rt.PruneLogs(ctx, ret)
-			lock.Unlock()
-			if err != nil && ctx.Err() == nil {
-				rt.cfg.Logger.Warn("log retention", "error", err)
-			}
-			if n > 0 {
-				rt.cfg.Logger.Info("log retention removed old log files", "files", n)
-			}
-		}
+		rt.logRetentionRound(ctx, ret)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// logRetentionRound is one round of RunLogRetention. Control planes
+// sharing the runtime directory take turns: a round runs in whichever
+// takes the lock, the others skip it. The lock is released however the
+// round ends, a panic included, or the restarted loop would never take it.
+func (rt *Runtime) logRetentionRound(ctx context.Context, ret LogRetention) {
+	lock, ok, err := flock.TryLock(filepath.Join(rt.cfg.DataDir, logRetentionLock))
+	if err != nil {
+		rt.cfg.Logger.Warn("log retention", "error", err)
+	}
+	if !ok {
+		return
+	}
+	defer lock.Unlock()
+	n, err := rt.PruneLogs(ctx, ret)
+	if err != nil && ctx.Err() == nil {
+		rt.cfg.Logger.Warn("log retention", "error", err)
+	}
+	if n > 0 {
+		rt.cfg.Logger.Info("log retention removed old log files", "files", n)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"dbcloud/internal/atomicfile"
+	"dbcloud/internal/supervise"
 	"dbcloud/runtime/local/internal/cgroup"
 	"dbcloud/runtime/local/internal/osuser"
 	"dbcloud/runtime/local/internal/proc"
@@ -113,7 +114,7 @@ type Instances struct {
 	// templateMu makes one template at a time (template.go).
 	templateMu sync.Mutex
 	cancel     context.CancelFunc
-	wg         sync.WaitGroup
+	loops      supervise.Group // the pool refill (pool.go)
 }
 
 // Defaults of the pool's burst bounds.

@@ -16,6 +16,7 @@ import (
 
 	"dbcloud/internal/atomicfile"
 	"dbcloud/internal/flock"
+	"dbcloud/internal/supervise"
 	"dbcloud/runtime/local/internal/osuser"
 	"dbcloud/runtime/local/internal/volume"
 )
@@ -115,17 +116,18 @@ func (m *Instances) Open(ctx context.Context) error {
 	}
 	m.cancel = cancel
 	m.mu.Unlock()
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
+	m.loops.Logger = m.Logger
+	m.loops.Loop(loopCtx, supervise.Task{Name: "pool refill", Attrs: []any{"pool_dir", m.PoolDir}}, func(ctx context.Context) {
 		if !owner {
-			if lock = m.awaitPoolLock(loopCtx); lock == nil {
+			if lock = m.awaitPoolLock(ctx); lock == nil {
 				return
 			}
 		}
+		// A panic unlocks on the way out: a restart takes the lock anew.
+		owner = false
 		defer lock.Unlock()
-		m.refillLoop(loopCtx)
-	}()
+		m.refillLoop(ctx)
+	})
 	return nil
 }
 
@@ -164,7 +166,7 @@ func (m *Instances) Close() error {
 	if cancel != nil {
 		cancel()
 	}
-	m.wg.Wait()
+	m.loops.Wait()
 	return nil
 }
 

@@ -96,6 +96,16 @@ func TestPool_DrainRemovesEntriesAndIdentities(t *testing.T) {
 // the users of the claims the test appends to claimed.
 func openIdentityPool(t *testing.T, base, prefix string, size, maxSize int) (*Instances, *osuser.Manager, *[]string) {
 	t.Helper()
+	m, users, claimed := newIdentityPool(t, base, prefix, size, maxSize)
+	if err := m.Open(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return m, users, claimed
+}
+
+// newIdentityPool is openIdentityPool before Open.
+func newIdentityPool(t *testing.T, base, prefix string, size, maxSize int) (*Instances, *osuser.Manager, *[]string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("making OS users needs root")
 	}
@@ -119,8 +129,5 @@ func openIdentityPool(t *testing.T, base, prefix string, size, maxSize int) (*In
 			}
 		}
 	})
-	if err := m.Open(t.Context()); err != nil {
-		t.Fatal(err)
-	}
 	return m, users, claimed
 }

@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"dbcloud/internal/supervise"
 )
 
 func (m *Instances) kickRefill() {
@@ -89,7 +91,9 @@ func (m *Instances) refillLoop(ctx context.Context) {
 					nice = prepareNice
 				}
 				inFlight++
-				go func() { done <- m.addToPool(ctx, nice) }()
+				// A panic preparing one cluster is that cluster's
+				// failure, retried with the backoff, not the process's.
+				go func() { done <- supervise.Call(func() error { return m.addToPool(ctx, nice) }) }()
 				continue
 			}
 		}
