@@ -20,8 +20,12 @@ type HostCapacity struct {
 	// larger.
 	CPUMillis   int
 	MemoryBytes int64
+	// MemAvailableBytes is the memory available for new work now (the
+	// kernel's MemAvailable); 0 when not measured.
+	MemAvailableBytes int64
 	// Overcommit is how many times the host's CPU and memory the running
-	// instances may reserve together.
+	// dedicated instances may reserve together. Shared instances are
+	// admitted by their footprint against the memory left (issue 38).
 	Overcommit float64
 	// DiskFreeBytes is the free space where instances keep their data.
 	DiskFreeBytes int64

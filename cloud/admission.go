@@ -25,6 +25,8 @@ const hostLockID = "host-admission"
 // Resources is what a set of instances reserves.
 type Resources struct {
 	Instances int
+	// Shared counts the running shared instances among Instances.
+	Shared    int
 	CPUMillis int
 	MemoryMB  int64
 	StorageMB int64
@@ -32,14 +34,19 @@ type Resources struct {
 
 func (r *Resources) add(o Resources) {
 	r.Instances += o.Instances
+	r.Shared += o.Shared
 	r.CPUMillis += o.CPUMillis
 	r.MemoryMB += o.MemoryMB
 	r.StorageMB += o.StorageMB
 }
 
-// footprint is what one running instance of size reserves: the limits
-// the runtimes give it (package sizing).
-func footprint(size dbcloud.Size) (cpuMillis int, memoryMB int64) {
+// reservation is what one running instance of size reserves: a dedicated
+// size its limits (package sizing), a shared one its footprint and no
+// CPU, since shared instances share what is left (sizing's shared slice).
+func reservation(size dbcloud.Size) (cpuMillis int, memoryMB int64) {
+	if size.Shared {
+		return 0, sizing.SharedFootprintBytes >> 20
+	}
 	r := sizing.For(size)
 	return r.CPUMillis, r.MemoryBytes >> 20
 }
@@ -47,8 +54,11 @@ func footprint(size dbcloud.Size) (cpuMillis int, memoryMB int64) {
 func instances(n int, size dbcloud.Size, storageMB int64, running bool) Resources {
 	r := Resources{StorageMB: int64(n) * storageMB}
 	if running {
-		cpu, mem := footprint(size)
+		cpu, mem := reservation(size)
 		r.Instances, r.CPUMillis, r.MemoryMB = n, n*cpu, int64(n)*mem
+		if size.Shared {
+			r.Shared = n
+		}
 	}
 	return r
 }
@@ -138,14 +148,17 @@ func (c *Cloud) admit(tx dbcloud.Tx, host *dbcloud.HostCapacity, projectID strin
 		}
 	}
 	if host != nil {
-		cpu, mem := footprint(cand.size)
-		if cpu > host.CPUMillis || mem<<20 > host.MemoryBytes {
+		limits := sizing.For(cand.size)
+		if cpu, mem := limits.CPUMillis, limits.MemoryBytes>>20; cpu > host.CPUMillis || mem<<20 > host.MemoryBytes {
 			cpuLimit, memLimitMB := host.Limits()
 			return dbcloud.CodedErrorf(dbcloud.KindConflict, dbcloud.CodeCapacityExceeded,
 				"This host has %d millicores and %s of memory, so an instance of size %s does not fit; %d millicores and %s are free to reserve now. Choose a smaller size.",
 				host.CPUMillis, gib(host.MemoryBytes>>20), cand.size, max(0, cpuLimit-hostBefore.CPUMillis), gib(max(0, memLimitMB-hostBefore.MemoryMB)))
 		}
 		if err := hostCheck(host, hostBefore, hostAfter); err != nil {
+			return err
+		}
+		if err := sharedCheck(host, hostBefore, hostAfter); err != nil {
 			return err
 		}
 		if err := diskCheck(tx, host, cand.services); err != nil {
@@ -239,6 +252,33 @@ func hostCheck(h *dbcloud.HostCapacity, before, after Resources) error {
 	}
 	return dbcloud.CodedErrorf(dbcloud.KindConflict, dbcloud.CodeCapacityExceeded,
 		"This host cannot hold the change: %s. Choose a smaller size or fewer instances, or stop or delete a service.", strings.Join(over, "; "))
+}
+
+// sharedCheck admits shared instances against the memory the host has
+// left for them: its memory less what the running dedicated instances
+// reserve and the system reserve, at a footprint each (sizing's shared
+// slice). A host whose memory is in use now (MemAvailable under the
+// reserve and one footprint) takes no new one either. Only growth of the
+// shared count is refused.
+func sharedCheck(h *dbcloud.HostCapacity, before, after Resources) error {
+	if after.Shared <= before.Shared {
+		return nil
+	}
+	footMB := int64(sizing.SharedFootprintBytes >> 20)
+	memMB, reserveMB := h.MemoryBytes>>20, sizing.SystemReserveBytes(h.MemoryBytes)>>20
+	dedicatedMB := min(max(0, after.MemoryMB-int64(after.Shared)*footMB), memMB)
+	most := max(0, (memMB-dedicatedMB-reserveMB)/footMB)
+	if int64(after.Shared) > most {
+		return dbcloud.CodedErrorf(dbcloud.KindConflict, dbcloud.CodeCapacityExceeded,
+			"This host runs %d shared services and holds at most %d: each counts %d MiB against its %s of memory, less %s reserved by running dedicated services and %s kept for dbcloud and the system. Stop or delete a shared service, or choose a dedicated size.",
+			before.Shared, most, footMB, gib(memMB), gib(dedicatedMB), gib(reserveMB))
+	}
+	if h.MemAvailableBytes > 0 && h.MemAvailableBytes < sizing.SystemReserveBytes(h.MemoryBytes)+sizing.SharedFootprintBytes {
+		return dbcloud.CodedErrorf(dbcloud.KindConflict, dbcloud.CodeCapacityExceeded,
+			"This host's memory is in use: %s is available, and a shared service needs %d MiB beyond the %s kept for dbcloud and the system. Stop or delete a service, or retry when the host has memory free.",
+			gib(h.MemAvailableBytes>>20), footMB, gib(reserveMB))
+	}
+	return nil
 }
 
 // diskCheck refuses a change that raises a service's storage limit (a

@@ -3,6 +3,7 @@ package http_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -78,7 +79,8 @@ func TestAdmission(t *testing.T) {
 		{name: "QuotaInstancesReplicaNodes", quota: &dbcloud.ResourceQuota{Instances: 3}, call: func(e *env, id ids) req {
 			return req{Method: "POST", Path: e.pa() + "/services/" + id.c + "/replicaSets", Body: map[string]any{"name": "r", "cpu_millis": 500, "memory_gbs": 2, "nodes": 2}}
 		}, code: dbcloud.CodeQuotaExceeded},
-		{name: "QuotaMillicores", quota: &dbcloud.ResourceQuota{CPUMillis: 3000}, call: func(e *env, id ids) req {
+		// b reserves 2000 millicores; the shared c none (issue 38).
+		{name: "QuotaMillicores", quota: &dbcloud.ResourceQuota{CPUMillis: 2500}, call: func(e *env, id ids) req {
 			return req{Method: "POST", Path: e.pa() + "/services", Body: map[string]any{"name": "x", "cpu_millis": "1000"}}
 		}, code: dbcloud.CodeQuotaExceeded},
 		{name: "QuotaStorageFork", quota: &dbcloud.ResourceQuota{StorageGBs: 5}, setup: func(e *env, id *ids) {
@@ -208,4 +210,63 @@ func TestAdmission_DiskFullIs503(t *testing.T) {
 	e.runtime.host.DiskFreeBytes = 100 << 30
 	e.runtime.mu.Unlock()
 	e.want(202, "", req{Method: "POST", Path: e.pa() + "/services", Body: map[string]any{"name": "b"}})
+}
+
+// TestAdmission_SharedSlice: shared services are admitted by their
+// footprint against the memory the host has left, not by a CPU sum: a
+// 2-core host with 4 GiB takes more than the 16 that half a core each
+// overcommitted 4 times allowed; a dedicated size is still admitted with
+// the shared ones running (they never starve it); the shared count is then
+// bounded by what the dedicated service and the system reserve leave, and
+// a host whose memory is in use takes no shared service at all. Each
+// refusal says what is full and changes nothing.
+func TestAdmission_SharedSlice(t *testing.T) {
+	e := newEnv(t, "sqlite", noLimits)
+	if _, err := e.cloud.SetProjectQuota(context.Background(), e.a.ProjectID, &dbcloud.ResourceQuota{}); err != nil {
+		t.Fatal(err)
+	}
+	host := dbcloud.HostCapacity{CPUMillis: 2000, MemoryBytes: 4 << 30, Overcommit: 4, DiskFreeBytes: 1 << 40}
+	setHost := func(h dbcloud.HostCapacity) {
+		e.runtime.mu.Lock()
+		e.runtime.host = &h
+		e.runtime.mu.Unlock()
+	}
+	setHost(host)
+	shared := func(i int) req {
+		return req{Method: "POST", Path: e.pa() + "/services", Body: map[string]any{"name": fmt.Sprintf("s%d", i), "cpu_millis": "shared"}}
+	}
+	for i := range 20 {
+		var s struct {
+			ServiceID string `json:"service_id"`
+		}
+		e.want(202, "", shared(i)).decode(t, &s)
+		e.settle(s.ServiceID, dbcloud.StatusReady)
+	}
+	// A dedicated 500/2 beside 20 running shared services.
+	d := e.readyService(map[string]any{"name": "dedicated", "cpu_millis": "500"})
+	// Now 4 GiB less 2 GiB reserved by it and 1 GiB for the system leaves
+	// room for 16 shared services; 20 run: the next is refused.
+	res := e.want(409, dbcloud.CodeCapacityExceeded, shared(20))
+	if !strings.Contains(string(res.Body), "holds at most 16") {
+		t.Errorf("refusal: %s", res.Body)
+	}
+	// A service being deleted counts as gone.
+	e.want(202, "", req{Method: "DELETE", Path: e.pa() + "/services/" + d.ServiceID})
+	var s struct {
+		ServiceID string `json:"service_id"`
+	}
+	e.want(202, "", shared(21)).decode(t, &s)
+	e.settle(s.ServiceID, dbcloud.StatusReady)
+	// Memory in use by others: no shared service, whatever the count.
+	host.MemAvailableBytes = 1 << 30
+	setHost(host)
+	res = e.want(409, dbcloud.CodeCapacityExceeded, shared(22))
+	if !strings.Contains(string(res.Body), "memory is in use") {
+		t.Errorf("refusal with the memory in use: %s", res.Body)
+	}
+	var list []struct{}
+	e.want(200, "", req{Method: "GET", Path: e.pa() + "/services"}).decode(t, &list)
+	if len(list) != 22 {
+		t.Errorf("%d services after the refusals, want 22 (21 shared and the one being deleted)", len(list))
+	}
 }

@@ -17,18 +17,43 @@ import (
 // limits (cgroups on the host, requests and limits of a pod) and the
 // PostgreSQL settings that follow from them.
 type Resources struct {
-	CPUMillis   int
+	CPUMillis int
+	// CPUShares is the CPU weight under contention, in cgroup v1's
+	// cpu.shares units (1024 a core).
+	CPUShares   int
 	MemoryBytes int64
 	Settings    map[string]string
 }
 
-// sharedMemory is the memory limit of a shared service. An idle instance
-// uses about 18 MB, so dozens of shared services fit on one host.
-// Its CPU limit is half a core.
+// The shared slice: what one shared service gets, and what it costs the
+// host (issue 38). Shared services are the many small databases (a branch,
+// a customer or a developer each) that sit idle most of the time: an idle
+// one uses 9-18 MB, so they are not admitted by what their limits would
+// reserve, as dedicated sizes are, but by a footprint, against the memory
+// the host has left after the dedicated sizes and a reserve.
 const (
-	sharedMemory    = 512 << 20
-	sharedCPUMillis = 500
+	// SharedCPUMillis caps one shared instance at half a core: one busy
+	// tenant cannot take a whole core of a small host.
+	SharedCPUMillis = 500
+	// SharedCPUShares is its weight under contention: a sixteenth of a
+	// dedicated half core (512), so busy shared tenants yield to
+	// dedicated sizes, which keep the CPU their size promises, and only
+	// slow each other.
+	SharedCPUShares = 32
+	// SharedMemoryBytes is its hard memory limit: a memory-hungry query
+	// is refused or ends its own backend, not the host's other tenants.
+	SharedMemoryBytes = 512 << 20
+	// SharedFootprintBytes is what admission counts for one running
+	// shared instance: its idle working set (about 18 MB) with room for
+	// its 16 MB of shared buffers filling and a few sessions.
+	SharedFootprintBytes = 64 << 20
 )
+
+// SystemReserveBytes is the memory of a host of memBytes that no service
+// is promised: dbcloud itself, its store, the pool of prepared clusters,
+// the page cache the instances' I/O needs, and the system. 1 GiB, or a
+// sixteenth of a larger host.
+func SystemReserveBytes(memBytes int64) int64 { return max(1<<30, memBytes/16) }
 
 // For derives limits and settings from a size, with the ratios of
 // timescaledb-tune (runtime-notes.md section 7): shared_buffers a quarter of
@@ -36,7 +61,7 @@ const (
 func For(size dbcloud.Size) Resources {
 	if size.Shared {
 		return Resources{
-			CPUMillis: sharedCPUMillis, MemoryBytes: sharedMemory,
+			CPUMillis: SharedCPUMillis, CPUShares: SharedCPUShares, MemoryBytes: SharedMemoryBytes,
 			Settings: map[string]string{
 				"shared_buffers": "16MB", "effective_cache_size": "256MB", "maintenance_work_mem": "32MB",
 				"work_mem": "4MB", "max_connections": "25", "max_worker_processes": "4",
@@ -59,7 +84,7 @@ func For(size dbcloud.Size) Resources {
 	half := max(1, (cpus+1)/2)
 	workKB := max(64, size.MemoryGBs*400*1024/conns/half)
 	return Resources{
-		CPUMillis: size.CPUMillis, MemoryBytes: int64(size.MemoryGBs) << 30,
+		CPUMillis: size.CPUMillis, CPUShares: max(2, size.CPUMillis*1024/1000), MemoryBytes: int64(size.MemoryGBs) << 30,
 		Settings: map[string]string{
 			"shared_buffers":                   fmt.Sprintf("%dMB", memMB/4),
 			"effective_cache_size":             fmt.Sprintf("%dMB", memMB*3/4),

@@ -308,7 +308,7 @@ func (rt *Runtime) instanceBase(svc *dbcloud.Service) (postgres.Spec, error) {
 	return postgres.Spec{
 		ID: svc.ID + "-0", Dir: filepath.Join(rt.serviceDir(svc.ID), "0"), ListenAddr: listen,
 		Port: svc.Endpoint.Port, Settings: rt.storageSettings(svc.ID, rt.cfg.StorageLimits.Of(svc.Spec.Size), sizing.WithAddons(res, svc.Spec.Addons)),
-		CPUMillis: res.CPUMillis, MemoryBytes: res.MemoryBytes, ArchiveDir: rt.archiveDir(svc.ID),
+		CPUMillis: res.CPUMillis, CPUShares: res.CPUShares, MemoryBytes: res.MemoryBytes, ArchiveDir: rt.archiveDir(svc.ID),
 		Owner: owner,
 	}, nil
 }
@@ -622,7 +622,11 @@ func (rt *Runtime) HostCapacity() (dbcloud.HostCapacity, error) {
 	if err != nil {
 		return dbcloud.HostCapacity{}, err
 	}
-	return dbcloud.HostCapacity{CPUMillis: cpu, MemoryBytes: mem, Overcommit: rt.cfg.Overcommit, DiskFreeBytes: disk,
+	avail, err := postgres.MemAvailable()
+	if err != nil {
+		return dbcloud.HostCapacity{}, err
+	}
+	return dbcloud.HostCapacity{CPUMillis: cpu, MemoryBytes: mem, MemAvailableBytes: avail, Overcommit: rt.cfg.Overcommit, DiskFreeBytes: disk,
 		DiskReserveBytes: rt.diskReserve, StorageLimit: rt.cfg.StorageLimits.Of}, nil
 }
 

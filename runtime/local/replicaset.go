@@ -100,7 +100,7 @@ func (rt *Runtime) nodeSpec(set *dbcloud.Service, upstream postgres.Spec, st *re
 	return postgres.Spec{
 		ID: set.ID + "-" + strconv.Itoa(n), Dir: filepath.Join(rt.serviceDir(set.ID), strconv.Itoa(n)),
 		ListenAddr: rt.listenAddr(), Port: st.Ports[n], Settings: settings, CertPEM: certPEM, KeyPEM: keyPEM,
-		CPUMillis: res.CPUMillis, MemoryBytes: res.MemoryBytes,
+		CPUMillis: res.CPUMillis, CPUShares: res.CPUShares, MemoryBytes: res.MemoryBytes,
 		// The set reads its parent's data and reaches its parent's
 		// socket: it runs as the parent's OS user.
 		Owner: upstream.Owner,

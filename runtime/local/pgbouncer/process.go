@@ -60,7 +60,7 @@ func (ps *Poolers) run(ctx context.Context, p Spec) (int, error) {
 	}
 	cg := ps.cgroups.Ensure(p.ID, ps.instances.Owner(p.Target))
 	if cg != nil {
-		if err := cg.SetLimits(0, poolerMemoryBytes); err != nil {
+		if err := cg.SetLimits(cgroup.Limits{MemoryBytes: poolerMemoryBytes}); err != nil {
 			return 0, fmt.Errorf("set pooler limits: %w", err)
 		}
 	}

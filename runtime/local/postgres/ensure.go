@@ -86,7 +86,7 @@ func (m *Instances) SetLimits(s Spec) error {
 	if cg == nil {
 		return nil
 	}
-	if err := cg.SetLimits(s.CPUMillis, s.MemoryBytes); err != nil {
+	if err := cg.SetLimits(s.limits()); err != nil {
 		return fmt.Errorf("set limits of instance %s: %w", s.ID, err)
 	}
 	return nil

@@ -150,7 +150,7 @@ func later(a, b time.Time) time.Time {
 // the memory available now, at prepareMemory each; always at least one.
 func (m *Instances) prepareSlots() int {
 	slots := runtime.NumCPU()
-	if avail, err := memAvailable(); err == nil && m.PoolMemoryShare > 0 {
+	if avail, err := MemAvailable(); err == nil && m.PoolMemoryShare > 0 {
 		slots = min(slots, int(m.PoolMemoryShare*float64(avail)/prepareMemory))
 	}
 	return max(1, slots)

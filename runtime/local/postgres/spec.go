@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 
+	"dbcloud/runtime/local/internal/cgroup"
 	"dbcloud/runtime/local/internal/osuser"
 )
 
@@ -32,6 +33,9 @@ type Spec struct {
 	CertPEM, KeyPEM []byte
 	// CPUMillis is the cgroup CPU quota; 0 means no limit.
 	CPUMillis int
+	// CPUShares is the cgroup CPU weight (v1 units, 1024 a core); 0
+	// follows CPUMillis.
+	CPUShares int
 	// MemoryBytes is the cgroup memory limit; 0 means no limit.
 	MemoryBytes int64
 	// ArchiveDir, when set, is where the instance archives its WAL
@@ -101,3 +105,8 @@ func (s Spec) validate() error {
 // ValidID reports whether id may name an instance (or a pooler): it
 // appears in cgroup paths and in cluster_name.
 func ValidID(id string) bool { return instanceID.MatchString(id) }
+
+// limits are the spec's cgroup limits.
+func (s Spec) limits() cgroup.Limits {
+	return cgroup.Limits{CPUMillis: s.CPUMillis, CPUShares: s.CPUShares, MemoryBytes: s.MemoryBytes}
+}

@@ -43,7 +43,7 @@ func (m *Instances) Start(ctx context.Context, s Spec) (int, error) {
 func (m *Instances) start(ctx context.Context, s Spec) (int, error) {
 	cg := m.cgroups.Ensure(s.ID, m.Owner(s))
 	if cg != nil {
-		if err := cg.SetLimits(s.CPUMillis, s.MemoryBytes); err != nil {
+		if err := cg.SetLimits(s.limits()); err != nil {
 			return 0, fmt.Errorf("set limits: %w", err)
 		}
 	}

@@ -133,9 +133,9 @@ func HostCapacity(dir string) (cpuMillis int, memBytes, diskFreeBytes int64, err
 	return cpuMillis, memBytes, int64(st.Bavail) * int64(st.Bsize), nil
 }
 
-// memAvailable is the kernel's estimate of the memory available for new
+// MemAvailable is the kernel's estimate of the memory available for new
 // work without swapping.
-func memAvailable() (int64, error) { return meminfo("MemAvailable") }
+func MemAvailable() (int64, error) { return meminfo("MemAvailable") }
 
 // meminfo reads one field of /proc/meminfo, in bytes.
 func meminfo(field string) (int64, error) {

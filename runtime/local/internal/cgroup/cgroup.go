@@ -285,14 +285,34 @@ func (g *Group) ProcsFiles() []string {
 	return files
 }
 
-// SetLimits applies a CPU quota and a memory limit (zero means unlimited)
-// and, where the pids controller is there, PidsMax. They take effect
-// immediately for running processes.
-func (g *Group) SetLimits(cpuMillis int, memoryBytes int64) error {
-	if g.dir != "" {
-		return g.setLimitsV2(cpuMillis, memoryBytes)
+// Limits are a group's CPU quota (millicores), CPU weight (v1 shares,
+// 1024 a core) and memory limit. Zero means unlimited; a zero weight
+// follows the quota (a core's weight per core), or the default without
+// one.
+type Limits struct {
+	CPUMillis   int
+	CPUShares   int
+	MemoryBytes int64
+}
+
+// shares is the weight to write, in v1 units.
+func (l Limits) shares() int {
+	switch {
+	case l.CPUShares > 0:
+		return min(max(2, l.CPUShares), 262144)
+	case l.CPUMillis > 0:
+		return max(2, l.CPUMillis*1024/1000)
 	}
-	return g.setLimitsV1(cpuMillis, memoryBytes)
+	return 1024
+}
+
+// SetLimits applies the limits and, where the pids controller is there,
+// PidsMax. They take effect immediately for running processes.
+func (g *Group) SetLimits(l Limits) error {
+	if g.dir != "" {
+		return g.setLimitsV2(l)
+	}
+	return g.setLimitsV1(l)
 }
 
 // Usage reads the CPU time consumed by the group so far and its memory

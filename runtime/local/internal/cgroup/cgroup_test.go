@@ -117,7 +117,7 @@ func TestGroup_V2Files(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(root, Parent, "cgroup.subtree_control")); !strings.Contains(string(got), "+") {
 		t.Errorf("Parent's subtree_control = %q, want the controllers enabled", got)
 	}
-	if err := g.SetLimits(500, 512<<20); err != nil {
+	if err := g.SetLimits(Limits{CPUMillis: 500, MemoryBytes: 512 << 20}); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := os.ReadFile(filepath.Join(root, Parent, "cgroup.subtree_control")); !strings.Contains(string(got), "+pids") {
@@ -129,7 +129,7 @@ func TestGroup_V2Files(t *testing.T) {
 			t.Errorf("%s = %q, want %q", name, got, want)
 		}
 	}
-	if err := g.SetLimits(0, 0); err != nil {
+	if err := g.SetLimits(Limits{}); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := os.ReadFile(filepath.Join(g.SpawnDir(), "cpu.max")); !strings.HasPrefix(string(got), "max 100000") {
@@ -213,7 +213,7 @@ func TestPidsLimit_V1(t *testing.T) {
 		t.Fatal("Ensure: no group")
 	}
 	t.Cleanup(func() { g.Remove(time.Now().Add(10 * time.Second)) })
-	if err := g.SetLimits(0, 0); err != nil {
+	if err := g.SetLimits(Limits{}); err != nil {
 		t.Fatal(err)
 	}
 	pidsDir := g.dirs[pidsController]
@@ -253,5 +253,26 @@ func TestPidsLimit_V1(t *testing.T) {
 	}
 	if pids, err := g.Procs(); err != nil || len(pids) > 8 || len(pids) < 1 {
 		t.Errorf("group holds %d processes (%v), want some sleeps, at most 8", len(pids), err)
+	}
+}
+
+// TestLimits_Shares: a weight given is the weight written (bounded as the
+// kernel bounds it); without one it follows the quota, a core's 1024 per
+// core, and without either it is the kernel's default.
+func TestLimits_Shares(t *testing.T) {
+	for _, c := range []struct {
+		l    Limits
+		want int
+	}{
+		{Limits{CPUMillis: 500, CPUShares: 32}, 32},
+		{Limits{CPUMillis: 500}, 512},
+		{Limits{CPUMillis: 2000}, 2048},
+		{Limits{}, 1024},
+		{Limits{CPUShares: 1}, 2},
+		{Limits{CPUShares: 1 << 20}, 262144},
+	} {
+		if got := c.l.shares(); got != c.want {
+			t.Errorf("%+v: shares %d, want %d", c.l, got, c.want)
+		}
 	}
 }

@@ -26,16 +26,15 @@ func (g *Group) ensureV1(owner *syscall.Credential) error {
 	return nil
 }
 
-func (g *Group) setLimitsV1(cpuMillis int, memoryBytes int64) error {
+func (g *Group) setLimitsV1(l Limits) error {
 	cpu := g.dirs["cpu"]
-	quota, shares := "-1", "1024"
-	if cpuMillis > 0 {
-		quota = strconv.Itoa(cpuMillis * cfsPeriod / 1000)
-		shares = strconv.Itoa(max(2, cpuMillis*1024/1000))
+	quota, shares := "-1", strconv.Itoa(l.shares())
+	if l.CPUMillis > 0 {
+		quota = strconv.Itoa(l.CPUMillis * cfsPeriod / 1000)
 	}
 	limit := "-1"
-	if memoryBytes > 0 {
-		limit = strconv.FormatInt(memoryBytes, 10)
+	if l.MemoryBytes > 0 {
+		limit = strconv.FormatInt(l.MemoryBytes, 10)
 	}
 	for _, w := range []struct{ file, value string }{
 		{filepath.Join(cpu, "cpu.cfs_period_us"), strconv.Itoa(cfsPeriod)},

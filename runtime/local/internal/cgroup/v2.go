@@ -51,16 +51,14 @@ func (h *Hierarchy) ensureV2(g *Group, owner *syscall.Credential) error {
 // setLimitsV2 writes cpu.max ("QUOTA PERIOD", or "max PERIOD"), cpu.weight
 // (v1's shares mapped onto 1..10000 as systemd and runc map them) and
 // memory.max.
-func (g *Group) setLimitsV2(cpuMillis int, memoryBytes int64) error {
-	quota, weight := "max", "100"
-	if cpuMillis > 0 {
-		quota = strconv.Itoa(cpuMillis * cfsPeriod / 1000)
-		shares := max(2, cpuMillis*1024/1000)
-		weight = strconv.Itoa(1 + (shares-2)*9999/262142)
+func (g *Group) setLimitsV2(l Limits) error {
+	quota, weight := "max", strconv.Itoa(1+(l.shares()-2)*9999/262142)
+	if l.CPUMillis > 0 {
+		quota = strconv.Itoa(l.CPUMillis * cfsPeriod / 1000)
 	}
 	limit := "max"
-	if memoryBytes > 0 {
-		limit = strconv.FormatInt(memoryBytes, 10)
+	if l.MemoryBytes > 0 {
+		limit = strconv.FormatInt(l.MemoryBytes, 10)
 	}
 	for _, w := range []struct{ file, value string }{
 		{"cpu.max", quota + " " + strconv.Itoa(cfsPeriod)},
