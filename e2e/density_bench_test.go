@@ -363,7 +363,7 @@ func fetch(url string) []byte {
 // portSpan claims consecutive port blocks for at least n endpoint ports
 // (a server's range holds one block; hundreds of services need several),
 // and gives back those it claimed on the way that were not consecutive.
-func portSpan(b *testing.B, n int) (int, int) {
+func portSpan(b testing.TB, n int) (int, int) {
 	b.Helper()
 	need := (n + testports.BlockSize - 1) / testports.BlockSize
 	var run, stray []int

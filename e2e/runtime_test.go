@@ -48,6 +48,7 @@ var localReasons = map[string]string{
 	"TestChaos":                                     "kills postmasters and corrupts files on this host",
 	"TestChaos_DiskFull":                            "fills a disk image mounted on this host",
 	"TestCredentials":                               "the Kubernetes runtime makes no database credentials yet (no dbcloud.Credentials)",
+	"TestShared_DefaultHostHoldsTwoHundred":         "counts instances and reads their cgroups on this host",
 	"TestChaos_Quota":                               "runs on a btrfs image mounted on this host and kills postmasters",
 	"TestStorageLimit_ReplicaSet":                   "reads quota volumes on this host",
 	"TestChaos_TwoPlanes":                           "kills host processes under two control planes",

@@ -1,0 +1,126 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// sharedPerProject is how many shared services one project holds with the
+// default quotas (40 instances).
+const sharedPerProject = 40
+
+// TestShared_DefaultHostHoldsTwoHundred: with the server's default flags,
+// 200 shared services are admitted and READY on this machine (the figure
+// the slice model gives a host of 24 GiB is about 360; on 2 cores the old
+// model stopped at 16). Each project holds the 40 instances its default
+// quota allows, so five projects hold them. Every shared instance runs in
+// its slice: half a core at most, cpu.shares 32, 512 MiB; the dedicated
+// size beside them keeps its full weight. Not parallel: 200 instances
+// would slow every other test.
+func TestShared_DefaultHostHoldsTwoHundred(t *testing.T) {
+	localOnly(t, "counts instances and reads their cgroups on this host")
+	const total = 200
+	lo, hi := portSpan(t, total+60)
+	s := newServer(t, "--port-min", strconv.Itoa(lo), "--port-max", strconv.Itoa(hi))
+	began := time.Now()
+	before := memAvailable()
+	var keys []key
+	for p := 0; p < total/sharedPerProject; p++ {
+		keys = append(keys, s.newProject(fmt.Sprintf("shared-%d", p)))
+	}
+	type made struct{ project, id string }
+	var mu sync.Mutex
+	var ids []made
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range 8 {
+		wg.Go(func() {
+			for i := range next {
+				k := keys[i/sharedPerProject]
+				path := "/projects/" + k.ProjectID + "/services"
+				var created service
+				code, err := s.doAs(k, "POST", path, map[string]any{"name": "shared-" + strconv.Itoa(i), "cpu_millis": "shared"}, &created)
+				// A 503 made nothing and says to retry (concurrent creates
+				// can take every port one probed).
+				for try := 0; err == nil && code == 503 && try < 5; try++ {
+					code, err = s.doAs(k, "POST", path, map[string]any{"name": "shared-" + strconv.Itoa(i), "cpu_millis": "shared"}, &created)
+				}
+				if err != nil || code != 202 {
+					t.Errorf("create %d: %d %v %s", i, code, err, created.Message)
+					continue
+				}
+				mu.Lock()
+				ids = append(ids, made{k.ProjectID, created.ServiceID})
+				mu.Unlock()
+			}
+		})
+	}
+	for i := range total {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	dedicated := s.create(map[string]any{"name": "dedicated", "cpu_millis": "500"})
+	waitFor(t, fmt.Sprintf("%d shared services and a dedicated one READY", total), 20*time.Minute, func() bool {
+		ready := 0
+		for _, k := range keys {
+			var list []service
+			if code, _ := s.doAs(k, "GET", "/projects/"+k.ProjectID+"/services", nil, &list); code != 200 {
+				return false
+			}
+			for _, svc := range list {
+				if svc.Status == "READY" {
+					ready++
+				}
+			}
+		}
+		got, _ := s.get(dedicated.ServiceID)
+		return ready == total && got.Status == "READY"
+	})
+	t.Logf("%d shared services READY %v after the first create; MemAvailable %d MiB lower (%.1f MiB a service)",
+		total, time.Since(began).Round(time.Second), (before-memAvailable())>>20, float64(before-memAvailable())/total/(1<<20))
+
+	for _, c := range []struct {
+		id            string
+		shares, quota string
+		memory        string
+	}{
+		{ids[0].id, "32", "50000", strconv.Itoa(512 << 20)},
+		{dedicated.ServiceID, "512", "50000", strconv.Itoa(2 << 30)},
+	} {
+		cpu, mem := instanceCgroup(t, "cpu", c.id), instanceCgroup(t, "memory", c.id)
+		for file, want := range map[string]string{filepath.Join(cpu, "cpu.shares"): c.shares,
+			filepath.Join(cpu, "cpu.cfs_quota_us"): c.quota, filepath.Join(mem, "memory.limit_in_bytes"): c.memory} {
+			if b, err := os.ReadFile(file); err != nil || strings.TrimSpace(string(b)) != want {
+				t.Errorf("%s: %q %v, want %s", file, b, err, want)
+			}
+		}
+	}
+}
+
+// instanceCgroup is the v1 group directory of a service's first instance
+// in controller's hierarchy; the test is skipped where cgroups are v2.
+func instanceCgroup(t *testing.T, controller, serviceID string) string {
+	t.Helper()
+	root := filepath.Join("/sys/fs/cgroup", controller, "dbcloud")
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		t.Skipf("no cgroup v1 %s hierarchy of dbcloud's: %v", controller, err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), serviceID) {
+			return filepath.Join(root, e.Name())
+		}
+	}
+	t.Fatalf("no %s group of service %s under %s", controller, serviceID, root)
+	return ""
+}
