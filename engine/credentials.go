@@ -37,18 +37,11 @@ func (e *Engine) ensureCredentials(ctx context.Context, svc *dbcloud.Service) er
 
 // credentialLoop runs credentialRound every CredentialInterval.
 func (e *Engine) credentialLoop(ctx context.Context, rt dbcloud.Credentials) {
-	t := time.NewTicker(e.CredentialInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, e.CredentialInterval, func() {
 		if err := e.credentialRound(ctx, rt); err != nil && ctx.Err() == nil {
 			e.Logger.Warn("credential round", "error", err)
 		}
-	}
+	})
 }
 
 // credentialRound drops the roles of every READY service's credentials
@@ -159,14 +152,5 @@ func deleteCredentialsTx(tx dbcloud.Tx, projectID, serviceID string) error {
 
 // findService reads a service; nil when it is gone.
 func (e *Engine) findService(ctx context.Context, projectID, id string) (*dbcloud.Service, error) {
-	var svc *dbcloud.Service
-	err := e.Store.View(ctx, func(tx dbcloud.Tx) error {
-		s, err := tx.FindService(projectID, id)
-		if dbcloud.IsNotFound(err) {
-			return nil
-		}
-		svc = s
-		return err
-	})
-	return svc, err
+	return findOrNil(ctx, e, func(tx dbcloud.Tx) (*dbcloud.Service, error) { return tx.FindService(projectID, id) })
 }

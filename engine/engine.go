@@ -393,3 +393,18 @@ func (e *Engine) clearBackoff(resourceID string) {
 	delete(e.repairAfter, resourceID)
 	e.mu.Unlock()
 }
+
+// every calls fn every interval until ctx ends: the shape of the engine's
+// periodic loops.
+func every(ctx context.Context, interval time.Duration, fn func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		fn()
+	}
+}

@@ -14,40 +14,36 @@ import (
 // shown UNSTABLE (error) and restarted at once, and usage is written to the
 // store every MetricsInterval.
 func (e *Engine) healthLoop(ctx context.Context) {
-	t := time.NewTicker(e.HealthInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	every(ctx, e.HealthInterval, func() { e.healthRound(ctx) })
+}
+
+// healthRound checks every watched resource once.
+func (e *Engine) healthRound(ctx context.Context) {
+	w, err := e.settled(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			e.Logger.Warn("list resources for health checks", "error", err)
 		}
-		w, err := e.settled(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				e.Logger.Warn("list resources for health checks", "error", err)
+		return
+	}
+	due := e.metricsDue(w.services)
+	var measured []measurement
+	for _, svc := range w.services {
+		e.guard("health check", svc.ID, func() {
+			if obs := e.check(ctx, svc, due[svc.ID]); obs != nil {
+				measured = append(measured, measurement{svc, obs})
 			}
-			continue
-		}
-		due := e.metricsDue(w.services)
-		var measured []measurement
-		for _, svc := range w.services {
-			e.guard("health check", svc.ID, func() {
-				if obs := e.check(ctx, svc, due[svc.ID]); obs != nil {
-					measured = append(measured, measurement{svc, obs})
-				}
-			})
-		}
-		e.recordMetrics(ctx, measured)
-		var samples []dbcloud.SeriesSample
-		for _, m := range measured {
-			samples = append(samples, dbcloud.Samples(m.svc, m.obs.Metrics)...)
-		}
-		e.recordHistory(ctx, samples)
-		if rp, ok := e.replicaSets(); ok {
-			for i, set := range w.sets {
-				e.guard("replica set health check", set.ID, func() { e.checkReplicaSet(ctx, rp, w.parents[i], set) })
-			}
+		})
+	}
+	e.recordMetrics(ctx, measured)
+	var samples []dbcloud.SeriesSample
+	for _, m := range measured {
+		samples = append(samples, dbcloud.Samples(m.svc, m.obs.Metrics)...)
+	}
+	e.recordHistory(ctx, samples)
+	if rp, ok := e.replicaSets(); ok {
+		for i, set := range w.sets {
+			e.guard("replica set health check", set.ID, func() { e.checkReplicaSet(ctx, rp, w.parents[i], set) })
 		}
 	}
 }

@@ -121,16 +121,21 @@ func (e *Engine) ensureAttachment(ctx context.Context, svc *dbcloud.Service) err
 }
 
 func (e *Engine) findVPC(ctx context.Context, projectID, id string) (*dbcloud.VPC, error) {
-	var vpc *dbcloud.VPC
+	return findOrNil(ctx, e, func(tx dbcloud.Tx) (*dbcloud.VPC, error) { return tx.FindVPC(projectID, id) })
+}
+
+// findOrNil reads one row in its own transaction; nil when it is gone.
+func findOrNil[T any](ctx context.Context, e *Engine, find func(tx dbcloud.Tx) (*T, error)) (*T, error) {
+	var out *T
 	err := e.Store.View(ctx, func(tx dbcloud.Tx) error {
-		v, err := tx.FindVPC(projectID, id)
+		v, err := find(tx)
 		if dbcloud.IsNotFound(err) {
 			return nil
 		}
-		vpc = v
+		out = v
 		return err
 	})
-	return vpc, err
+	return out, err
 }
 
 // settled is the status of a service whose spec is fully real.
