@@ -14,6 +14,8 @@
 #define RO_CONNECTION "tsdb_admin.read_only_connection"
 #define RO_ROLE "tsdb_admin.read_only_role"
 #define STORAGE_RO "dbcloud_guard.storage_read_only"
+/* Database credentials' roles (postgres.CredentialPrefix in Go). */
+#define CREDENTIAL_PREFIX "dbcloud_cred_"
 /* The pooler's lookup database (postgres.PoolerDatabase in Go). */
 #define DBCLOUD_DATABASE "dbcloud"
 
