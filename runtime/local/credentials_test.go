@@ -1,0 +1,211 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"dbcloud"
+	"dbcloud/internal/pgtest"
+	"dbcloud/runtime/local/internal/localtest"
+	"dbcloud/runtime/local/internal/proc"
+)
+
+// testCredential is a credential role with its password, for logging in.
+type testCredential struct {
+	dbcloud.CredentialRole
+	password string
+}
+
+func newTestCredential(id string, readOnly bool, expires time.Time) testCredential {
+	pw := dbcloud.NewPassword()
+	return testCredential{password: pw, CredentialRole: dbcloud.CredentialRole{
+		Username: dbcloud.CredentialUsername(id), Verifier: dbcloud.NewSCRAMVerifier(pw), ReadOnly: readOnly, Expires: expires,
+	}}
+}
+
+func credentialRoles(creds ...testCredential) []dbcloud.CredentialRole {
+	out := make([]dbcloud.CredentialRole, len(creds))
+	for i, c := range creds {
+		out[i] = c.CredentialRole
+	}
+	return out
+}
+
+// pollUntil calls ok until it holds or the deadline passes.
+func pollUntil(tb testing.TB, what string, within time.Duration, ok func() bool) {
+	tb.Helper()
+	for deadline := time.Now().Add(within); !ok(); time.Sleep(proc.PollInterval) {
+		if time.Now().After(deadline) {
+			tb.Fatalf("%s: not within %v", what, within)
+		}
+	}
+}
+
+// TestCredentials_EndpointAndPooler: credential roles log in over the
+// endpoint (TLS, verify-full) and through the pooler; an expired one is
+// refused by both; their last logins come from PostgreSQL's own lines,
+// which a tenant's RAISE cannot forge; a revocation ends the open sessions
+// on both paths and removes the roles; and a stopped service refuses a
+// sync with a conflict.
+func TestCredentials_EndpointAndPooler(t *testing.T) {
+	f := mustPooler(t, dbcloud.SharedSize)
+	ctx := context.Background()
+	begin := time.Now().Add(-time.Second)
+	admin := f.mustDirect(t, "tsdb")
+	ro := newTestCredential("ro00000001", true, time.Now().Add(time.Hour))
+	rw := newTestCredential("rw00000001", false, time.Now().Add(time.Hour))
+	expired := newTestCredential("ex00000001", true, time.Now().Add(-time.Minute))
+	if err := f.rt.SyncCredentials(ctx, f.svc, credentialRoles(ro, rw, expired)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.rt.SyncCredentials(ctx, f.svc, credentialRoles(ro, rw, expired)); err != nil {
+		t.Fatalf("a second sync: %v", err)
+	}
+	if _, err := admin.Exec(ctx, `CREATE TABLE t(v text); INSERT INTO t VALUES ('x')`); err != nil {
+		t.Fatal(err)
+	}
+	// A tenant forging a login line of a credential that never logged in.
+	if _, err := admin.Exec(ctx, `DO $$ BEGIN RAISE LOG 'connection authorized: user=dbcloud_cred_forged0001 database=tsdb'; END $$`); err != nil {
+		t.Fatal(err)
+	}
+
+	direct := map[string]*pgx.Conn{}
+	pooled := map[string]*pgx.Conn{}
+	for _, c := range []testCredential{ro, rw} {
+		d, err := pgx.Connect(ctx, f.dsn(c.Username, c.password, "tsdb", f.svc.Endpoint.Port))
+		if err != nil {
+			t.Fatalf("%s over the endpoint: %v", c.Username, err)
+		}
+		t.Cleanup(func() { d.Close(context.Background()) })
+		p, err := f.connect(ctx, c.Username, c.password, "tsdb")
+		if err != nil {
+			t.Fatalf("%s through the pooler: %v", c.Username, err)
+		}
+		t.Cleanup(func() { p.Close(context.Background()) })
+		for path, conn := range map[string]*pgx.Conn{"endpoint": d, "pooler": p} {
+			var user, v string
+			if err := conn.QueryRow(ctx, `SELECT current_user::text, v FROM t`).Scan(&user, &v); err != nil || user != c.Username || v != "x" {
+				t.Errorf("%s through the %s: %q read %q, %v", c.Username, path, user, v, err)
+			}
+			_, err := conn.Exec(ctx, `INSERT INTO t VALUES ('y')`)
+			if c.ReadOnly && pgtest.SQLState(err) != "25006" {
+				t.Errorf("READ_ONLY through the %s: INSERT: %v, want 25006", path, err)
+			}
+			if !c.ReadOnly && err != nil {
+				t.Errorf("READ_WRITE through the %s: INSERT: %v", path, err)
+			}
+		}
+		direct[c.Username], pooled[c.Username] = d, p
+	}
+	if c, err := pgx.Connect(ctx, f.dsn(expired.Username, expired.password, "tsdb", f.svc.Endpoint.Port)); err == nil {
+		c.Close(ctx)
+		t.Error("an expired credential logged in over the endpoint")
+	}
+	mustFailLogin(t, f, expired.Username, expired.password, "tsdb", "expired credential")
+
+	var logins map[string]time.Time
+	pollUntil(t, "both logins in the logs", 10*time.Second, func() bool {
+		var err error
+		if logins, err = f.rt.CredentialLogins(ctx, f.svc); err != nil {
+			t.Fatal(err)
+		}
+		return !logins[ro.Username].IsZero() && !logins[rw.Username].IsZero()
+	})
+	for name, at := range logins {
+		if name != ro.Username && name != rw.Username {
+			t.Errorf("a login of %s at %v: only %s and %s logged in", name, at, ro.Username, rw.Username)
+		} else if at.Before(begin) {
+			t.Errorf("%s last logged in at %v, before the test began (%v)", name, at, begin)
+		}
+	}
+
+	// Revoked: the open sessions end on both paths, and no new one starts.
+	if err := f.rt.SyncCredentials(ctx, f.svc, credentialRoles(rw)); err != nil {
+		t.Fatal(err)
+	}
+	for path, conn := range map[string]*pgx.Conn{"endpoint": direct[ro.Username], "pooler": pooled[ro.Username]} {
+		if _, err := conn.Exec(ctx, "SELECT 1"); err == nil {
+			t.Errorf("the revoked credential's session through the %s still answers", path)
+		}
+	}
+	if _, err := direct[rw.Username].Exec(ctx, "SELECT 1"); err != nil {
+		t.Errorf("the credential still live lost its session: %v", err)
+	}
+	mustFailLogin(t, f, ro.Username, ro.password, "tsdb", "revoked credential")
+	if c, err := pgx.Connect(ctx, f.dsn(ro.Username, ro.password, "tsdb", f.svc.Endpoint.Port)); err == nil {
+		c.Close(ctx)
+		t.Error("a revoked credential logged in over the endpoint")
+	}
+	if err := f.rt.SyncCredentials(ctx, f.svc, nil); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := superQueryRow(ctx, f.rt.instances, f.spec, "postgres", `SELECT count(*) FROM pg_roles WHERE rolname LIKE 'dbcloud\_cred\_%'`, &left); err != nil || left != 0 {
+		t.Errorf("%d credential roles left after revoking all (%v)", left, err)
+	}
+
+	// Stopped: a conflict, nothing changed.
+	f.svc.Spec.Running = false
+	if _, err := f.rt.EnsureService(ctx, f.svc); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.rt.SyncCredentials(ctx, f.svc, credentialRoles(rw)); !dbcloud.IsConflict(err) {
+		t.Errorf("sync on a stopped service: %v, want a conflict", err)
+	}
+	if logins, err := f.rt.CredentialLogins(ctx, f.svc); err != nil || logins[rw.Username].IsZero() {
+		t.Errorf("last logins of a stopped service: %v, %v", logins, err)
+	}
+}
+
+// TestCredentials_HAStandby: a READ_ONLY credential's session on an HA
+// standby ends when the credential is revoked, and it cannot log in there
+// again.
+func TestCredentials_HAStandby(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two PostgreSQL instances")
+	}
+	ctx := context.Background()
+	rt := mustRuntime(t, localtest.Base(t))
+	const password = "credha-password"
+	svc := haTestService(t, rt, "credha0001", password, 1, 0)
+	st, err := rt.loadHA(svc.ID)
+	if err != nil || st == nil {
+		t.Fatalf("ha state: %+v, %v", st, err)
+	}
+	standby := -1
+	for _, n := range st.Members {
+		if n != st.Primary {
+			standby = n
+		}
+	}
+	ro := newTestCredential("ha00000001", true, time.Now().Add(time.Hour))
+	if err := rt.SyncCredentials(ctx, svc, credentialRoles(ro)); err != nil {
+		t.Fatal(err)
+	}
+	dsn := fmt.Sprintf("postgres://%s:%s@127.0.0.1:%s/tsdb?sslmode=require&connect_timeout=5", ro.Username, ro.password, strconv.Itoa(st.Ports[standby]))
+	var conn *pgx.Conn
+	pollUntil(t, "the credential logs in on the standby", 20*time.Second, func() bool {
+		conn, err = pgx.Connect(ctx, dsn)
+		return err == nil
+	})
+	defer conn.Close(ctx)
+	var recovery bool
+	if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&recovery); err != nil || !recovery {
+		t.Fatalf("session on the standby: in recovery %v, %v", recovery, err)
+	}
+	if err := rt.SyncCredentials(ctx, svc, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT 1"); err == nil {
+		t.Error("the revoked credential's session on the standby still answers")
+	}
+	if c, err := pgx.Connect(ctx, dsn); err == nil {
+		c.Close(ctx)
+		t.Error("the revoked credential logged in on the standby")
+	}
+}
