@@ -77,6 +77,23 @@ func (rt *Runtime) SyncCredentials(ctx context.Context, svc *dbcloud.Service, li
 	return nil
 }
 
+// dropInheritedCredentials drops the credential roles a fork's data
+// brought from its parent (a fork does not inherit credentials), on its
+// first start, while no client can log in to it yet: the domain's sync of
+// the fork comes only once the fork is open.
+func (rt *Runtime) dropInheritedCredentials(ctx context.Context, spec postgres.Spec) error {
+	conn, err := rt.instances.Connect(ctx, spec, "postgres")
+	if err != nil {
+		return fmt.Errorf("inherited credentials on %s: %w", spec.ID, err)
+	}
+	change, err := postgres.ApplyCredentials(ctx, conn, nil)
+	conn.Close(context.WithoutCancel(ctx))
+	if err != nil {
+		return fmt.Errorf("inherited credentials on %s: %w", spec.ID, err)
+	}
+	return rt.instances.DropCredentials(ctx, spec, change.Stale)
+}
+
 // endCredentialSessions ends the sessions of the stale and reshaped roles
 // on every running instance: the other instances first (each once it has
 // replayed the NOLOGIN), then the primary.

@@ -209,3 +209,33 @@ func TestCredentials_HAStandby(t *testing.T) {
 		t.Error("the revoked credential logged in on the standby")
 	}
 }
+
+// TestCredentials_ForkDoesNotInherit: a fork's data holds its parent's
+// credential roles; they are dropped on the fork's first start, so the
+// parent's credential never logs in to the fork.
+func TestCredentials_ForkDoesNotInherit(t *testing.T) {
+	ctx := context.Background()
+	rt := mustRuntime(t, localtest.Base(t))
+	parent := newTestService(t, rt, "credparent", "parent-password", nil)
+	mustEnsure(t, rt, parent)
+	cred := newTestCredential("fk00000001", false, time.Now().Add(time.Hour))
+	if err := rt.SyncCredentials(ctx, parent, credentialRoles(cred)); err != nil {
+		t.Fatal(err)
+	}
+	fork := newTestService(t, rt, "credfork01", "fork-password", &dbcloud.ForkSource{ServiceID: parent.ID, Strategy: dbcloud.ForkNow})
+	mustEnsure(t, rt, fork)
+	dsn := func(svc *dbcloud.Service) string {
+		return fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/tsdb?sslmode=require&connect_timeout=5", cred.Username, cred.password, svc.Endpoint.Port)
+	}
+	if c, err := pgx.Connect(ctx, dsn(fork)); err == nil {
+		c.Close(ctx)
+		t.Error("the parent's credential logged in to the fork")
+	} else {
+		t.Logf("on the fork: %v", err)
+	}
+	c, err := pgx.Connect(ctx, dsn(parent))
+	if err != nil {
+		t.Fatalf("the credential on its own service: %v", err)
+	}
+	c.Close(ctx)
+}
