@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -238,4 +239,63 @@ func TestCredentials_ForkDoesNotInherit(t *testing.T) {
 		t.Fatalf("the credential on its own service: %v", err)
 	}
 	c.Close(ctx)
+}
+
+// TestCredentials_ReplicaSet: a READ_ONLY credential logs in on a read
+// replica set's endpoint, its login there is reported, and a revocation
+// ends its session on the node.
+func TestCredentials_ReplicaSet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two PostgreSQL instances")
+	}
+	ctx := context.Background()
+	rt := mustRuntime(t, localtest.Base(t))
+	parent := newTestService(t, rt, "credrsparent", "parent-password", nil)
+	mustEnsure(t, rt, parent)
+	set := &dbcloud.ReadReplicaSet{
+		ID: fmt.Sprintf("credrs%d", os.Getpid()), ServiceID: parent.ID, Status: dbcloud.ReplicaSetCreating,
+		Spec:     dbcloud.ReadReplicaSetSpec{Size: dbcloud.Size{Shared: true}, Nodes: 1},
+		Endpoint: &dbcloud.Endpoint{Host: "127.0.0.1", Port: localtest.FreePort(t)},
+	}
+	t.Cleanup(func() {
+		if err := rt.DeleteReplicaSet(context.Background(), parent, set); err != nil {
+			t.Errorf("delete replica set: %v", err)
+		}
+	})
+	if _, err := rt.EnsureReplicaSet(ctx, parent, set); err != nil {
+		t.Fatal(err)
+	}
+	ro := newTestCredential("rs00000001", true, time.Now().Add(time.Hour))
+	if err := rt.SyncCredentials(ctx, parent, credentialRoles(ro)); err != nil {
+		t.Fatal(err)
+	}
+	dsn := fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/tsdb?sslmode=require&connect_timeout=5", ro.Username, ro.password, set.Endpoint.Port)
+	var conn *pgx.Conn
+	var err error
+	pollUntil(t, "the credential logs in on the replica set", 20*time.Second, func() bool {
+		conn, err = pgx.Connect(ctx, dsn)
+		return err == nil
+	})
+	defer conn.Close(ctx)
+	var recovery bool
+	if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&recovery); err != nil || !recovery {
+		t.Fatalf("session on the replica set: in recovery %v, %v", recovery, err)
+	}
+	pollUntil(t, "the login on the node in the last logins", 10*time.Second, func() bool {
+		logins, err := rt.CredentialLogins(ctx, parent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return !logins[ro.Username].IsZero()
+	})
+	if err := rt.SyncCredentials(ctx, parent, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT 1"); err == nil {
+		t.Error("the revoked credential's session on the replica set still answers")
+	}
+	if c, err := pgx.Connect(ctx, dsn); err == nil {
+		c.Close(ctx)
+		t.Error("the revoked credential logged in on the replica set")
+	}
 }
