@@ -199,13 +199,13 @@ type loginScan struct {
 // is of a credential already gone.
 const loginLookback = 31 * 24 * time.Hour
 
-// connectionAuthorized starts the line PostgreSQL logs for every login
-// (log_connections, which dbcloud sets on every instance).
-const connectionAuthorized = "connection authorized: user="
+// credentialLogin starts the line the guard logs for every login of a
+// credential role (CREDENTIAL_LOGIN in extensions/dbcloud_guard).
+const credentialLogin = "credential login: user="
 
 // CredentialLogins reports the last login of each credential role, from
-// the "connection authorized" lines of the service's instances and of its
-// read replica sets' nodes. A line counts only when the session that
+// the lines the guard logs at each of their logins on the service's
+// instances and its read replica sets' nodes. A line counts only when the session that
 // wrote it is the role it names, so no session forges another's login
 // with RAISE. Through the pooler, a login is PgBouncer's server
 // connection: the pooler reuses it for later clients. It reads files
@@ -271,7 +271,7 @@ func (rt *Runtime) loginSources(serviceID string) (map[string][]pglog.Source, er
 // in sources since since.
 func readLogins(ctx context.Context, r *pglog.Reader, scope string, sources []pglog.Source, since time.Time, last map[string]time.Time) error {
 	q := pglog.Query{Scope: "credential-logins/" + scope, Since: &since, Severities: []string{"LOG"},
-		Search: []string{connectionAuthorized + postgres.CredentialPrefix}}
+		Search: []string{credentialLogin + postgres.CredentialPrefix}}
 	for {
 		page, err := r.Read(ctx, sources, q)
 		if err != nil {
@@ -290,10 +290,10 @@ func readLogins(ctx context.Context, r *pglog.Reader, scope string, sources []pg
 	}
 }
 
-// loginRole returns the credential role a "connection authorized" line
-// is of, when the session that wrote it is that role.
+// loginRole returns the credential role a login line is of, when the
+// session that wrote it is that role.
 func loginRole(e pglog.Entry) (string, bool) {
-	rest, ok := strings.CutPrefix(e.Message, connectionAuthorized)
+	rest, ok := strings.CutPrefix(e.Message, credentialLogin)
 	if !ok {
 		return "", false
 	}

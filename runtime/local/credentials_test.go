@@ -71,7 +71,7 @@ func TestCredentials_EndpointAndPooler(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A tenant forging a login line of a credential that never logged in.
-	if _, err := admin.Exec(ctx, `DO $$ BEGIN RAISE LOG 'connection authorized: user=dbcloud_cred_forged0001 database=tsdb'; END $$`); err != nil {
+	if _, err := admin.Exec(ctx, `DO $$ BEGIN RAISE LOG 'credential login: user=dbcloud_cred_forged0001 database=tsdb'; END $$`); err != nil {
 		t.Fatal(err)
 	}
 

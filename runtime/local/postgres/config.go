@@ -88,7 +88,7 @@ func fixedSetting(name string) bool {
 	case "listen_addresses", "port", "unix_socket_directories", "cluster_name", "ssl",
 		"ssl_cert_file", "ssl_key_file", "ssl_ciphers", "ssl_min_protocol_version", "password_encryption", "logging_collector", "log_destination",
 		"log_directory", "log_filename", "log_rotation_age", "log_rotation_size",
-		"log_truncate_on_rotation", "log_timezone", "log_connections", "restart_after_crash", "data_directory",
+		"log_truncate_on_rotation", "log_timezone", "restart_after_crash", "data_directory",
 		"config_file", "hba_file", "ident_file", "external_pid_file", "include", "include_if_exists",
 		"include_dir", "archive_mode", "archive_library", "archive_command",
 		"basic_archive.archive_directory", "archive_timeout", "restore_command":
@@ -186,8 +186,6 @@ func RenderConfig(s Spec, osUser string) (postgresqlConf, hbaConf, identConf str
 	writeSetting(&b, "log_rotation_size", quoteValue("100MB"))
 	writeSetting(&b, "log_truncate_on_rotation", "off")
 	writeSetting(&b, "log_timezone", quoteValue("UTC"))
-	// Every login leaves a line: credentials' last logins are read from them.
-	writeSetting(&b, "log_connections", "on")
 	b.WriteString("\n# The control plane decides what happens after a crash\n")
 	writeSetting(&b, "restart_after_crash", "off")
 	if s.ArchiveDir != "" {

@@ -47,7 +47,6 @@ log_rotation_age = 60
 log_rotation_size = '100MB'
 log_truncate_on_rotation = off
 log_timezone = 'UTC'
-log_connections = on
 
 # The control plane decides what happens after a crash
 restart_after_crash = off
