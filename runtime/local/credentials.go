@@ -31,7 +31,11 @@ var _ dbcloud.Credentials = (*Runtime)(nil)
 //     once they have replayed the NOLOGIN, the nodes of its read replica
 //     sets), then what it owns passes to tsdbadmin and it is dropped;
 //   - a role whose access changed has its sessions ended, so that no
-//     session keeps the access it was opened with.
+//     session keeps the access it was opened with;
+//   - a listed role whose expiry has passed is treated as unlisted: its
+//     sessions end and it is dropped.
+//
+// Syncs of one service run one at a time.
 //
 // A service whose primary does not run gets a conflict error and no
 // change: its roles are in its data directory and the next call on the
@@ -40,13 +44,21 @@ var _ dbcloud.Credentials = (*Runtime)(nil)
 // not replayed the NOLOGIN in time, leaves the stale roles undropped and
 // returns the error: the next call retries.
 func (rt *Runtime) SyncCredentials(ctx context.Context, svc *dbcloud.Service, live []dbcloud.CredentialRole) error {
-	want := make([]postgres.CredentialRole, len(live))
-	for i, c := range live {
-		want[i] = postgres.CredentialRole{Name: c.Username, Verifier: c.Verifier, ReadOnly: c.ReadOnly, Expires: c.Expires}
-		if err := want[i].Validate(); err != nil {
+	now := time.Now()
+	var want []postgres.CredentialRole
+	for _, c := range live {
+		role := postgres.CredentialRole{Name: c.Username, Verifier: c.Verifier, ReadOnly: c.ReadOnly, Expires: c.Expires}
+		if err := role.Validate(); err != nil {
 			return dbcloud.Terminal(fmt.Errorf("service %s: %w", svc.ID, err))
 		}
+		// Expired is stale, even when still listed: VALID UNTIL stops
+		// only new logins, and the open sessions must end too.
+		if role.Expires.After(now) {
+			want = append(want, role)
+		}
 	}
+	unlock := rt.credSyncs.lock(svc.ID)
+	defer unlock()
 	primary, others, err := rt.credentialInstances(svc)
 	if err != nil {
 		return err
@@ -179,6 +191,43 @@ func followsService(upstream, serviceID string) bool {
 	n, ok := strings.CutPrefix(id, serviceID+"-")
 	_, err := strconv.Atoi(n)
 	return ok && err == nil
+}
+
+// keyedMutex serializes work per key: two syncs of one service (the
+// service layer's and the engine's round) would race to create the same
+// role, and the loser's error would only be retried.
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]*keyedLock
+}
+
+type keyedLock struct {
+	sync.Mutex
+	users int
+}
+
+// lock locks key and returns its unlock; a key nobody holds is forgotten.
+func (k *keyedMutex) lock(key string) (unlock func()) {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*keyedLock{}
+	}
+	l := k.locks[key]
+	if l == nil {
+		l = &keyedLock{}
+		k.locks[key] = l
+	}
+	l.users++
+	k.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		k.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
 }
 
 // credentialLogins remembers, per service, the last login of each

@@ -14,6 +14,7 @@ import (
 	"dbcloud/internal/pgtest"
 	"dbcloud/runtime/local/internal/localtest"
 	"dbcloud/runtime/local/internal/proc"
+	"dbcloud/runtime/local/postgres"
 )
 
 // testCredential is a credential role with its password, for logging in.
@@ -60,12 +61,30 @@ func TestCredentials_EndpointAndPooler(t *testing.T) {
 	admin := f.mustDirect(t, "tsdb")
 	ro := newTestCredential("ro00000001", true, time.Now().Add(time.Hour))
 	rw := newTestCredential("rw00000001", false, time.Now().Add(time.Hour))
+	soon := newTestCredential("so00000001", true, time.Now().Add(3*time.Second))
 	expired := newTestCredential("ex00000001", true, time.Now().Add(-time.Minute))
-	if err := f.rt.SyncCredentials(ctx, f.svc, credentialRoles(ro, rw, expired)); err != nil {
+	// The service layer's sync and the engine's round may meet: both
+	// succeed, one after the other.
+	errs := make(chan error, 4)
+	for range cap(errs) {
+		go func() { errs <- f.rt.SyncCredentials(ctx, f.svc, credentialRoles(ro, rw, soon)) }()
+	}
+	for range cap(errs) {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent syncs: %v", err)
+		}
+	}
+	// A role that expired while nobody synced: it exists, past VALID UNTIL.
+	mustApplyCredentials(t, f, ro, rw, soon, expired)
+	var roPass, expiredPass *string
+	if err := superQueryRow(ctx, f.rt.instances, f.spec, postgres.PoolerDatabase,
+		`SELECT (SELECT passwd FROM pgbouncer.get_auth(`+postgres.QuoteLiteral(ro.Username)+`)),
+			(SELECT passwd FROM pgbouncer.get_auth(`+postgres.QuoteLiteral(expired.Username)+`))`,
+		&roPass, &expiredPass); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.rt.SyncCredentials(ctx, f.svc, credentialRoles(ro, rw, expired)); err != nil {
-		t.Fatalf("a second sync: %v", err)
+	if roPass == nil || expiredPass != nil {
+		t.Errorf("the pooler's lookup answers %v for a live credential and %v for an expired one; want its verifier, then nothing", roPass, expiredPass)
 	}
 	if _, err := admin.Exec(ctx, `CREATE TABLE t(v text); INSERT INTO t VALUES ('x')`); err != nil {
 		t.Fatal(err)
@@ -77,6 +96,11 @@ func TestCredentials_EndpointAndPooler(t *testing.T) {
 
 	direct := map[string]*pgx.Conn{}
 	pooled := map[string]*pgx.Conn{}
+	soonConn, err := pgx.Connect(ctx, f.dsn(soon.Username, soon.password, "tsdb", f.svc.Endpoint.Port))
+	if err != nil {
+		t.Fatalf("%s over the endpoint: %v", soon.Username, err)
+	}
+	defer soonConn.Close(ctx)
 	for _, c := range []testCredential{ro, rw} {
 		d, err := pgx.Connect(ctx, f.dsn(c.Username, c.password, "tsdb", f.svc.Endpoint.Port))
 		if err != nil {
@@ -118,11 +142,26 @@ func TestCredentials_EndpointAndPooler(t *testing.T) {
 		return !logins[ro.Username].IsZero() && !logins[rw.Username].IsZero()
 	})
 	for name, at := range logins {
-		if name != ro.Username && name != rw.Username {
+		if name != ro.Username && name != rw.Username && name != soon.Username {
 			t.Errorf("a login of %s at %v: only %s and %s logged in", name, at, ro.Username, rw.Username)
 		} else if at.Before(begin) {
 			t.Errorf("%s last logged in at %v, before the test began (%v)", name, at, begin)
 		}
+	}
+
+	// Expired, still listed: its session ends and it goes, as does the
+	// role that expired unsynced.
+	pollUntil(t, "the credential's expiry", 10*time.Second, func() bool { return time.Now().After(soon.Expires) })
+	if err := f.rt.SyncCredentials(ctx, f.svc, credentialRoles(ro, rw, soon, expired)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := soonConn.Exec(ctx, "SELECT 1"); err == nil {
+		t.Error("the expired credential's session still answers")
+	}
+	var gone int
+	if err := superQueryRow(ctx, f.rt.instances, f.spec, "postgres", `SELECT count(*) FROM pg_roles WHERE rolname IN (`+
+		postgres.QuoteLiteral(soon.Username)+`, `+postgres.QuoteLiteral(expired.Username)+`)`, &gone); err != nil || gone != 0 {
+		t.Errorf("%d expired credential roles left (%v)", gone, err)
 	}
 
 	// Revoked: the open sessions end on both paths, and no new one starts.
@@ -160,6 +199,25 @@ func TestCredentials_EndpointAndPooler(t *testing.T) {
 	}
 	if logins, err := f.rt.CredentialLogins(ctx, f.svc); err != nil || logins[rw.Username].IsZero() {
 		t.Errorf("last logins of a stopped service: %v, %v", logins, err)
+	}
+}
+
+// mustApplyCredentials makes the roles on the fixture's primary directly,
+// expired or not, as they may be found there.
+func mustApplyCredentials(t *testing.T, f *poolerFixture, creds ...testCredential) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := f.rt.instances.Connect(ctx, f.spec, "postgres")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	want := make([]postgres.CredentialRole, len(creds))
+	for i, c := range creds {
+		want[i] = postgres.CredentialRole{Name: c.Username, Verifier: c.Verifier, ReadOnly: c.ReadOnly, Expires: c.Expires}
+	}
+	if _, err := postgres.ApplyCredentials(ctx, conn, want); err != nil {
+		t.Fatal(err)
 	}
 }
 
