@@ -71,20 +71,24 @@ func (rt *Runtime) SyncCredentials(ctx context.Context, svc *dbcloud.Service, li
 	if err != nil {
 		return fmt.Errorf("credentials of %s: %w", svc.ID, err)
 	}
-	change, err := postgres.ApplyCredentials(ctx, conn, want)
+	change, applyErr := postgres.ApplyCredentials(ctx, conn, want)
 	conn.Close(context.WithoutCancel(ctx))
-	if err != nil {
-		return fmt.Errorf("credentials of %s on %s: %w", svc.ID, primary.ID, err)
+	if change == nil {
+		return fmt.Errorf("credentials of %s on %s: %w", svc.ID, primary.ID, applyErr)
 	}
+	// A live role that could not be made does not hold up the revocations.
 	if err := rt.endCredentialSessions(ctx, primary, others, change); err != nil {
-		return fmt.Errorf("credentials of %s: %w", svc.ID, err)
+		return fmt.Errorf("credentials of %s: %w", svc.ID, errors.Join(applyErr, err))
 	}
 	if err := rt.instances.DropCredentials(ctx, primary, change.Stale); err != nil {
-		return fmt.Errorf("credentials of %s: %w", svc.ID, err)
+		return fmt.Errorf("credentials of %s: %w", svc.ID, errors.Join(applyErr, err))
 	}
 	if len(change.Stale) > 0 || len(change.Reshaped) > 0 {
 		rt.cfg.Logger.Info("credential roles synced", "service", svc.ID, "live", len(live),
 			"dropped", change.Stale, "access_changed", change.Reshaped)
+	}
+	if applyErr != nil {
+		return fmt.Errorf("credentials of %s on %s: %w", svc.ID, primary.ID, applyErr)
 	}
 	return nil
 }
@@ -100,7 +104,7 @@ func (rt *Runtime) dropInheritedCredentials(ctx context.Context, spec postgres.S
 	}
 	change, err := postgres.ApplyCredentials(ctx, conn, nil)
 	conn.Close(context.WithoutCancel(ctx))
-	if err != nil {
+	if change == nil {
 		return fmt.Errorf("inherited credentials on %s: %w", spec.ID, err)
 	}
 	return rt.instances.DropCredentials(ctx, spec, change.Stale)

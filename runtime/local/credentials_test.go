@@ -357,3 +357,47 @@ func TestCredentials_ReplicaSet(t *testing.T) {
 		t.Error("the revoked credential logged in on the replica set")
 	}
 }
+
+// TestCredentials_RevocationNotHeldUp: a live role that cannot be changed
+// now (its catalog row locked by another transaction, past dbcloud's lock
+// timeout) makes the sync fail, but the revoked role beside it is still
+// dropped.
+func TestCredentials_RevocationNotHeldUp(t *testing.T) {
+	ctx := context.Background()
+	rt := mustRuntime(t, localtest.Base(t))
+	svc := newTestService(t, rt, "credlock01", "lock-password", nil)
+	mustEnsure(t, rt, svc)
+	stuck := newTestCredential("st00000001", true, time.Now().Add(time.Hour))
+	revoked := newTestCredential("rv00000001", true, time.Now().Add(time.Hour))
+	if err := rt.SyncCredentials(ctx, svc, credentialRoles(stuck, revoked)); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := rt.primary(svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, err := rt.instances.Connect(ctx, spec, "postgres")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "ALTER ROLE "+stuck.Username+" CONNECTION LIMIT 5"); err != nil {
+		t.Fatal(err)
+	}
+	stuck.Expires = stuck.Expires.Add(time.Hour) // a change the sync must write
+	err = rt.SyncCredentials(ctx, svc, credentialRoles(stuck))
+	if err == nil {
+		t.Fatal("the sync succeeded with the live role's row locked")
+	}
+	t.Logf("sync: %v", err)
+	var left int
+	if err := superQueryRow(ctx, rt.instances, spec, "postgres",
+		`SELECT count(*) FROM pg_roles WHERE rolname = `+postgres.QuoteLiteral(revoked.Username), &left); err != nil || left != 0 {
+		t.Errorf("the revoked role is still there (%d, %v)", left, err)
+	}
+}

@@ -136,14 +136,17 @@ type CredentialChange struct {
 // with nothing to change writes nothing) and every other credential role
 // NOLOGIN. Its commits are local: a synchronous standby that is down
 // must not hold a revocation up (the caller waits for the standbys it
-// reaches).
+// reaches). A wanted role it fails to make is an error returned with the
+// change, which still holds the stale roles to end and drop.
 func ApplyCredentials(ctx context.Context, conn *pgx.Conn, want []CredentialRole) (*CredentialChange, error) {
 	for _, c := range want {
 		if err := c.Validate(); err != nil {
 			return nil, err
 		}
 	}
-	if _, err := conn.Exec(ctx, "SET synchronous_commit = local"); err != nil {
+	// A failed statement is not written to the server log, which the
+	// tenant reads: it would carry the verifier.
+	if _, err := conn.Exec(ctx, "SET synchronous_commit = local; SET log_min_error_statement = panic"); err != nil {
 		return nil, err
 	}
 	have, err := credentialStates(ctx, conn)
@@ -154,18 +157,8 @@ func ApplyCredentials(ctx context.Context, conn *pgx.Conn, want []CredentialRole
 	wanted := map[string]bool{}
 	for _, c := range want {
 		wanted[c.Name] = true
-		cur, exists := have[c.Name]
-		stmts := credentialStatements(c, cur, exists)
-		if len(stmts) == 0 {
-			continue
-		}
-		if exists && cur.readOnly() != c.ReadOnly {
-			change.Reshaped = append(change.Reshaped, c.Name)
-		}
-		if err := execTx(ctx, conn, stmts); err != nil {
-			return nil, fmt.Errorf("credential role %s: %w", c.Name, err)
-		}
 	}
+	// Revocations first: a role that fails to be made must not hold them up.
 	for name, cur := range have {
 		if wanted[name] {
 			continue
@@ -177,11 +170,26 @@ func ApplyCredentials(ctx context.Context, conn *pgx.Conn, want []CredentialRole
 			}
 		}
 	}
+	var errs []error
+	for _, c := range want {
+		cur, exists := have[c.Name]
+		stmts := credentialStatements(c, cur, exists)
+		if len(stmts) == 0 {
+			continue
+		}
+		if err := execTx(ctx, conn, stmts); err != nil {
+			errs = append(errs, fmt.Errorf("credential role %s: %w", c.Name, err))
+			continue
+		}
+		if exists && cur.readOnly() != c.ReadOnly {
+			change.Reshaped = append(change.Reshaped, c.Name)
+		}
+	}
 	slices.Sort(change.Stale)
 	if err := conn.QueryRow(ctx, "SELECT pg_catalog.pg_current_wal_lsn()::text").Scan(&change.LSN); err != nil {
 		return nil, err
 	}
-	return change, nil
+	return change, errors.Join(errs...)
 }
 
 func (s credentialState) readOnly() bool { return slices.Contains(s.settings, readOnlySetting) }
@@ -210,6 +218,11 @@ func credentialStatements(c CredentialRole, cur credentialState, exists bool) []
 			stmts = append(stmts, "ALTER ROLE "+role+" SET tsdb_admin.read_only_role = on")
 		}
 	}
+	// Members first: tsdbadmin made a member of the role (by a superuser)
+	// would make granting tsdbadmin to it circular.
+	for _, m := range cur.members {
+		stmts = append(stmts, "REVOKE "+role+" FROM "+QuoteIdent(m))
+	}
 	for _, r := range cur.memberOf {
 		if r != TenantRole {
 			stmts = append(stmts, "REVOKE "+QuoteIdent(r)+" FROM "+role)
@@ -220,9 +233,6 @@ func credentialStatements(c CredentialRole, cur credentialState, exists bool) []
 	}
 	if !slices.Contains(cur.memberOf, TenantRole) {
 		stmts = append(stmts, "GRANT "+TenantRole+" TO "+role)
-	}
-	for _, m := range cur.members {
-		stmts = append(stmts, "REVOKE "+role+" FROM "+QuoteIdent(m))
 	}
 	return stmts
 }

@@ -190,18 +190,19 @@ func TestCredentials_Sync(t *testing.T) {
 		t.Errorf("a second sync changed something: %+v, xmin %s -> %s", change, before, xmin())
 	}
 	// The superuser (a tenant cannot) changes it; the sync puts it back.
-	if err := m.Exec(ctx, s, "postgres", "ALTER ROLE "+role+" CREATEDB CONNECTION LIMIT 1 VALID UNTIL 'infinity'; ALTER ROLE "+role+" RESET ALL; GRANT pg_monitor TO "+role); err != nil {
+	if err := m.Exec(ctx, s, "postgres", "ALTER ROLE "+role+" CREATEDB CONNECTION LIMIT 1 VALID UNTIL 'infinity'; ALTER ROLE "+role+" RESET ALL; GRANT pg_monitor TO "+role+"; REVOKE tsdbadmin FROM "+role+"; GRANT "+role+" TO tsdbadmin"); err != nil {
 		t.Fatal(err)
 	}
 	syncCredentials(t, m, s, c)
 	var state string
-	if err := superQuery(t, m, s, `SELECT format('%s %s %s %s %s', a.rolcreatedb, a.rolconnlimit, a.rolvaliduntil = $1,
+	if err := superQuery(t, m, s, `SELECT format('%s %s %s %s %s %s', a.rolcreatedb, a.rolconnlimit, a.rolvaliduntil = $1,
 		(SELECT setconfig FROM pg_db_role_setting WHERE setrole = a.oid AND setdatabase = 0),
-		ARRAY(SELECT roleid::regrole::text FROM pg_auth_members WHERE member = a.oid)) FROM pg_authid a WHERE rolname = $2`,
+		ARRAY(SELECT roleid::regrole::text FROM pg_auth_members WHERE member = a.oid),
+		ARRAY(SELECT member::regrole::text FROM pg_auth_members WHERE roleid = a.oid)) FROM pg_authid a WHERE rolname = $2`,
 		[]any{c.Expires.Truncate(time.Microsecond), role}, &state); err != nil {
 		t.Fatal(err)
 	}
-	if state != "f -1 t {tsdb_admin.read_only_role=on} {tsdbadmin}" {
+	if state != "f -1 t {tsdb_admin.read_only_role=on} {tsdbadmin} {}" {
 		t.Errorf("role after the sync: %s", state)
 	}
 	// READ_ONLY to READ_WRITE: the open (read-only) session ends.
