@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -399,5 +401,21 @@ func TestCredentials_RevocationNotHeldUp(t *testing.T) {
 	if err := superQueryRow(ctx, rt.instances, spec, "postgres",
 		`SELECT count(*) FROM pg_roles WHERE rolname = `+postgres.QuoteLiteral(revoked.Username), &left); err != nil || left != 0 {
 		t.Errorf("the revoked role is still there (%d, %v)", left, err)
+	}
+	// The failed statement carried the verifier: the tenant-readable log
+	// has the error, not the statement.
+	var logs string
+	pollUntil(t, "the lock timeout in the log", 10*time.Second, func() bool {
+		files, _ := filepath.Glob(filepath.Join(spec.LogDir(), "*.json"))
+		var b strings.Builder
+		for _, f := range files {
+			data, _ := os.ReadFile(f)
+			b.Write(data)
+		}
+		logs = b.String()
+		return strings.Contains(logs, "canceling statement due to lock timeout")
+	})
+	if strings.Contains(logs, stuck.Verifier) {
+		t.Error("the server log holds the credential's verifier")
 	}
 }
