@@ -159,6 +159,7 @@ type record struct {
 	Timestamp string `json:"timestamp"`
 	Severity  string `json:"error_severity"`
 	Message   string `json:"message"`
+	User      string `json:"user"`
 }
 
 // match decides on one line (with its '\n'): cheap byte checks first, then
@@ -207,7 +208,7 @@ func (f *filter) match(line []byte) (Entry, verdict) {
 			}
 		}
 	}
-	return Entry{Timestamp: ts, Severity: rec.Severity, Message: rec.Message}, matched
+	return Entry{Timestamp: ts, Severity: rec.Severity, Message: rec.Message, User: rec.User}, matched
 }
 
 func (f *filter) checkTime(ts time.Time) verdict {

@@ -81,6 +81,11 @@ type Entry struct {
 	Severity string
 	Message  string
 	Node     int
+	// User is the role the session logged in as (jsonlog's "user"), which
+	// the session cannot change: empty for lines of no session. It tells
+	// a login's own "connection authorized" line from a session's RAISE
+	// of the same words.
+	User string
 }
 
 // Page is entries newest first, merged across sources by timestamp.

@@ -26,6 +26,15 @@
 #include "commands/proclang.h"
 #include "executor/executor.h"
 #include "fmgr.h"
+/*
+ * libpq-be.h includes GSSAPI's headers, which a build host need not have
+ * (libkrb5-dev): without ENABLE_GSS it does not, and Port keeps the same
+ * layout (PostgreSQL keeps a pointer where the GSSAPI state goes); the
+ * fields read here (user_name, database_name) come before any of it.
+ */
+#undef ENABLE_GSS
+#include "libpq/auth.h"
+#include "libpq/libpq-be.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
 #include "tcop/utility.h"
@@ -42,6 +51,7 @@ void		_PG_init(void);
 static ProcessUtility_hook_type prev_utility = NULL;
 static ExecutorStart_hook_type prev_executor_start = NULL;
 static object_access_hook_type prev_object_access = NULL;
+static ClientAuthentication_hook_type prev_client_auth = NULL;
 
 /* The tsdb_admin settings, as the original's extension names them. */
 bool		guard_ro_connection = false;
@@ -186,6 +196,27 @@ dbcloud_guard_object_access(ObjectAccessType access, Oid classId, Oid objectId, 
 		prev_object_access(access, classId, objectId, subId, arg);
 }
 
+/*
+ * dbcloud_guard_client_auth logs each authentication of a database
+ * credential (dbcloud_cred_*): dbcloud reads a credential's last login
+ * from these lines, taking only those whose log "user" (the login role,
+ * which no session changes) is the role named, so that no session's RAISE
+ * forges one. Only credentials: log_connections would log every login,
+ * dbcloud's own checks every few seconds among them, into the tenant's
+ * logs.
+ */
+static void
+dbcloud_guard_client_auth(Port *port, int status)
+{
+	if (prev_client_auth)
+		prev_client_auth(port, status);
+	if (status == STATUS_OK && port->user_name != NULL &&
+		strncmp(port->user_name, CREDENTIAL_PREFIX, strlen(CREDENTIAL_PREFIX)) == 0)
+		ereport(LOG,
+				(errmsg("%s%s database=%s", CREDENTIAL_LOGIN, port->user_name,
+						port->database_name ? port->database_name : "")));
+}
+
 void
 _PG_init(void)
 {
@@ -217,4 +248,6 @@ _PG_init(void)
 	ExecutorStart_hook = dbcloud_guard_executor_start;
 	prev_object_access = object_access_hook;
 	object_access_hook = dbcloud_guard_object_access;
+	prev_client_auth = ClientAuthentication_hook;
+	ClientAuthentication_hook = dbcloud_guard_client_auth;
 }

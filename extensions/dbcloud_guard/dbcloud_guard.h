@@ -14,6 +14,10 @@
 #define RO_CONNECTION "tsdb_admin.read_only_connection"
 #define RO_ROLE "tsdb_admin.read_only_role"
 #define STORAGE_RO "dbcloud_guard.storage_read_only"
+/* Database credentials' roles (postgres.CredentialPrefix in Go). */
+#define CREDENTIAL_PREFIX "dbcloud_cred_"
+/* How a credential's login starts in the log (connectionAuthorized in Go). */
+#define CREDENTIAL_LOGIN "credential login: user="
 /* The pooler's lookup database (postgres.PoolerDatabase in Go). */
 #define DBCLOUD_DATABASE "dbcloud"
 

@@ -364,10 +364,49 @@ check_new_database_name(const char *name)
 					 "That name is reserved to the platform's connection pooler.");
 }
 
+/*
+ * credential_session: the session logged in as a database credential
+ * (dbcloud_cred_<id>, made by dbcloud). A READ_WRITE one acts with
+ * tsdbadmin's privileges while it lives, but nothing it does may outlive
+ * it as a login: it may not create, change, rename, drop or grant roles,
+ * whatever role it has taken (SET ROLE tsdbadmin) and in whatever function
+ * it runs (a SECURITY DEFINER function it made and gave to tsdbadmin). The
+ * authenticated user is the role that logged in, which nothing in the
+ * session changes.
+ */
+static bool
+credential_session(void)
+{
+	char	   *name = GetUserNameFromId(GetAuthenticatedUserId(), true);
+
+	return name != NULL && strncmp(name, CREDENTIAL_PREFIX, strlen(CREDENTIAL_PREFIX)) == 0;
+}
+
+static bool
+role_statement(Node *stmt)
+{
+	switch (nodeTag(stmt))
+	{
+		case T_CreateRoleStmt:
+		case T_AlterRoleStmt:
+		case T_AlterRoleSetStmt:
+		case T_DropRoleStmt:
+		case T_GrantRoleStmt:
+			return true;
+		case T_RenameStmt:
+			return ((RenameStmt *) stmt)->renameType == OBJECT_ROLE;
+		default:
+			return false;
+	}
+}
+
 /* guard_role_utility: the role statements' part of the tenant guard. */
 void
 guard_role_utility(Node *stmt)
 {
+	if (role_statement(stmt) && credential_session())
+		guard_refuse("Managing roles from a database credential",
+					 "A credential's access ends when it expires or is revoked; a role it made, changed or granted would outlive it. Roles are managed as tsdbadmin.");
 	switch (nodeTag(stmt))
 	{
 		case T_GrantRoleStmt:

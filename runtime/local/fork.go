@@ -147,7 +147,7 @@ func (rt *Runtime) startSealed(ctx context.Context, svc *dbcloud.Service, spec p
 
 // startRestored starts the fork's restored data directory as start says
 // (sealed, or with recovery settings), checks that it came up promoted,
-// and gives it the fork's own password.
+// gives it the fork's own password and drops the parent's credentials.
 func (rt *Runtime) startRestored(ctx context.Context, svc *dbcloud.Service, spec, start postgres.Spec, steps *stepTimes) error {
 	if _, err := rt.instances.Start(ctx, start); err != nil {
 		return recoveryFailed{err}
@@ -160,6 +160,10 @@ func (rt *Runtime) startRestored(ctx context.Context, svc *dbcloud.Service, spec
 		return err
 	}
 	steps.done("password")
+	if err := rt.dropInheritedCredentials(ctx, spec); err != nil {
+		return err
+	}
+	steps.done("credentials")
 	return nil
 }
 

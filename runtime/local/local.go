@@ -112,6 +112,8 @@ type Runtime struct {
 	quiet       map[string]time.Time     // until when each service has no backup work due (backup_due.go)
 	cursorKey   []byte                   // signs log cursors; read from its file once
 	logPaths    []pglog.PathName         // host paths log messages may name (logs.go); found once
+	credLogins  credentialLogins         // last logins of credential roles (credentials.go)
+	credSyncs   keyedMutex               // one credential sync per service at a time (credentials.go)
 
 	stopLogs   context.CancelFunc // ends the log retention loop
 	background supervise.Group    // runs it

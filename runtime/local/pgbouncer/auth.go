@@ -251,8 +251,12 @@ ALTER ROLE ` + postgres.PoolerRole + ` RESET ALL;
 // answers only for tenant roles: roles that may log in, are neither
 // superusers nor replication roles, and whose name is none of the reserved
 // ones (postgres, dbcloud_*, pg_*) in any case and with any spaces around,
-// so that no role made to look like dbcloud's passes either. An expired
-// password (VALID UNTIL) reads as none. Only the lookup role may call it.
+// so that no role made to look like dbcloud's passes either; database
+// credentials (postgres.CredentialPrefix and an ID, exactly) are the one
+// exception: only dbcloud makes them, the guard refusing the tenant every
+// name that folds to dbcloud_*. An expired password (VALID UNTIL) reads as
+// none, so an expired credential is refused here too. Only the lookup role
+// may call it.
 const poolerLookupSQL = `
 CREATE SCHEMA IF NOT EXISTS pgbouncer AUTHORIZATION postgres;
 REVOKE ALL ON SCHEMA pgbouncer FROM PUBLIC;
@@ -269,9 +273,10 @@ AS $fn$
 	WHERE s.usename = p_usename
 		AND NOT s.usesuper
 		AND NOT s.userepl
-		AND n.folded <> 'postgres'
-		AND n.folded NOT LIKE 'dbcloud\_%'
-		AND n.folded NOT LIKE 'pg\_%'
+		AND (s.usename ~ '^dbcloud_cred_[a-z0-9]+$'
+			OR (n.folded <> 'postgres'
+				AND n.folded NOT LIKE 'dbcloud\_%'
+				AND n.folded NOT LIKE 'pg\_%'))
 $fn$;
 ALTER FUNCTION pgbouncer.get_auth(text) OWNER TO postgres;
 REVOKE ALL ON FUNCTION pgbouncer.get_auth(text) FROM PUBLIC;
