@@ -48,7 +48,7 @@ sysctl_snapshot() {
 		echo "$s=$(sysctl -n "$s" 2>/dev/null)"
 	done
 }
-hostpaths_snapshot() { for p in /var/lib/cni /var/log/containers /run/netns /etc/cni /var/lib/kubelet /var/log/pods; do [ -e "$p" ] && echo "$p"; done; true; }
+hostpaths_snapshot() { for p in /var/lib/cni /var/log/containers /run/netns /etc/cni /var/lib/kubelet /var/log/pods /var/lib/containerd /opt/containerd; do [ -e "$p" ] && echo "$p"; done; true; }
 
 before_sysctls=$(sysctl_snapshot)
 before_paths=$(hostpaths_snapshot)
@@ -152,19 +152,27 @@ for pid in /proc/[0-9]*; do
 	exe=$(readlink "$pid/exe" 2>/dev/null) || continue
 	case "$exe" in "$bins"/* | "$KUBE_CACHE"/bin/* | /usr/bin/containerd*) leak "process ${pid#/proc/} ($exe)" ;; esac
 done
-ip link show "$KUBE_BRIDGE" >/dev/null 2>&1 && leak "bridge $KUBE_BRIDGE"
-ip -o link show type veth 2>/dev/null | grep -q . && leak "veth interfaces: $(ip -o link show type veth | cut -d: -f2 | tr '\n' ' ')"
+# (if, not `&&`: a loop whose last test fails would end the script under set -e.)
+if ip link show "$KUBE_BRIDGE" >/dev/null 2>&1; then leak "bridge $KUBE_BRIDGE"; fi
+veths=$(ip -o link show type veth 2>/dev/null | cut -d: -f2 | tr '\n' ' ')
+if [ -n "${veths// /}" ]; then leak "veth interfaces: $veths"; fi
 for ipt in iptables ip6tables; do
 	for table in filter nat mangle; do
-		$ipt -w -t "$table" -S 2>/dev/null | grep -E 'DBCLOUD-KUBE|KUBE-' | sed "s/^/$ipt $table: /" | while read -r r; do leak "$r"; done
-		$ipt -w -t "$table" -S 2>/dev/null | grep -qE 'DBCLOUD-KUBE|KUBE-' && left=1
+		rules=$($ipt -w -t "$table" -S 2>/dev/null | grep -E 'DBCLOUD-KUBE|KUBE-' || true)
+		if [ -n "$rules" ]; then leak "$ipt -t $table: $(echo "$rules" | tr '\n' ' ')"; fi
 	done
 done
-awk -v s="$KUBE_STATE" -v r="$KUBE_RUN" 'index($5, s) == 1 || index($5, r) == 1 || index($5, "/run/netns/") == 1 { print $5 }' /proc/self/mountinfo |
-	grep -q . && leak "mounts: $(awk -v s="$KUBE_STATE" -v r="$KUBE_RUN" 'index($5, s) == 1 || index($5, r) == 1 || index($5, "/run/netns/") == 1 { print $5 }' /proc/self/mountinfo | tr '\n' ' ')"
-for c in /sys/fs/cgroup/*/kubepods; do [ -d "$c" ] && leak "cgroup $c"; done
-for d in "$KUBE_STATE" "$KUBE_RUN"; do [ -e "$d" ] && leak "directory $d"; done
-[ "$(hostpaths_snapshot)" = "$before_paths" ] || leak "host paths differ: before [$before_paths] after [$(hostpaths_snapshot)]"
-[ "$(sysctl_snapshot)" = "$before_sysctls" ] || leak "sysctls differ: $(diff <(echo "$before_sysctls") <(sysctl_snapshot) | grep '^[<>]' | tr '\n' ' ')"
+mounts=$(awk -v s="$KUBE_STATE" -v r="$KUBE_RUN" 'index($5, s) == 1 || index($5, r) == 1 || index($5, "/run/netns/") == 1 { print $5 }' /proc/self/mountinfo | tr '\n' ' ')
+if [ -n "$mounts" ]; then leak "mounts: $mounts"; fi
+for c in /sys/fs/cgroup/*/kubepods; do
+	if [ -d "$c" ]; then leak "cgroup $c"; fi
+done
+for d in "$KUBE_STATE" "$KUBE_RUN"; do
+	if [ -e "$d" ]; then leak "directory $d"; fi
+done
+if [ "$(hostpaths_snapshot)" != "$before_paths" ]; then leak "host paths differ: before [$before_paths] after [$(hostpaths_snapshot)]"; fi
+if [ "$(sysctl_snapshot)" != "$before_sysctls" ]; then
+	leak "sysctls differ: $(diff <(echo "$before_sysctls") <(sysctl_snapshot) | grep '^[<>]' | tr '\n' ' ')"
+fi
 [ "$left" -eq 0 ] || die "down left things behind"
 log "down left nothing: processes, bridge and veths, iptables (v4+v6), mounts, cgroups, directories, host paths, sysctls checked"

@@ -141,7 +141,7 @@ record_host() {
 	mkdir -p "$KUBE_STATE"
 	local s p
 	for s in $SYSCTLS; do
-		[ -e "/proc/sys/${s//.//}" ] && echo "$s=$(sysctl -n "$s")"
+		if [ -e "/proc/sys/${s//.//}" ]; then echo "$s=$(sysctl -n "$s")"; fi
 	done >"$KUBE_STATE/sysctls.new"
 	for p in $HOSTPATHS; do
 		[ -e "$p" ] || echo "$p"
@@ -642,7 +642,7 @@ shims_down() {
 		pid=$(cat "$f")
 		case "$(readlink "/proc/$pid/exe" 2>/dev/null)" in
 		*containerd-shim*)
-			kill -KILL "$pid" 2>/dev/null && log "stopped a leftover shim (pid $pid)"
+			if kill -KILL "$pid" 2>/dev/null; then log "stopped a leftover shim (pid $pid)"; fi
 			;;
 		esac
 	done
@@ -704,7 +704,10 @@ down() {
 	fi
 	if [ -f "$KUBE_STATE/created" ]; then
 		while read -r p; do
-			[ -n "$p" ] && [ -e "$p" ] && rm -rf "$p" && log "removed $p"
+			if [ -n "$p" ] && [ -e "$p" ]; then
+				rm -rf "$p"
+				log "removed $p"
+			fi
 		done <"$KUBE_STATE/created"
 	fi
 	rm -rf "$KUBE_RUN" "$KUBE_STATE"
