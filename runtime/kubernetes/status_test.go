@@ -234,6 +234,9 @@ func TestUpdatePassword(t *testing.T) {
 		err := shared.client.Get(ctx, types.NamespacedName{Namespace: rt.Namespace(svc.ProjectID), Name: kubernetes.SecretName(name)}, &secret)
 		return err == nil && string(secret.Data["password"]) == verifier
 	})
+	if secret.Labels["cnpg.io/reload"] != "true" {
+		t.Errorf("the password Secret lacks CNPG's reload label, so CNPG would not apply a change: %v", secret.Labels)
+	}
 	select {
 	case err := <-done:
 		t.Fatalf("SetPassword returned before CNPG applied the password: %v", err)
