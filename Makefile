@@ -2,7 +2,7 @@
 # root from the module root (they start PostgreSQL).
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: bench bench-short fuzz chaos chaos-short
+.PHONY: bench bench-short fuzz chaos chaos-short e2e-kube
 
 # Every benchmark, one after another (about 32 minutes here with BASE), into
 # bench/report.md and bench/report.json; raw go test output in bench/out/.
@@ -36,3 +36,11 @@ chaos:
 # Three rounds with a new seed; CI runs three with seed 11 (the default).
 chaos-short:
 	go test -count=1 -v -timeout 30m -run '^TestChaos$$' ./e2e -chaos.rounds=3 -chaos.seed=$(SEED)
+
+# The e2e suite with -e2e.runtime=kubernetes against real pods: a single-node
+# cluster with CloudNativePG built and started on this machine
+# (scripts/kube-node.sh, docs/kubernetes.md), taken down afterwards
+# (KUBE_KEEP=1 leaves it up). RUN=pattern narrows the tests.
+RUN ?=
+e2e-kube:
+	E2E_RUN='$(RUN)' scripts/e2e-kube.sh

@@ -6,6 +6,7 @@ import (
 
 	apiv1 "github.com/cloudnative-pg/cloudnative-pg/api/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -169,20 +170,69 @@ func lbEndpoint(s *corev1.Service) (*dbcloud.Endpoint, string, error) {
 	return nil, fmt.Sprintf("Waiting for the load balancer of Service %s/%s to get an address.", s.Namespace, s.Name), nil
 }
 
+// serviceOf is the Service that carries e's traffic: the exposing one, or
+// CNPG's own under ExposeClusterIP.
+func (rt *Runtime) serviceOf(e exposure) string {
+	if rt.cfg.Expose == ExposeClusterIP {
+		return e.internal
+	}
+	return ExternalName(e.name)
+}
+
+// serving says why the Service carrying e sends no traffic yet, or "" when
+// it does. CNPG reports an instance healthy from its instance manager
+// before the kubelet's readiness probe marks the pod Ready, and a Service
+// only sends traffic to Ready pods: against real pods, a service was READY
+// while its NodePort refused connections for several seconds. The
+// endpoints are the EndpointSlices the control plane keeps for the
+// Service; when there is none at all, nothing keeps them (an apiserver
+// without controllers, as in the tests that write CNPG's status by hand),
+// and there is nothing to wait for.
+func (rt *Runtime) serving(ctx context.Context, ns string, e exposure) (string, error) {
+	name := rt.serviceOf(e)
+	var slices discoveryv1.EndpointSliceList
+	if err := rt.c.List(ctx, &slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name}); err != nil {
+		return "", err
+	}
+	if len(slices.Items) == 0 {
+		return "", nil
+	}
+	for _, s := range slices.Items {
+		for _, ep := range s.Endpoints {
+			// An unset ready condition means ready (the EndpointSlice API).
+			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+				return "", nil
+			}
+		}
+	}
+	return fmt.Sprintf("Waiting for Service %s/%s to have a ready endpoint.", ns, name), nil
+}
+
+// reachable is endpoint and, once it has one, serving.
+func (rt *Runtime) reachable(ctx context.Context, ns string, e exposure) (*dbcloud.Endpoint, string, error) {
+	ep, wait, err := rt.endpoint(ctx, ns, e)
+	if err != nil || wait != "" {
+		return ep, wait, err
+	}
+	wait, err = rt.serving(ctx, ns, e)
+	return ep, wait, err
+}
+
 // observeEndpoints fills the observation's endpoints for a running cluster;
-// a load balancer without an address yet makes it not running: a READY
-// service must accept connections at its endpoint.
+// a load balancer without an address yet, or a Service with no ready
+// endpoint, makes it not running: a READY service must accept connections
+// at its endpoint.
 func (rt *Runtime) observeEndpoints(ctx context.Context, obs *dbcloud.Observation, ns string, main exposure, pooler *exposure) error {
 	if !obs.Running {
 		return nil
 	}
-	ep, wait, err := rt.endpoint(ctx, ns, main)
+	ep, wait, err := rt.reachable(ctx, ns, main)
 	if err != nil {
 		return err
 	}
 	obs.Endpoint = ep
 	if pooler != nil {
-		pep, pwait, err := rt.endpoint(ctx, ns, *pooler)
+		pep, pwait, err := rt.reachable(ctx, ns, *pooler)
 		if err != nil {
 			return err
 		}

@@ -7,7 +7,9 @@ import (
 
 	apiv1 "github.com/cloudnative-pg/cloudnative-pg/api/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -177,6 +179,33 @@ func TestExposeNodePort(t *testing.T) {
 	obs, err := rt.CheckService(ctx, svc, false)
 	if err != nil || !obs.Running || *obs.Endpoint != (dbcloud.Endpoint{Host: "db.example.test", Port: 30123}) {
 		t.Fatalf("%v %+v", err, obs)
+	}
+
+	// CNPG says healthy before the kubelet's readiness probe marks the pod
+	// Ready: while the Service's endpoint is not ready, the service is not
+	// running (it would refuse connections at its node port).
+	ready := false
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: kubernetes.ExternalName(name) + "-x1", Namespace: ns,
+			Labels: map[string]string{discoveryv1.LabelServiceName: kubernetes.ExternalName(name)}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.244.0.9"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
+	}
+	if err := shared.client.Create(ctx, slice); err != nil {
+		t.Fatal(err)
+	}
+	obs, err = rt.CheckService(ctx, svc, false)
+	if err != nil || obs.Running || !strings.Contains(obs.Reason, "ready endpoint") {
+		t.Fatalf("not-ready endpoint: %v %+v", err, obs)
+	}
+	ready = true
+	slice.Endpoints[0].Conditions.Ready = &ready // Create decoded the server's copy into slice
+	if err := shared.client.Update(ctx, slice); err != nil {
+		t.Fatal(err)
+	}
+	obs, err = rt.CheckService(ctx, svc, false)
+	if err != nil || !obs.Running {
+		t.Fatalf("ready endpoint: %v %+v", err, obs)
 	}
 
 	out := exposedService(5500, 0)

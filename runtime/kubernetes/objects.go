@@ -225,6 +225,11 @@ func poolerSpec(cluster string, typ apiv1.PoolerType, env dbcloud.Environment) a
 }
 
 func secretFor(ns, cluster, verifier string, labels map[string]string) *corev1.Secret {
+	// CNPG reapplies a managed role's password when its Secret changes only
+	// if the Secret carries its reload label (pkg/utils' WatchedLabelName);
+	// without it a real cluster applied a new password only on an unrelated
+	// reconcile, long after updatePassword's wait had given up.
+	labels = mergeLabels(map[string]string{reloadLabel: "true"}, labels)
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: SecretName(cluster), Namespace: ns, Labels: labels},
 		Type:       corev1.SecretTypeBasicAuth,
@@ -235,3 +240,6 @@ func secretFor(ns, cluster, verifier string, labels map[string]string) *corev1.S
 // validVerifier keeps anything but a SCRAM verifier out of the Secret:
 // CNPG would otherwise take a plaintext as the password.
 func validVerifier(v string) bool { return strings.HasPrefix(v, "SCRAM-SHA-256$") }
+
+// reloadLabel makes CNPG watch a Secret that a Cluster refers to.
+const reloadLabel = "cnpg.io/reload"

@@ -83,6 +83,9 @@ func (rt *Runtime) CheckReplicaSet(ctx context.Context, parent *dbcloud.Service,
 		return nil, err
 	}
 	obs := Observe(&c, failed)
+	if err := rt.observeRollout(ctx, obs, &c); err != nil {
+		return nil, err
+	}
 	main, pooler := replicaSetExposures(set)
 	var pe *exposure
 	if set.Spec.Pooler {

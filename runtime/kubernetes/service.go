@@ -302,6 +302,9 @@ func (rt *Runtime) CheckService(ctx context.Context, svc *dbcloud.Service, measu
 		return nil, err
 	}
 	obs := Observe(&c, failed)
+	if err := rt.observeRollout(ctx, obs, &c); err != nil {
+		return nil, err
+	}
 	main, pooler := serviceExposures(svc)
 	var pe *exposure
 	if svc.Spec.Pooler {

@@ -10,11 +10,13 @@ import (
 	apiv1 "github.com/cloudnative-pg/cloudnative-pg/api/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"dbcloud"
 	"dbcloud/internal/kubetest"
@@ -234,6 +236,9 @@ func TestUpdatePassword(t *testing.T) {
 		err := shared.client.Get(ctx, types.NamespacedName{Namespace: rt.Namespace(svc.ProjectID), Name: kubernetes.SecretName(name)}, &secret)
 		return err == nil && string(secret.Data["password"]) == verifier
 	})
+	if secret.Labels["cnpg.io/reload"] != "true" {
+		t.Errorf("the password Secret lacks CNPG's reload label, so CNPG would not apply a change: %v", secret.Labels)
+	}
 	select {
 	case err := <-done:
 		t.Fatalf("SetPassword returned before CNPG applied the password: %v", err)
@@ -300,5 +305,64 @@ func TestEnsureGivesUp(t *testing.T) {
 	var de *dbcloud.Error
 	if !errors.As(err, &de) || dbcloud.IsTerminal(err) || !strings.Contains(de.Message, apiv1.PhaseFirstPrimary) {
 		t.Fatalf("EnsureService = %v; want a retryable error naming the phase", err)
+	}
+}
+
+// TestResizeWaitsForPods: CNPG publishes no observedGeneration, so after a
+// resize its healthy status is the previous one; the service is running
+// again only once the instances' pods carry the new resources. (Pods are
+// written here as CNPG would make them; no kubelet runs them.)
+func TestResizeWaitsForPods(t *testing.T) {
+	rt := newRuntime(t, kubernetes.Config{})
+	ctx := testContext(t)
+	svc := newService(dbcloud.ServiceSpec{Size: dbcloud.SharedSize, Environment: dbcloud.EnvDev, Running: true})
+	if err := rt.Apply(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	ns, name := rt.Namespace(svc.ProjectID), kubernetes.ClusterName(svc)
+	writeStatus(t, ctx, rt, svc, healthy(name, name+"-1", 1))
+	var c apiv1.Cluster
+	if err := shared.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &c); err != nil {
+		t.Fatal(err)
+	}
+	pod := func(res corev1.ResourceRequirements) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name + "-1", Namespace: ns,
+				Labels: map[string]string{"cnpg.io/cluster": name, "cnpg.io/podRole": "instance"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: "postgres", Resources: res}}},
+		}
+	}
+	old := pod(c.Spec.Resources)
+	if err := shared.client.Create(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if obs, err := rt.CheckService(ctx, svc, false); err != nil || !obs.Running {
+		t.Fatalf("pods as the Cluster asks: %v %+v", err, obs)
+	}
+
+	svc.Spec.Size = dbcloud.DefaultSize
+	if err := rt.Apply(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	obs, err := rt.CheckService(ctx, svc, false)
+	if err != nil || obs.Running || !strings.Contains(obs.Reason, "previous") {
+		t.Fatalf("right after the resize, with the old pod: %v %+v", err, obs)
+	}
+
+	// CNPG replaces the pod with one of the new size.
+	if err := shared.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &c); err != nil {
+		t.Fatal(err)
+	}
+	if err := shared.client.Delete(ctx, old, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, func() bool {
+		return apierrors.IsNotFound(shared.client.Get(ctx, client.ObjectKeyFromObject(old), &corev1.Pod{}))
+	})
+	if err := shared.client.Create(ctx, pod(c.Spec.Resources)); err != nil {
+		t.Fatal(err)
+	}
+	if obs, err := rt.CheckService(ctx, svc, false); err != nil || !obs.Running {
+		t.Fatalf("pod of the new size: %v %+v", err, obs)
 	}
 }

@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# Builds the container images of the single-node cluster (scripts/kube-node.sh) from Debian
+# packages and the Go binaries of scripts/kube-build.sh, and prints the path of a docker archive
+# that `ctr images import` takes. No registry is involved anywhere: nothing can be pulled on the
+# machines this runs on, and the cluster never tries (imagePullPolicy: Never).
+#
+#   scripts/kube-images.sh pause       sandbox image: deploy/images/pause/pause.c, gcc -static
+#   scripts/kube-images.sh postgres    CNPG operand: Debian bookworm (mmdebstrap) with
+#                                      postgresql-15, TimescaleDB and pgvector (the host's builds
+#                                      of scripts/extensions.sh), postgres as uid 26
+#   scripts/kube-images.sh operator    CNPG's manager as /operator/manager_amd64, /manager -> it
+#   scripts/kube-images.sh pgbouncer   PgBouncer for CNPG's Pooler: the version scripts/pgbouncer.sh
+#                                      builds for the host (Debian 12's 1.18 lacks auth_dbname),
+#                                      on Debian bookworm's libraries
+#
+# Each archive is kept under $KUBE_CACHE/images/<name>-<hash>.tar, the hash covering what goes
+# into it (pins, sources, the binaries), so an unchanged image costs nothing.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo="$here/.."
+# shellcheck source=kube-node.env
+. "$here/kube-node.env"
+# shellcheck source=buildlib.sh
+. "$here/buildlib.sh"
+
+what=${1:?usage: kube-images.sh pause|postgres|operator|pgbouncer}
+log() { echo "dbcloud: kube image $what: $*" >&2; }
+[ "$(id -u)" -eq 0 ] || { log "run as root (mmdebstrap, image file ownership)"; exit 1; }
+CACHE="$KUBE_CACHE/images"
+mkdir -p "$CACHE"
+
+# mmdebstrap reads the host's own Debian sources (deb822), so the images come from the same
+# Debian mirror as the host's packages and from nowhere else.
+SOURCES=/etc/apt/sources.list.d/debian.sources
+[ -f "$SOURCES" ] || SOURCES=/etc/apt/sources.list
+PG_BIN=/usr/lib/postgresql/$KUBE_PG_MAJOR/bin
+
+# Inputs of each image, hashed into its cache key.
+case "$what" in
+pause)
+	name=$KUBE_IMAGE_PAUSE
+	key() { gcc --version | head -1; cat "$repo/deploy/images/pause/pause.c"; }
+	;;
+postgres)
+	name=$KUBE_IMAGE_POSTGRES
+	# The extensions are the host's builds, built against the same Debian 12 PostgreSQL
+	# headers; build them when missing (this also installs them on the host, as deps.sh does).
+	"$here/extensions.sh" timescaledb >&2
+	"$here/extensions.sh" pgvector >&2
+	# dbcloud_guard, the library that keeps tenants inside their database (docs/security.md),
+	# as installed on the host by scripts/guard.sh from this checkout's source.
+	"$here/guard.sh" >&2
+	guardlib="$(/usr/lib/postgresql/$KUBE_PG_MAJOR/bin/pg_config --pkglibdir)/dbcloud_guard.so"
+	# shellcheck source=extensions.env
+	. "$here/extensions.env"
+	extdirs=("${DBCLOUD_EXT_CACHE:-/var/cache/dbcloud/extensions}/timescaledb-$TIMESCALEDB_SRC_VERSION/root"
+		"${DBCLOUD_EXT_CACHE:-/var/cache/dbcloud/extensions}/pgvector-$PGVECTOR_SRC_VERSION/root")
+	key() {
+		echo "$KUBE_DEBIAN_SUITE $KUBE_PG_MAJOR 2"
+		cat "$SOURCES"
+		find "${extdirs[@]}" -type f -print0 | sort -z | xargs -0 sha256sum
+		sha256sum "$guardlib"
+	}
+	;;
+operator)
+	name=$KUBE_IMAGE_OPERATOR
+	bindir=$("$here/kube-build.sh" cnpg)
+	key() { echo 1; sha256sum "$bindir/manager"; }
+	;;
+pgbouncer)
+	name=$KUBE_IMAGE_PGBOUNCER
+	"$here/pgbouncer.sh" >&2
+	# shellcheck source=extensions.env
+	. "$here/extensions.env"
+	bouncer="${DBCLOUD_PGBOUNCER_CACHE:-/var/cache/dbcloud/pgbouncer}/$PGBOUNCER_SRC_VERSION/pgbouncer"
+	[ -x "$bouncer" ] || { log "no PgBouncer build at $bouncer"; exit 1; }
+	key() { echo "$KUBE_DEBIAN_SUITE 1"; cat "$SOURCES"; sha256sum "$bouncer"; }
+	;;
+*) log "unknown image"; exit 2 ;;
+esac
+hash=$({ echo "$name"; key; } | sha256sum | cut -c1-16)
+out="$CACHE/$what-$hash.tar"
+[ -f "$out" ] && { echo "$out"; exit 0; }
+
+exec 9>"$CACHE/.lock-$what"
+flock 9
+[ -f "$out" ] && { echo "$out"; exit 0; }
+
+start=$(date +%s)
+tmp=$(mktemp -d "$CACHE/.build-$what.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+build_log "$tmp/build.log"
+
+# archive LAYER_TAR CONFIG_JSON writes $out: a docker archive (manifest.json, the image
+# config, one layer) tagged $name, the format `ctr images import` reads without a registry.
+archive() {
+	local layer=$1 config=$2 img="$tmp/img" diff cfg
+	mkdir -p "$img"
+	diff=$(sha256sum "$layer" | cut -d' ' -f1)
+	mv "$layer" "$img/$diff.tar"
+	printf '%s' "${config/@DIFF@/sha256:$diff}" >"$img/config.json"
+	cfg=$(sha256sum "$img/config.json" | cut -d' ' -f1)
+	mv "$img/config.json" "$img/$cfg.json"
+	printf '[{"Config":"%s.json","RepoTags":["%s"],"Layers":["%s.tar"]}]' "$cfg" "$name" "$diff" >"$img/manifest.json"
+	tar --numeric-owner -C "$img" -cf "$tmp/out.tar" manifest.json "$cfg.json" "$diff.tar"
+	mv "$tmp/out.tar" "$out"
+}
+# config ENTRYPOINT_JSON USER ENV_JSON prints an image config; @DIFF@ is the layer's digest.
+config() {
+	printf '{"architecture":"amd64","os":"linux","config":{"Entrypoint":%s,"User":"%s","Env":%s,"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["@DIFF@"]}}' "$1" "$2" "$3"
+}
+# layer_of DIR tars a directory as a layer owned by root.
+layer_of() { tar --numeric-owner --owner=0 --group=0 -C "$1" -cf "$tmp/layer.tar" .; }
+
+case "$what" in
+pause)
+	mkdir -p "$tmp/root"
+	gcc -static -O2 -o "$tmp/root/pause" "$repo/deploy/images/pause/pause.c" >>"$buildlog" 2>&1 || fail "gcc failed"
+	strip "$tmp/root/pause"
+	layer_of "$tmp/root"
+	archive "$tmp/layer.tar" "$(config '["/pause"]' 65535 '[]')"
+	;;
+operator)
+	# The layout of CNPG's own image: the operator copies /manager into every instance pod
+	# (its bootstrap init container), and it refuses "manager_<arch>" names it cannot find.
+	mkdir -p "$tmp/root/operator" "$tmp/root/etc" "$tmp/root/tmp"
+	chmod 1777 "$tmp/root/tmp"
+	install -m 0755 "$bindir/manager" "$tmp/root/operator/manager_amd64"
+	ln -s operator/manager_amd64 "$tmp/root/manager"
+	printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$tmp/root/etc/passwd"
+	printf 'root:x:0:\nnonroot:x:65532:\n' >"$tmp/root/etc/group"
+	layer_of "$tmp/root"
+	archive "$tmp/layer.tar" "$(config '["/manager"]' 65532 '["PATH=/usr/local/bin:/usr/bin:/bin"]')"
+	;;
+postgres | pgbouncer)
+	if [ "$what" = postgres ]; then
+		pkgs="postgresql-$KUBE_PG_MAJOR"
+		# CNPG runs PostgreSQL as uid 26 (its images' postgres); gid 26 is Debian's tape
+		# group, and CNPG sets the pod's group itself, so only the uid moves.
+		hooks=(--customize-hook='chroot "$1" usermod -u 26 postgres'
+			--customize-hook='chroot "$1" chown -R 26 /var/lib/postgresql /var/run/postgresql /var/log/postgresql /etc/postgresql')
+		for d in "${extdirs[@]}"; do hooks+=(--customize-hook="cp -a $d/. \"\$1\"/"); done
+		hooks+=(--customize-hook="install -m 0755 $guardlib \"\$1$guardlib\"")
+		path="$PG_BIN:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+		user=26 entry='["'$PG_BIN'/postgres"]'
+	else
+		# Debian's package for its libraries, user and directories; CNPG runs /usr/bin/pgbouncer.
+		pkgs="pgbouncer"
+		hooks=(--customize-hook="install -m 0755 $bouncer \"\$1/usr/sbin/pgbouncer\""
+			--customize-hook='ln -sf ../sbin/pgbouncer "$1/usr/bin/pgbouncer"')
+		path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+		user=996 entry='["/usr/sbin/pgbouncer"]'
+	fi
+	build_deps mmdebstrap
+	log "mmdebstrap $KUBE_DEBIAN_SUITE with $pkgs (log: $buildlog)"
+	# The packaged cluster is not wanted (CNPG runs initdb), and docs, man pages and apt's
+	# lists are dead weight in an image.
+	mmdebstrap --variant=minbase --include="$pkgs" \
+		--setup-hook='mkdir -p "$1/etc/postgresql-common/createcluster.d"; echo "create_main_cluster = false" >"$1/etc/postgresql-common/createcluster.d/dbcloud.conf"' \
+		--dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
+		--dpkgopt='path-exclude=/usr/share/locale/*' \
+		"${hooks[@]}" \
+		--customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
+		"$KUBE_DEBIAN_SUITE" "$tmp/layer.tar" "$SOURCES" >>"$buildlog" 2>&1 || fail "mmdebstrap failed"
+	if [ "$what" = pgbouncer ]; then
+		user=$(tar -xOf "$tmp/layer.tar" ./etc/passwd | awk -F: '$1 == "postgres" { print $3 }')
+	fi
+	archive "$tmp/layer.tar" "$(config "$entry" "$user" '["PATH='"$path"'","LANG=C.UTF-8"]')"
+	;;
+esac
+rm -rf "$tmp"
+trap - EXIT
+log "built in $(($(date +%s) - start)) s: $out"
+echo "$out"
