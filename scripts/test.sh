@@ -23,3 +23,12 @@ export KUBEBUILDER_ASSETS DBCLOUD_REQUIRE_KUBE=1
 go test -count=1 -timeout 45m ./...
 go test -count=1 -race -timeout 10m ./sqlite/ ./http/
 go run ./cmd/dbcloud-bench -short -check
+# The Kubernetes runtime against real pods (issue 32, docs/kubernetes.md): a
+# single-node cluster with CloudNativePG built on this machine from Go
+# modules and Debian packages, cached under /var/cache/dbcloud/kube-node
+# (the first run on a fresh machine builds for about 30 minutes; later runs
+# take about 6). The check proves the cluster (a CNPG cluster healthy, TLS
+# from the host, a failover, nothing left after down); then the e2e suite
+# runs with -e2e.runtime=kubernetes against it.
+scripts/kube-node-check.sh
+scripts/e2e-kube.sh
