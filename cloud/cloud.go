@@ -130,6 +130,12 @@ func NewContextWithIdempotency(ctx context.Context, r *dbcloud.IdempotencyRecord
 	return context.WithValue(ctx, idempotencyKey{}, r)
 }
 
+// withoutIdempotency is ctx for a request's later write transactions: its
+// idempotency claim is recorded once, by the first.
+func withoutIdempotency(ctx context.Context) context.Context {
+	return context.WithValue(ctx, idempotencyKey{}, (*dbcloud.IdempotencyRecord)(nil))
+}
+
 func idempotencyFromContext(ctx context.Context) *dbcloud.IdempotencyRecord {
 	r, _ := ctx.Value(idempotencyKey{}).(*dbcloud.IdempotencyRecord)
 	return r

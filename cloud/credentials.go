@@ -115,7 +115,9 @@ func (c *Cloud) recordCredential(ctx context.Context, action identity.Action, cr
 	if failure != nil {
 		reason = failure.Error()
 	}
-	rctx := context.WithoutCancel(ctx)
+	// The request's first write recorded its idempotency claim; this one
+	// must not again, and it must land even when the caller has gone.
+	rctx := withoutIdempotency(context.WithoutCancel(ctx))
 	err := c.updateAs(rctx, cred.ProjectID, action, func(tx dbcloud.Tx) error {
 		if failure != nil && t == dbcloud.OpCreateCredential {
 			now := c.now()

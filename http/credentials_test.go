@@ -119,3 +119,24 @@ func TestCredentials_Contract(t *testing.T) {
 		t.Errorf("a refused create left a credential: %s", res.Body)
 	}
 }
+
+// TestCredentials_Idempotent: a create retried with its Idempotency-Key
+// answers the first create's 201 (its password too, sealed for the
+// caller) and makes no second credential.
+func TestCredentials_Idempotent(t *testing.T) {
+	e := newEnv(t, "sqlite", noLimits)
+	svc := e.readyService(map[string]any{"name": "db"})
+	path := e.pa() + "/services/" + svc.ServiceID + "/credentials"
+	r := req{Method: "POST", Path: path, Body: map[string]any{"name": "agent"}, Header: map[string]string{"Idempotency-Key": "cred-1"}}
+	var first, again credentialOut
+	e.want(201, "", r).decode(t, &first)
+	e.want(201, "", r).decode(t, &again)
+	if again.ID != first.ID || again.Password != first.Password {
+		t.Errorf("the retry answered %+v, the first %+v", again, first)
+	}
+	var list []struct{ ID string }
+	e.want(200, "", req{Method: "GET", Path: path}).decode(t, &list)
+	if len(list) != 1 {
+		t.Errorf("%d credentials after a create and its retry, want 1", len(list))
+	}
+}
