@@ -55,8 +55,21 @@ func IsNumericID(s string) bool {
 	return len(s) > 0 && len(s) <= 20 && strings.Trim(s, "0123456789") == ""
 }
 
-// ValidateName applies the naming rule of services, VPCs and replica sets.
-func ValidateName(field, s string) error {
+// NormalName applies the naming rule of services, VPCs, replica sets,
+// projects, keys, users and credentials, for every client alike: white
+// space around the name is dropped, and what is left must hold a visible
+// character (a name of spaces makes an invisible link in a list).
+func NormalName(field, s string) (string, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return "", Errorf(KindInvalid, "%s must contain a visible character.", field)
+	}
+	return s, validateName(field, s)
+}
+
+// validateName checks a name as it is: 1 to 128 characters, none of them
+// a control or formatting character. NormalName is the rule for input.
+func validateName(field, s string) error {
 	n := utf8.RuneCountInString(s)
 	if n < 1 || n > 128 {
 		return Errorf(KindInvalid, "%s must be 1 to 128 characters, got %d.", field, n)

@@ -103,11 +103,12 @@ func (c *Cloud) adminUser(tx dbcloud.Tx, name, email string) (*dbcloud.User, err
 
 // CreateProject creates a project.
 func (c *Cloud) CreateProject(ctx context.Context, name, adminName, adminEmail string) (*dbcloud.Project, error) {
-	if err := dbcloud.ValidateName("name", name); err != nil {
+	name, err := dbcloud.NormalName("name", name)
+	if err != nil {
 		return nil, err
 	}
 	p := &dbcloud.Project{ID: dbcloud.NewID(), Name: name, PlanType: "self-hosted", Created: c.now()}
-	err := c.Store.Update(ctx, func(tx dbcloud.Tx) error {
+	err = c.Store.Update(ctx, func(tx dbcloud.Tx) error {
 		u, err := c.adminUser(tx, adminName, adminEmail)
 		if err != nil {
 			return err
@@ -128,14 +129,15 @@ func (c *Cloud) CreateAPIKey(ctx context.Context, projectID, name, adminName, ad
 // CreateAPIKeyWithRole issues a key of the role for a project, on behalf of
 // the admin user (dbcloud admin key create --role).
 func (c *Cloud) CreateAPIKeyWithRole(ctx context.Context, projectID, name string, role identity.Role, adminName, adminEmail string) (*NewAPIKey, error) {
-	if err := dbcloud.ValidateName("name", name); err != nil {
+	name, err := dbcloud.NormalName("name", name)
+	if err != nil {
 		return nil, err
 	}
 	if !role.Valid() {
 		return nil, dbcloud.Errorf(dbcloud.KindInvalid, "role must be one of viewer, developer, admin, owner; got %q.", role)
 	}
 	var k *NewAPIKey
-	err := c.Store.Update(ctx, func(tx dbcloud.Tx) error {
+	err = c.Store.Update(ctx, func(tx dbcloud.Tx) error {
 		if _, err := tx.FindProject(projectID); err != nil {
 			if dbcloud.IsNotFound(err) {
 				return dbcloud.Errorf(dbcloud.KindNotFound, "Project %q not found.", projectID)

@@ -75,7 +75,8 @@ func (c *Cloud) CreateCredential(ctx context.Context, projectID, serviceID strin
 	if _, err := c.authorizeTo(ctx, projectID, action); err != nil {
 		return nil, err
 	}
-	if err := dbcloud.ValidateName("name", in.Name); err != nil {
+	name, err := dbcloud.NormalName("name", in.Name)
+	if err != nil {
 		return nil, err
 	}
 	ttl, err := dbcloud.CredentialTTL(in.TTLSeconds)
@@ -88,7 +89,7 @@ func (c *Cloud) CreateCredential(ctx context.Context, projectID, serviceID strin
 	}
 	password := dbcloud.NewPassword()
 	now := c.now()
-	cred := &dbcloud.Credential{ID: dbcloud.NewID(), ProjectID: projectID, ServiceID: serviceID, Name: in.Name, Access: access,
+	cred := &dbcloud.Credential{ID: dbcloud.NewID(), ProjectID: projectID, ServiceID: serviceID, Name: name, Access: access,
 		Verifier: dbcloud.NewSCRAMVerifier(password), Created: now, Expires: now.Add(ttl), CreatedBy: requesterOf(ctx)}
 	const notDone = "no credential was made"
 	var svc *dbcloud.Service

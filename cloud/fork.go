@@ -69,8 +69,8 @@ func (c *Cloud) ForkService(ctx context.Context, projectID, parentID string, in 
 	}
 	name := parent.Name + "-fork"
 	if in.Name != nil {
-		name = *in.Name
-		if err := dbcloud.ValidateName("name", name); err != nil {
+		var err error
+		if name, err = dbcloud.NormalName("name", *in.Name); err != nil {
 			return nil, err
 		}
 	}

@@ -202,7 +202,7 @@ func (c *Cloud) CreateUser(ctx context.Context, in NewUser) (*dbcloud.User, stri
 	if err != nil {
 		return nil, "", err
 	}
-	if err := dbcloud.ValidateName("name", in.Name); err != nil {
+	if in.Name, err = dbcloud.NormalName("name", in.Name); err != nil {
 		return nil, "", err
 	}
 	pw := in.Password
@@ -423,7 +423,8 @@ func (c *Cloud) IssueAPIKey(ctx context.Context, projectID, name string, role id
 	if err != nil {
 		return nil, err
 	}
-	if err := dbcloud.ValidateName("name", name); err != nil {
+	name, err = dbcloud.NormalName("name", name)
+	if err != nil {
 		return nil, err
 	}
 	if !role.Valid() {

@@ -70,7 +70,8 @@ func (c *Cloud) CreateReplicaSet(ctx context.Context, projectID, serviceID strin
 	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return nil, err
 	}
-	if err := dbcloud.ValidateName("name", in.Name); err != nil {
+	var err error
+	if in.Name, err = dbcloud.NormalName("name", in.Name); err != nil {
 		return nil, err
 	}
 	cpu, err := wholeNumber("cpu_millis", in.CPUMillis)

@@ -96,11 +96,12 @@ func (c *Cloud) RenameService(ctx context.Context, projectID, id, name string) (
 	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return nil, err
 	}
-	if err := dbcloud.ValidateName("name", name); err != nil {
+	name, err := dbcloud.NormalName("name", name)
+	if err != nil {
 		return nil, err
 	}
 	var v *ServiceView
-	err := c.update(ctx, projectID, func(tx dbcloud.Tx) error {
+	err = c.update(ctx, projectID, func(tx dbcloud.Tx) error {
 		s, err := findService(tx, projectID, id)
 		if err != nil {
 			return err
@@ -156,7 +157,8 @@ func (c *Cloud) CreateService(ctx context.Context, projectID string, in ServiceC
 	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return nil, err
 	}
-	if err := dbcloud.ValidateName("name", in.Name); err != nil {
+	var err error
+	if in.Name, err = dbcloud.NormalName("name", in.Name); err != nil {
 		return nil, err
 	}
 	addons, err := c.parseAddons(in.Addons)

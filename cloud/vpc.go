@@ -55,7 +55,8 @@ func (c *Cloud) CreateVPC(ctx context.Context, projectID string, in VPCCreate) (
 	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return nil, err
 	}
-	if err := dbcloud.ValidateName("name", in.Name); err != nil {
+	var err error
+	if in.Name, err = dbcloud.NormalName("name", in.Name); err != nil {
 		return nil, err
 	}
 	cidr, err := dbcloud.ParseCIDR(in.CIDR)
@@ -124,10 +125,11 @@ func (c *Cloud) RenameVPC(ctx context.Context, projectID, id, name string) (stri
 	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return "", err
 	}
-	if err := dbcloud.ValidateName("name", name); err != nil {
+	name, err := dbcloud.NormalName("name", name)
+	if err != nil {
 		return "", err
 	}
-	err := c.update(ctx, projectID, func(tx dbcloud.Tx) error {
+	err = c.update(ctx, projectID, func(tx dbcloud.Tx) error {
 		v, err := findVPC(tx, projectID, id)
 		if err != nil {
 			return err
