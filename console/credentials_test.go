@@ -68,3 +68,20 @@ func rolesOf(s *site, sid string) []dbcloud.CredentialRole {
 	defer rt.mu.Unlock()
 	return rt.roles[sid]
 }
+
+// TestConsoleDashboardLink: the link the original's CLI prints for a
+// service leads to its page; an unknown ID is a 404 that says so.
+func TestConsoleDashboardLink(t *testing.T) {
+	s, b, page := signedIn(t)
+	pid := s.boot.Project.ID
+	b.post(s.srv.URL+"/p/"+pid+"/services", url.Values{"csrf": {csrfOf(t, page)}, "name": {"shop"}, "size": {"500/2"}})
+	sid := listServices(t, s)[0].Service.ID
+	res, page := b.get(s.srv.URL + "/dashboard/services/" + sid)
+	if res.Request.URL.Path != "/p/"+pid+"/services/"+sid || !strings.Contains(page, "shop") {
+		t.Errorf("the CLI's link led to %s (%d)", res.Request.URL, res.StatusCode)
+	}
+	res, page = b.get(s.srv.URL + "/dashboard/services/zzzzzzzzzz")
+	if res.StatusCode != 404 || !strings.Contains(page, "None of your projects") {
+		t.Errorf("unknown service: %d\n%s", res.StatusCode, page)
+	}
+}

@@ -23,6 +23,7 @@ func (h *Handler) routes() {
 	s := h.session
 	h.mux.HandleFunc("GET /{$}", s(h.home))
 	h.mux.HandleFunc("GET /switch", s(h.switchProject))
+	h.mux.HandleFunc("GET /dashboard/services/{sid}", s(h.dashboardService))
 	h.mux.HandleFunc("GET /p/{pid}/services", s(h.servicesGet))
 	h.mux.HandleFunc("POST /p/{pid}/services", s(h.serviceCreate))
 	h.mux.HandleFunc("GET /p/{pid}/services/{sid}", s(h.serviceGet))
@@ -160,6 +161,24 @@ func (h *Handler) switchProject(w http.ResponseWriter, r *http.Request, s *sessi
 		return
 	}
 	http.Redirect(w, r, "/p/"+pid+"/services", http.StatusSeeOther)
+}
+
+// dashboardService answers the link the original's CLI prints for a
+// service, https://<console>/dashboard/services/<id>: the service's page
+// in whichever of the caller's projects holds it.
+func (h *Handler) dashboardService(w http.ResponseWriter, r *http.Request, s *session) {
+	sid := r.PathValue("sid")
+	ps, err := h.cloud.ListProjects(r.Context())
+	if err == nil && dbcloud.IsID(sid) {
+		for _, p := range ps {
+			if _, err := h.cloud.GetService(r.Context(), p.ID, sid); err == nil {
+				http.Redirect(w, r, "/p/"+p.ID+"/services/"+sid, http.StatusSeeOther)
+				return
+			}
+		}
+	}
+	h.render(w, r, http.StatusNotFound, "error", page{User: s.principal.User, CSRF: s.principal.Token.CSRF,
+		Title: "Not found", Error: "None of your projects has a service " + sid + "."})
 }
 
 // Services.
