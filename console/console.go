@@ -65,6 +65,8 @@ type Handler struct {
 	tmpl   map[string]*template.Template
 	mux    *http.ServeMux
 	signin *signinLimits
+	// once holds forms' answers for the page they redirect to (once.go).
+	once *onceStore
 }
 
 // New returns the handler of the whole origin: api answers the API's
@@ -73,7 +75,7 @@ func New(cloud *cloud.Cloud, srv *oauth.Server, api http.Handler, logger *slog.L
 	if logger == nil {
 		logger = slog.Default()
 	}
-	h := &Handler{cloud: cloud, oauth: srv, api: api, logger: logger, mux: http.NewServeMux(), signin: newSigninLimits()}
+	h := &Handler{cloud: cloud, oauth: srv, api: api, logger: logger, mux: http.NewServeMux(), signin: newSigninLimits(), once: newOnceStore()}
 	h.tmpl = parseTemplates()
 	static, _ := fs.Sub(staticFS, "static")
 	h.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))

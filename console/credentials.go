@@ -27,7 +27,7 @@ type ttlChoice struct {
 var credentialTTLs = []ttlChoice{{3600, "1 hour"}, {8 * 3600, "8 hours"}, {24 * 3600, "1 day"}, {7 * 24 * 3600, "7 days"}, {30 * 24 * 3600, "30 days"}}
 
 func (h *Handler) credentialsGet(w http.ResponseWriter, r *http.Request, s *session) {
-	h.credentialsPage(w, r, s, h.fromQuery(r))
+	h.credentialsPage(w, r, s, h.fromQuery(r, s))
 }
 
 func (h *Handler) credentialsPage(w http.ResponseWriter, r *http.Request, s *session, f flash) {
@@ -51,7 +51,7 @@ func (h *Handler) credentialCreate(w http.ResponseWriter, r *http.Request, s *se
 		h.credentialsPage(w, r, s, h.failed(r, err))
 		return
 	}
-	h.credentialsPage(w, r, s, flash{status: http.StatusCreated,
+	h.showOnce(w, r, s, "/p/"+r.PathValue("pid")+"/services/"+r.PathValue("sid")+"/credentials", flash{
 		notice: "Credential " + nc.Name + " made; it expires " + nc.Expires.UTC().Format("2006-01-02 15:04 MST") + ". Its password is shown only now.",
 		secret: []secret{{ID: "credential-conn", Label: "connection string", Value: nc.ConnectionString}}})
 }

@@ -48,10 +48,9 @@ func (h *Handler) routes() {
 
 // flash is what a page shows beside its content after an action.
 type flash struct {
-	status        int
-	err, notice   string
-	secret        []secret
-	secretService *cloud.ServiceView
+	status      int
+	err, notice string
+	secret      []secret
 }
 
 // done names the notices a redirect after a successful action may show;
@@ -79,7 +78,12 @@ var done = map[string]string{
 	"credrevoked": "Credential revoked; its sessions have ended.",
 }
 
-func (h *Handler) fromQuery(r *http.Request) flash {
+// fromQuery is what a page shows beside its content: the answer of the
+// form that redirected here, else the notice its query names.
+func (h *Handler) fromQuery(r *http.Request, s *session) flash {
+	if f, ok := h.once.take(onceKey(s), time.Now()); ok {
+		return f
+	}
 	return flash{status: http.StatusOK, notice: done[r.URL.Query().Get("done")]}
 }
 
@@ -197,7 +201,7 @@ func (h *Handler) sizes() []string {
 }
 
 func (h *Handler) servicesGet(w http.ResponseWriter, r *http.Request, s *session) {
-	h.servicesPage(w, r, s, h.fromQuery(r))
+	h.servicesPage(w, r, s, h.fromQuery(r, s))
 }
 
 func (h *Handler) servicesPage(w http.ResponseWriter, r *http.Request, s *session, f flash) {
@@ -223,9 +227,9 @@ func (h *Handler) serviceCreate(w http.ResponseWriter, r *http.Request, s *sessi
 		h.servicesPage(w, r, s, h.failed(r, err))
 		return
 	}
-	// The password exists only in this answer: show it once, here.
-	r.SetPathValue("sid", v.Service.ID)
-	h.servicePage(w, r, s, flash{status: http.StatusCreated, notice: "Service created; it becomes READY in a moment.", secret: passwordSecrets(v.InitialPassword, connString(v.Service.Endpoint, v.InitialPassword))})
+	// The password exists only in this answer: shown once, by the page.
+	h.showOnce(w, r, s, "/p/"+pid+"/services/"+v.Service.ID, flash{notice: "Service created; it becomes READY in a moment.",
+		secret: passwordSecrets(v.InitialPassword, connString(v.Service.Endpoint, v.InitialPassword))})
 }
 
 // connString is how clients connect (decisions.md section 5); without a
@@ -258,7 +262,7 @@ type serviceData struct {
 }
 
 func (h *Handler) serviceGet(w http.ResponseWriter, r *http.Request, s *session) {
-	h.servicePage(w, r, s, h.fromQuery(r))
+	h.servicePage(w, r, s, h.fromQuery(r, s))
 }
 
 func (h *Handler) servicePage(w http.ResponseWriter, r *http.Request, s *session, f flash) {
@@ -357,7 +361,7 @@ func (h *Handler) serviceAction(w http.ResponseWriter, r *http.Request, s *sessi
 				err = gerr
 				break
 			}
-			h.servicePage(w, r, s, flash{notice: "Password changed.", secret: passwordSecrets(pw, connString(v.Service.Endpoint, pw))})
+			h.showOnce(w, r, s, page, flash{notice: "Password changed.", secret: passwordSecrets(pw, connString(v.Service.Endpoint, pw))})
 			return
 		}
 	case "fork":
@@ -422,7 +426,7 @@ var severities = []string{"DEBUG", "INFO", "NOTICE", "WARNING", "ERROR", "LOG", 
 func (h *Handler) logsGet(w http.ResponseWriter, r *http.Request, s *session) {
 	pid, sid := r.PathValue("pid"), r.PathValue("sid")
 	q := r.URL.Query()
-	h.show(w, r, s, "logs", "Logs", h.fromQuery(r), func() (any, error) {
+	h.show(w, r, s, "logs", "Logs", h.fromQuery(r, s), func() (any, error) {
 		v, err := h.cloud.GetService(r.Context(), pid, sid)
 		if err != nil {
 			return nil, err
@@ -450,7 +454,7 @@ func (h *Handler) logsGet(w http.ResponseWriter, r *http.Request, s *session) {
 // VPCs.
 
 func (h *Handler) vpcsGet(w http.ResponseWriter, r *http.Request, s *session) {
-	h.vpcsPage(w, r, s, h.fromQuery(r))
+	h.vpcsPage(w, r, s, h.fromQuery(r, s))
 }
 
 // vpcRow is a VPC with its peerings.
@@ -526,7 +530,7 @@ type keysData struct {
 }
 
 func (h *Handler) keysGet(w http.ResponseWriter, r *http.Request, s *session) {
-	h.keysPage(w, r, s, h.fromQuery(r))
+	h.keysPage(w, r, s, h.fromQuery(r, s))
 }
 
 func (h *Handler) keysPage(w http.ResponseWriter, r *http.Request, s *session, f flash) {
@@ -542,7 +546,7 @@ func (h *Handler) keyCreate(w http.ResponseWriter, r *http.Request, s *session) 
 		h.keysPage(w, r, s, h.failed(r, err))
 		return
 	}
-	h.keysPage(w, r, s, flash{status: http.StatusCreated, notice: "API key created.", secret: []secret{
+	h.showOnce(w, r, s, "/p/"+r.PathValue("pid")+"/keys", flash{notice: "API key created.", secret: []secret{
 		{ID: "access-key", Label: "access key", Value: k.AccessKey}, {ID: "secret-key", Label: "secret key", Value: k.SecretKey},
 	}})
 }
@@ -564,7 +568,7 @@ type membersData struct {
 }
 
 func (h *Handler) membersGet(w http.ResponseWriter, r *http.Request, s *session) {
-	h.membersPage(w, r, s, h.fromQuery(r))
+	h.membersPage(w, r, s, h.fromQuery(r, s))
 }
 
 func (h *Handler) membersPage(w http.ResponseWriter, r *http.Request, s *session, f flash) {
