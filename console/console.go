@@ -67,6 +67,8 @@ type Handler struct {
 	signin *signinLimits
 	// once holds forms' answers for the page they redirect to (once.go).
 	once *onceStore
+	// caPEM is the CA the Connect tab offers (connect.go); nil: none.
+	caPEM []byte
 }
 
 // New returns the handler of the whole origin: api answers the API's

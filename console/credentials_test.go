@@ -3,6 +3,7 @@ package console_test
 import (
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -83,5 +84,37 @@ func TestConsoleDashboardLink(t *testing.T) {
 	res, page = b.get(s.srv.URL + "/dashboard/services/zzzzzzzzzz")
 	if res.StatusCode != 404 || !strings.Contains(page, "None of your projects") {
 		t.Errorf("unknown service: %d\n%s", res.StatusCode, page)
+	}
+}
+
+// testCAPEM stands for the installation's CA in these tests.
+const testCAPEM = "-----BEGIN CERTIFICATE-----\nMIIBdGVzdA==\n-----END CERTIFICATE-----\n"
+
+// TestConsoleConnect: a service's Connect tab gives psql, JDBC, pgx,
+// psycopg and node-pg snippets for its endpoint with verify-full and the
+// CA, which downloads from /ca.pem.
+func TestConsoleConnect(t *testing.T) {
+	s, b, page := signedIn(t)
+	pid := s.boot.Project.ID
+	b.post(s.srv.URL+"/p/"+pid+"/services", url.Values{"csrf": {csrfOf(t, page)}, "name": {"shop"}, "size": {"500/2"}})
+	v := listServices(t, s)[0]
+	settle(t, s, v.Service.ID, dbcloud.StatusReady)
+	svc := s.srv.URL + "/p/" + pid + "/services/" + v.Service.ID
+	if _, page = b.get(svc); !strings.Contains(page, `href="/p/`+pid+`/services/`+v.Service.ID+`/connect"`) {
+		t.Fatal("the service page has no Connect tab")
+	}
+	_, page = b.get(svc + "/connect")
+	hostPort := v.Service.Endpoint.Host + ":" + strconv.Itoa(v.Service.Endpoint.Port)
+	for _, want := range []string{
+		`psql "postgresql://tsdbadmin@` + hostPort + `/tsdb?sslmode=verify-full&amp;sslrootcert=dbcloud-ca.pem"`,
+		"jdbc:postgresql://" + hostPort + "/tsdb?", "pgx.Connect(", "psycopg.connect(", "new pg.Client(", `href="/ca.pem"`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the Connect tab lacks %q", want)
+		}
+	}
+	res, ca := b.get(s.srv.URL + "/ca.pem")
+	if res.StatusCode != 200 || ca != testCAPEM || !strings.Contains(res.Header.Get("Content-Disposition"), "dbcloud-ca.pem") {
+		t.Errorf("/ca.pem: %d %q %q", res.StatusCode, res.Header.Get("Content-Disposition"), ca)
 	}
 }

@@ -58,7 +58,7 @@ func newSite(t *testing.T, rt dbcloud.Runtime) *site {
 		t.Fatal(err)
 	}
 	api := http.NewHandler(s.cloud, http.Config{}, logger)
-	s.srv = httptest.NewUnstartedServer(console.New(s.cloud, oauth.New(s.cloud), api, logger))
+	s.srv = httptest.NewUnstartedServer(console.New(s.cloud, oauth.New(s.cloud), api, logger).WithCA([]byte(testCAPEM)))
 	s.srv.StartTLS()
 	t.Cleanup(s.srv.Close)
 	return s

@@ -31,6 +31,8 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("POST /p/{pid}/services/{sid}/{action}", s(h.serviceAction))
 	h.mux.HandleFunc("GET /p/{pid}/services/{sid}/logs", s(h.logsGet))
 	h.mux.HandleFunc("GET /p/{pid}/services/{sid}/credentials", s(h.credentialsGet))
+	h.mux.HandleFunc("GET /p/{pid}/services/{sid}/connect", s(h.connectGet))
+	h.mux.HandleFunc("GET /ca.pem", h.caGet)
 	h.mux.HandleFunc("POST /p/{pid}/services/{sid}/credentials", s(h.credentialCreate))
 	h.mux.HandleFunc("POST /p/{pid}/services/{sid}/credentials/{cid}/revoke", s(h.credentialRevoke))
 	h.mux.HandleFunc("GET /p/{pid}/vpcs", s(h.vpcsGet))
