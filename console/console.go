@@ -67,8 +67,11 @@ type Handler struct {
 	signin *signinLimits
 	// once holds forms' answers for the page they redirect to (once.go).
 	once *onceStore
-	// caPEM is the CA the Connect tab offers (connect.go); nil: none.
+	// caPEM is the CA the Connect tab offers (connect.go) and the SQL
+	// editor checks services with (sql.go); nil: none.
 	caPEM []byte
+	// sqlCreds are the SQL editor's credentials (sql.go).
+	sqlCreds *sqlCredentials
 }
 
 // New returns the handler of the whole origin: api answers the API's
@@ -77,7 +80,7 @@ func New(cloud *cloud.Cloud, srv *oauth.Server, api http.Handler, logger *slog.L
 	if logger == nil {
 		logger = slog.Default()
 	}
-	h := &Handler{cloud: cloud, oauth: srv, api: api, logger: logger, mux: http.NewServeMux(), signin: newSigninLimits(), once: newOnceStore()}
+	h := &Handler{cloud: cloud, oauth: srv, api: api, logger: logger, mux: http.NewServeMux(), signin: newSigninLimits(), once: newOnceStore(), sqlCreds: newSQLCredentials()}
 	h.tmpl = parseTemplates()
 	static, _ := fs.Sub(staticFS, "static")
 	h.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))

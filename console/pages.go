@@ -32,6 +32,8 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("GET /p/{pid}/services/{sid}/logs", s(h.logsGet))
 	h.mux.HandleFunc("GET /p/{pid}/services/{sid}/credentials", s(h.credentialsGet))
 	h.mux.HandleFunc("GET /p/{pid}/services/{sid}/connect", s(h.connectGet))
+	h.mux.HandleFunc("GET /p/{pid}/services/{sid}/sql", s(h.sqlGet))
+	h.mux.HandleFunc("POST /p/{pid}/services/{sid}/sql", s(h.sqlRun))
 	h.mux.HandleFunc("GET /ca.pem", h.caGet)
 	h.mux.HandleFunc("POST /p/{pid}/services/{sid}/credentials", s(h.credentialCreate))
 	h.mux.HandleFunc("POST /p/{pid}/services/{sid}/credentials/{cid}/revoke", s(h.credentialRevoke))
@@ -53,6 +55,8 @@ type flash struct {
 	status      int
 	err, notice string
 	secret      []secret
+	// sql is the SQL editor's answer (sql.go).
+	sql *sqlResult
 }
 
 // done names the notices a redirect after a successful action may show;

@@ -227,6 +227,33 @@ func TestBrowserConsole(t *testing.T) {
 	}
 	shot("logs")
 
+	// The SQL editor: queries run as the owner's own short-lived
+	// credential; results as a table, errors as PostgreSQL reports them,
+	// and no credential password anywhere in the page.
+	sqlRun := func(what, query, wait string) string {
+		t.Helper()
+		var html string
+		run(t, ctx, 60*time.Second, what,
+			chromedp.Navigate(svcURL+"/sql"),
+			chromedp.WaitVisible("#sql-query", chromedp.ByID),
+			chromedp.SetValue("#sql-query", query, chromedp.ByID),
+			chromedp.Submit("#sql-query", chromedp.ByID),
+			chromedp.WaitVisible(wait, chromedp.ByQuery),
+			chromedp.OuterHTML("main", &html, chromedp.ByQuery),
+		)
+		return html
+	}
+	sqlRun("make a table in the SQL editor", "CREATE TABLE browser_t AS SELECT 42 AS answer", "#h-result")
+	html := sqlRun("query it", "SELECT answer FROM browser_t", "#sql-result")
+	if !strings.Contains(html, "<th scope=\"col\">answer</th>") || !strings.Contains(html, "<td>42</td>") || !strings.Contains(html, "dbcloud_cred_") {
+		t.Errorf("the SQL editor's result:\n%s", html)
+	}
+	shot("sql")
+	html = sqlRun("a failing query", "SELECT 1/0", "#sql-error")
+	if !strings.Contains(html, "division by zero (SQLSTATE 22012)") || strings.Contains(html, "postgresql://dbcloud_cred_") {
+		t.Errorf("the SQL editor's error:\n%s", html)
+	}
+
 	// A command-line client's OAuth login, approved in this browser.
 	testOAuthInBrowser(t, ctx, s, origin)
 
