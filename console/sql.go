@@ -47,6 +47,18 @@ func newSQLCredentials() *sqlCredentials {
 	return &sqlCredentials{m: map[string]*cloud.NewCredential{}}
 }
 
+// put keeps c for key and forgets the credentials that have expired.
+func (s *sqlCredentials) put(key string, c *cloud.NewCredential, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, old := range s.m {
+		if !now.Before(old.Expires) {
+			delete(s.m, k)
+		}
+	}
+	s.m[key] = c
+}
+
 // sqlResult is what a query answered, for the page.
 type sqlResult struct {
 	Query     string
@@ -121,9 +133,7 @@ func (h *Handler) sqlCredential(ctx context.Context, s *session, pid, sid string
 	if err != nil {
 		return nil, err
 	}
-	h.sqlCreds.mu.Lock()
-	h.sqlCreds.m[key] = c
-	h.sqlCreds.mu.Unlock()
+	h.sqlCreds.put(key, c, time.Now())
 	return c, nil
 }
 
