@@ -3,6 +3,9 @@ package kubernetes
 import (
 	"context"
 	"fmt"
+	"net"
+	"strconv"
+	"time"
 
 	apiv1 "github.com/cloudnative-pg/cloudnative-pg/api/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -188,34 +191,61 @@ func (rt *Runtime) serviceOf(e exposure) string {
 // Service; when there is none at all, nothing keeps them (an apiserver
 // without controllers, as in the tests that write CNPG's status by hand),
 // and there is nothing to wait for.
-func (rt *Runtime) serving(ctx context.Context, ns string, e exposure) (string, error) {
+//
+// It reports whether the Service has endpoints kept at all (kept), so the
+// caller knows a real cluster carries the traffic.
+func (rt *Runtime) serving(ctx context.Context, ns string, e exposure) (wait string, kept bool, err error) {
 	name := rt.serviceOf(e)
 	var slices discoveryv1.EndpointSliceList
 	if err := rt.c.List(ctx, &slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name}); err != nil {
-		return "", err
+		return "", false, err
 	}
 	if len(slices.Items) == 0 {
-		return "", nil
+		return "", false, nil
 	}
 	for _, s := range slices.Items {
 		for _, ep := range s.Endpoints {
 			// An unset ready condition means ready (the EndpointSlice API).
 			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
-				return "", nil
+				return "", true, nil
 			}
 		}
 	}
-	return fmt.Sprintf("Waiting for Service %s/%s to have a ready endpoint.", ns, name), nil
+	return fmt.Sprintf("Waiting for Service %s/%s to have a ready endpoint.", ns, name), true, nil
 }
 
-// reachable is endpoint and, once it has one, serving.
+// endpointProbe bounds the check that an endpoint accepts connections.
+const endpointProbe = 2 * time.Second
+
+// reachable is endpoint and, once it has one, serving, and then the
+// endpoint itself accepting a TCP connection: a ready endpoint in the
+// EndpointSlice is not yet a rule in kube-proxy's tables (against real
+// pods a NodePort refused connections for a moment after it), and READY
+// promises a psql that connects.
 func (rt *Runtime) reachable(ctx context.Context, ns string, e exposure) (*dbcloud.Endpoint, string, error) {
 	ep, wait, err := rt.endpoint(ctx, ns, e)
 	if err != nil || wait != "" {
 		return ep, wait, err
 	}
-	wait, err = rt.serving(ctx, ns, e)
-	return ep, wait, err
+	wait, kept, err := rt.serving(ctx, ns, e)
+	if err != nil || wait != "" || !kept || ep == nil {
+		return ep, wait, err
+	}
+	addr := net.JoinHostPort(ep.Host, strconv.Itoa(ep.Port))
+	if err := rt.cfg.Probe(ctx, addr); err != nil {
+		return ep, fmt.Sprintf("Waiting for %s to accept connections.", addr), nil
+	}
+	return ep, "", nil
+}
+
+// dialProbe is Config.Probe's default: a TCP connection, closed at once.
+func dialProbe(ctx context.Context, addr string) error {
+	d := net.Dialer{Timeout: endpointProbe}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	return conn.Close()
 }
 
 // observeEndpoints fills the observation's endpoints for a running cluster;

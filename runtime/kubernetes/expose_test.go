@@ -2,7 +2,9 @@ package kubernetes_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	apiv1 "github.com/cloudnative-pg/cloudnative-pg/api/v1"
@@ -163,7 +165,15 @@ func TestExposeLoadBalancer(t *testing.T) {
 // claimed at creation is the one reported; a port outside the apiserver's
 // node port range is refused for good, not retried.
 func TestExposeNodePort(t *testing.T) {
-	rt := newRuntime(t, kubernetes.Config{Expose: kubernetes.ExposeNodePort})
+	// The endpoint's host is made up: the probe answers as kube-proxy would.
+	var accepting atomic.Bool
+	probe := func(_ context.Context, addr string) error {
+		if addr != "db.example.test:30123" || !accepting.Load() {
+			return fmt.Errorf("dial tcp %s: connection refused", addr)
+		}
+		return nil
+	}
+	rt := newRuntime(t, kubernetes.Config{Expose: kubernetes.ExposeNodePort, Probe: probe})
 	ctx := testContext(t)
 	svc := exposedService(30123, 0)
 	svc.Spec.Pooler = false
@@ -203,6 +213,13 @@ func TestExposeNodePort(t *testing.T) {
 	if err := shared.client.Update(ctx, slice); err != nil {
 		t.Fatal(err)
 	}
+	// Ready in the EndpointSlice, but kube-proxy has not programmed the
+	// node port yet: still not running.
+	obs, err = rt.CheckService(ctx, svc, false)
+	if err != nil || obs.Running || !strings.Contains(obs.Reason, "accept connections") {
+		t.Fatalf("ready endpoint, refusing node port: %v %+v", err, obs)
+	}
+	accepting.Store(true)
 	obs, err = rt.CheckService(ctx, svc, false)
 	if err != nil || !obs.Running {
 		t.Fatalf("ready endpoint: %v %+v", err, obs)

@@ -12,6 +12,7 @@
 package kubernetes
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -71,7 +72,10 @@ type Config struct {
 	ExposeAnnotations map[string]string
 	// Metrics reads the instances' exporters; nil leaves services unmeasured.
 	Metrics PodMetricsReader
-	Logger  *slog.Logger
+	// Probe checks that an endpoint accepts a TCP connection before a
+	// service is READY on a cluster that keeps endpoints; nil dials it.
+	Probe  func(ctx context.Context, addr string) error
+	Logger *slog.Logger
 }
 
 // Runtime implements dbcloud.Runtime, dbcloud.Provisioner and
@@ -125,6 +129,9 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	if cfg.WaitTimeout <= 0 {
 		cfg.WaitTimeout = 15 * time.Minute
+	}
+	if cfg.Probe == nil {
+		cfg.Probe = dialProbe
 	}
 	if cfg.Expose == "" {
 		cfg.Expose = ExposeClusterIP
