@@ -242,6 +242,15 @@ type credentialLogins struct {
 	seen map[string]*loginScan
 }
 
+// forget drops a deleted service's scan: its roles are gone with it, and
+// a runtime that outlives thousands of short-lived services (a fork per
+// branch) must not keep a map entry for each.
+func (l *credentialLogins) forget(serviceID string) {
+	l.mu.Lock()
+	delete(l.seen, serviceID)
+	l.mu.Unlock()
+}
+
 type loginScan struct {
 	last  map[string]time.Time
 	until time.Time

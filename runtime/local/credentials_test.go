@@ -202,6 +202,17 @@ func TestCredentials_EndpointAndPooler(t *testing.T) {
 	if logins, err := f.rt.CredentialLogins(ctx, f.svc); err != nil || logins[rw.Username].IsZero() {
 		t.Errorf("last logins of a stopped service: %v, %v", logins, err)
 	}
+
+	// Deleted: nothing of it is remembered.
+	if err := f.rt.DeleteService(ctx, f.svc); err != nil {
+		t.Fatal(err)
+	}
+	f.rt.credLogins.mu.Lock()
+	_, kept := f.rt.credLogins.seen[f.svc.ID]
+	f.rt.credLogins.mu.Unlock()
+	if kept {
+		t.Errorf("the last logins of deleted service %s are still kept", f.svc.ID)
+	}
 }
 
 // mustApplyCredentials makes the roles on the fixture's primary directly,

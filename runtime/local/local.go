@@ -568,6 +568,7 @@ func (rt *Runtime) DeleteService(ctx context.Context, svc *dbcloud.Service) erro
 	delete(rt.storage, svc.ID)
 	delete(rt.quiet, svc.ID)
 	rt.mu.Unlock()
+	rt.credLogins.forget(svc.ID)
 	// A fork deleted before its restore finished releases its own hold on
 	// its parent.
 	if svc.Fork != nil {
