@@ -451,7 +451,7 @@ func TestConsoleServiceChartsAndOperations(t *testing.T) {
 	settle(t, s, sid, dbcloud.StatusReady)
 
 	_, page = b.get(base + "/services/" + sid)
-	if !strings.Contains(page, "No samples yet") {
+	if !strings.Contains(page, "No samples in the last 1h") {
 		t.Error("a service without samples: no word that there are none")
 	}
 	if !strings.Contains(page, "create_service") || !strings.Contains(page, "succeeded") || !strings.Contains(page, s.boot.User.Email) {

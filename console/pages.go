@@ -1,7 +1,6 @@
 package console
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -24,10 +23,10 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("GET /{$}", s(h.home))
 	h.mux.HandleFunc("GET /switch", s(h.switchProject))
 	h.mux.HandleFunc("GET /dashboard/services/{sid}", s(h.dashboardService))
+	h.mux.HandleFunc("GET /p/{pid}/events", s(h.events))
 	h.mux.HandleFunc("GET /p/{pid}/services", s(h.servicesGet))
 	h.mux.HandleFunc("POST /p/{pid}/services", s(h.serviceCreate))
 	h.mux.HandleFunc("GET /p/{pid}/services/{sid}", s(h.serviceGet))
-	h.mux.HandleFunc("GET /p/{pid}/services/{sid}/status", s(h.serviceStatus))
 	h.mux.HandleFunc("POST /p/{pid}/services/{sid}/{action}", s(h.serviceAction))
 	h.mux.HandleFunc("GET /p/{pid}/services/{sid}/logs", s(h.logsGet))
 	h.mux.HandleFunc("GET /p/{pid}/services/{sid}/credentials", s(h.credentialsGet))
@@ -87,6 +86,9 @@ var done = map[string]string{
 // fromQuery is what a page shows beside its content: the answer of the
 // form that redirected here, else the notice its query names.
 func (h *Handler) fromQuery(r *http.Request, s *session) flash {
+	if isLiveRead(r) {
+		return flash{status: http.StatusOK}
+	}
 	if f, ok := h.once.take(onceKey(s), time.Now()); ok {
 		return f
 	}
@@ -262,8 +264,10 @@ type serviceData struct {
 	Now        string
 	// Min and Max bound the PITR time picker by the recovery window.
 	Min, Max string
-	// Charts are the last hour's metrics; Operations the newest changes.
+	// Charts are the metrics over Range; Operations the newest changes.
 	Charts     []chart
+	Range      chartRange
+	Ranges     []chartRange
 	Operations []*dbcloud.Operation
 }
 
@@ -294,24 +298,13 @@ func (h *Handler) servicePage(w http.ResponseWriter, r *http.Request, s *session
 		if !win.From.IsZero() {
 			d.Min, d.Max = win.From.UTC().Format("2006-01-02T15:04:05"), win.To.UTC().Format("2006-01-02T15:04:05")
 		}
-		d.Charts = h.serviceCharts(r.Context(), pid, sid)
+		d.Range, d.Ranges = rangeOf(r.URL.Query().Get("range")), chartRanges
+		d.Charts = h.serviceCharts(r.Context(), pid, v.Service, d.Range)
 		if d.Operations, err = h.recentOperations(r.Context(), pid, sid); err != nil {
 			return nil, err
 		}
 		return d, nil
 	})
-}
-
-// serviceStatus answers the services list's live status cells.
-func (h *Handler) serviceStatus(w http.ResponseWriter, r *http.Request, s *session) {
-	v, err := h.cloud.GetService(r.Context(), r.PathValue("pid"), r.PathValue("sid"))
-	w.Header().Set("Content-Type", "application/json")
-	if err != nil {
-		w.WriteHeader(apihttp.StatusOf(err))
-		json.NewEncoder(w).Encode(map[string]string{"message": h.errorMessage(r, err)})
-		return
-	}
-	json.NewEncoder(w).Encode(map[string]string{"status": string(v.Service.Status)})
 }
 
 // serviceAction runs one change of a service from its page's forms.

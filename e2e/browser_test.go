@@ -166,7 +166,7 @@ func TestBrowserConsole(t *testing.T) {
 	}
 	var sid string
 	run(t, ctx, 10*time.Second, "read the service id",
-		chromedp.Evaluate(`document.querySelector("[data-status-url]").dataset.statusUrl.split("/")[4]`, &sid))
+		chromedp.Evaluate(`document.querySelector("[data-service-id]").dataset.serviceId`, &sid))
 
 	// Watch it become READY on the services list (the status cells update
 	// themselves).
@@ -201,7 +201,7 @@ func TestBrowserConsole(t *testing.T) {
 		chromedp.SetValue("#fork-strategy", "NOW", chromedp.ByID),
 		chromedp.Submit("#fork-name", chromedp.ByID),
 		chromedp.WaitVisible(`[data-copy="secret-conn"]`, chromedp.ByQuery),
-		chromedp.Evaluate(`document.querySelector("[data-status-url]").dataset.statusUrl.split("/")[4]`, &forkID),
+		chromedp.Evaluate(`document.querySelector("[data-service-id]").dataset.serviceId`, &forkID),
 	)
 	if forkID == sid {
 		t.Fatal("the fork page shows the parent")
@@ -211,6 +211,7 @@ func TestBrowserConsole(t *testing.T) {
 		chromedp.WaitVisible(`dd.status-READY`, chromedp.ByQuery),
 	)
 	shot("fork")
+	testLivePages(t, ctx, s, origin, forkID)
 
 	// Logs of the first service, with search.
 	var logs string
@@ -294,6 +295,62 @@ func TestBrowserConsole(t *testing.T) {
 	if !strings.Contains(where, "/signin") {
 		t.Errorf("after sign-out the console opened %s", where)
 	}
+}
+
+// testLivePages: open pages follow the project's event stream. Changes
+// made through the API (a resize, a new service, deletes) show on an
+// open page without a reload: a mark set on the page's window survives.
+func testLivePages(t *testing.T, ctx context.Context, s *server, origin, forkID string) {
+	t.Helper()
+	pid := s.boot.ProjectID
+	mark := chromedp.Evaluate(`window.notReloaded = true`, nil)
+	kept := func(what string) {
+		t.Helper()
+		var still bool
+		run(t, ctx, 10*time.Second, "read the mark", chromedp.Evaluate(`window.notReloaded === true`, &still))
+		if !still {
+			t.Fatalf("%s: the page was reloaded", what)
+		}
+	}
+	run(t, ctx, 30*time.Second, "open the fork's page",
+		chromedp.Navigate(origin+"/p/"+pid+"/services/"+forkID),
+		chromedp.WaitVisible(`#live-props dd.status-READY`, chromedp.ByQuery),
+		mark,
+	)
+	s.accepted("POST", s.services()+"/"+forkID+"/resize", map[string]string{"cpu_millis": "shared", "memory_gbs": "shared"})
+	run(t, ctx, 3*time.Minute, "the resize shows on the open page",
+		chromedp.WaitVisible(`//section[@id="live-props"]//dd[text()="shared/shared"]`, chromedp.BySearch),
+	)
+	kept("resize")
+
+	// The list: a service created through the API appears, and goes
+	// when it is deleted through the API.
+	run(t, ctx, 30*time.Second, "open the services list",
+		chromedp.Navigate(origin+"/p/"+pid+"/services"),
+		chromedp.WaitVisible(`#live-services table`, chromedp.ByQuery),
+		mark,
+	)
+	created := s.create(map[string]any{"name": "browser-live", "cpu_millis": "shared"})
+	run(t, ctx, time.Minute, "a new service appears on the open list",
+		chromedp.WaitVisible(`//a[text()="browser-live"]`, chromedp.BySearch),
+	)
+	s.accepted("DELETE", s.services()+"/"+created.ServiceID, nil)
+	run(t, ctx, 3*time.Minute, "the deleted service leaves the open list",
+		chromedp.WaitNotPresent(`//a[text()="browser-live"]`, chromedp.BySearch),
+	)
+	kept("create and delete on the list")
+
+	// The fork's page, when the fork is deleted through the API.
+	run(t, ctx, 30*time.Second, "open the fork's page again",
+		chromedp.Navigate(origin+"/p/"+pid+"/services/"+forkID),
+		chromedp.WaitVisible(`#live-props`, chromedp.ByQuery),
+		mark,
+	)
+	s.accepted("DELETE", s.services()+"/"+forkID, nil)
+	run(t, ctx, 3*time.Minute, "the open page says the service is deleted",
+		chromedp.WaitVisible(`//div[@id="live-gone" and contains(., "deleted")]`, chromedp.BySearch),
+	)
+	kept("delete on the service page")
 }
 
 func apiWithKey(t *testing.T, s *server, access, secret string) int {
