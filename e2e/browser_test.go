@@ -228,6 +228,20 @@ func TestBrowserConsole(t *testing.T) {
 	}
 	shot("logs")
 
+	// Snapshots: the first one (taken once the service is READY), the
+	// recovery window, and a fork from it.
+	s.waitSnapshot(sid, time.Time{}, 2*time.Minute)
+	var snaps string
+	run(t, ctx, 30*time.Second, "the snapshots tab",
+		chromedp.Navigate(svcURL+"/snapshots"),
+		chromedp.WaitVisible(`//section[@aria-labelledby="h-snaps"]//button[text()="Fork from here"]`, chromedp.BySearch),
+		chromedp.Text("main", &snaps, chromedp.ByQuery),
+	)
+	if !strings.Contains(snaps, "Recovery window") || !strings.Contains(snaps, "Last snapshot") || strings.Contains(snaps, "Last snapshot\nnone yet") {
+		t.Errorf("the snapshots tab:\n%s", snaps)
+	}
+	shot("snapshots")
+
 	// The SQL editor: queries run as the owner's own short-lived
 	// credential; results as a table, errors as PostgreSQL reports them,
 	// and no credential password anywhere in the page.

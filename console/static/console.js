@@ -34,6 +34,11 @@ document.addEventListener("DOMContentLoaded", follow);
 // names the one service a page is about; without it every service event
 // counts.
 function follow() {
+  // A live tail (logs) rereads the newest lines while the tab is open:
+  // logs are not events.
+  if (document.querySelector("[data-tail]")) {
+    setInterval(function () { if (!document.hidden) reread(null); }, 3000);
+  }
   var src = document.querySelector("[data-events]");
   if (!src || !window.EventSource) return;
   var only = src.getAttribute("data-follow");
@@ -66,7 +71,7 @@ function follow() {
 function reread(es) {
   fetch(window.location.pathname + window.location.search, { credentials: "same-origin", headers: { "X-Console-Live": "1" } })
     .then(function (r) {
-      if (!r.ok || new URL(r.url).pathname !== window.location.pathname) { es.close(); return null; }
+      if (!r.ok || new URL(r.url).pathname !== window.location.pathname) { if (es) es.close(); return null; }
       return r.text();
     })
     .then(function (html) {
