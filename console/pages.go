@@ -35,6 +35,8 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("GET /p/{pid}/services/{sid}/sql", s(h.sqlGet))
 	h.mux.HandleFunc("POST /p/{pid}/services/{sid}/sql", s(h.sqlRun))
 	h.mux.HandleFunc("GET /ca.pem", h.caGet)
+	h.mux.HandleFunc("GET /account", s(h.accountGet))
+	h.mux.HandleFunc("POST /account/password", s(h.passwordChange))
 	h.mux.HandleFunc("POST /p/{pid}/services/{sid}/credentials", s(h.credentialCreate))
 	h.mux.HandleFunc("POST /p/{pid}/services/{sid}/credentials/{cid}/revoke", s(h.credentialRevoke))
 	h.mux.HandleFunc("GET /p/{pid}/vpcs", s(h.vpcsGet))
@@ -82,6 +84,7 @@ var done = map[string]string{
 	"password":     "Password changed.",
 	"peering":      "Peering change requested.",
 	"credrevoked":  "Credential revoked; its sessions have ended.",
+	"password-own": "Your password is changed; your other sessions and logins have ended.",
 }
 
 // fromQuery is what a page shows beside its content: the answer of the
