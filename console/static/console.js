@@ -25,7 +25,14 @@ document.addEventListener("submit", function (e) {
   if (f.hasAttribute && f.hasAttribute("data-confirm") && !window.confirm(f.getAttribute("data-confirm"))) e.preventDefault();
 });
 
+document.documentElement.classList.add("js");
 document.addEventListener("DOMContentLoaded", follow);
+
+// The project switch switches on selection; without the script its
+// button does.
+document.addEventListener("change", function (e) {
+  if (e.target.id === "project-switch") e.target.form.submit();
+});
 
 // follow keeps a live page current: it follows the project's event stream
 // (one per tab; the browser resumes it with Last-Event-ID after a drop)
