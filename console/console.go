@@ -72,6 +72,8 @@ type Handler struct {
 	caPEM []byte
 	// sqlCreds are the SQL editor's credentials (sql.go).
 	sqlCreds *sqlCredentials
+	// live counts the live pages' event streams (live.go).
+	live *liveStreams
 }
 
 // New returns the handler of the whole origin: api answers the API's
@@ -80,7 +82,7 @@ func New(cloud *cloud.Cloud, srv *oauth.Server, api http.Handler, logger *slog.L
 	if logger == nil {
 		logger = slog.Default()
 	}
-	h := &Handler{cloud: cloud, oauth: srv, api: api, logger: logger, mux: http.NewServeMux(), signin: newSigninLimits(), once: newOnceStore(), sqlCreds: newSQLCredentials()}
+	h := &Handler{cloud: cloud, oauth: srv, api: api, logger: logger, mux: http.NewServeMux(), signin: newSigninLimits(), once: newOnceStore(), sqlCreds: newSQLCredentials(), live: newLiveStreams()}
 	h.tmpl = parseTemplates()
 	static, _ := fs.Sub(staticFS, "static")
 	h.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))

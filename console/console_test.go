@@ -25,6 +25,8 @@ type fakeRuntime struct {
 	mu        sync.Mutex
 	passwords map[string]string
 	roles     map[string][]dbcloud.CredentialRole
+	// logQueries are the log reads asked of the runtime, in order.
+	logQueries []dbcloud.LogQuery
 }
 
 func (r *fakeRuntime) SyncCredentials(_ context.Context, s *dbcloud.Service, live []dbcloud.CredentialRole) error {
@@ -49,7 +51,10 @@ func (r *fakeRuntime) SetPassword(_ context.Context, s *dbcloud.Service, v strin
 	r.passwords[s.ID] = v
 	return nil
 }
-func (r *fakeRuntime) Logs(context.Context, *dbcloud.Service, dbcloud.LogQuery) (*dbcloud.LogPage, error) {
+func (r *fakeRuntime) Logs(_ context.Context, _ *dbcloud.Service, q dbcloud.LogQuery) (*dbcloud.LogPage, error) {
+	r.mu.Lock()
+	r.logQueries = append(r.logQueries, q)
+	r.mu.Unlock()
 	return &dbcloud.LogPage{Entries: []dbcloud.LogEntry{{Timestamp: time.Now(), Severity: "LOG", Message: "database system is ready to accept connections"}}}, nil
 }
 
@@ -148,9 +153,8 @@ func TestConsoleServicesAndCSRF(t *testing.T) {
 	if regexp.MustCompile(`postgresql://tsdbadmin:`).MatchString(page) || !strings.Contains(page, "postgresql://tsdbadmin@") {
 		t.Error("the service page shows a password after creation, or no connection string")
 	}
-	_, status := b.get(svc + "/status")
-	if !strings.Contains(status, `"status":"QUEUED"`) {
-		t.Errorf("status JSON %s", status)
+	if !strings.Contains(page, `data-service-id="`+sid+`">QUEUED<`) {
+		t.Errorf("the service page shows no QUEUED status\n%s", page)
 	}
 	settle(t, s, sid, dbcloud.StatusReady)
 	for _, step := range []struct {
@@ -451,7 +455,7 @@ func TestConsoleServiceChartsAndOperations(t *testing.T) {
 	settle(t, s, sid, dbcloud.StatusReady)
 
 	_, page = b.get(base + "/services/" + sid)
-	if !strings.Contains(page, "No samples yet") {
+	if !strings.Contains(page, "No samples in the last 1h") {
 		t.Error("a service without samples: no word that there are none")
 	}
 	if !strings.Contains(page, "create_service") || !strings.Contains(page, "succeeded") || !strings.Contains(page, s.boot.User.Email) {

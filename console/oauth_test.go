@@ -24,6 +24,7 @@ import (
 
 	"dbcloud"
 	"dbcloud/console"
+	"dbcloud/history"
 	"dbcloud/http"
 	"dbcloud/identity"
 	"dbcloud/oauth"
@@ -51,7 +52,8 @@ func newSite(t *testing.T, rt dbcloud.Runtime) *site {
 	t.Cleanup(func() { store.Close() })
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	s := &site{t: t, now: time.Now()}
-	s.cloud = cloud.New(store, rt, cloud.DefaultConfig(), logger)
+	// Events recorded as dbcloud serve records them, for the live pages.
+	s.cloud = cloud.New(history.NewEventStore(store), rt, cloud.DefaultConfig(), logger)
 	s.cloud.PasswordParams = &identity.PasswordParams{Time: 1, Memory: 1024, Threads: 1}
 	s.cloud.Now = s.clock
 	if s.boot, err = s.cloud.Bootstrap(ctx, "Ada Owner", "ada@example.com"); err != nil {

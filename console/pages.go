@@ -1,12 +1,10 @@
 package console
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"dbcloud/cloud"
@@ -24,17 +22,21 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("GET /{$}", s(h.home))
 	h.mux.HandleFunc("GET /switch", s(h.switchProject))
 	h.mux.HandleFunc("GET /dashboard/services/{sid}", s(h.dashboardService))
+	h.mux.HandleFunc("GET /p/{pid}/events", s(h.events))
 	h.mux.HandleFunc("GET /p/{pid}/services", s(h.servicesGet))
 	h.mux.HandleFunc("POST /p/{pid}/services", s(h.serviceCreate))
 	h.mux.HandleFunc("GET /p/{pid}/services/{sid}", s(h.serviceGet))
-	h.mux.HandleFunc("GET /p/{pid}/services/{sid}/status", s(h.serviceStatus))
 	h.mux.HandleFunc("POST /p/{pid}/services/{sid}/{action}", s(h.serviceAction))
 	h.mux.HandleFunc("GET /p/{pid}/services/{sid}/logs", s(h.logsGet))
+	h.mux.HandleFunc("GET /p/{pid}/services/{sid}/logs.txt", s(h.logsDownload))
+	h.mux.HandleFunc("GET /p/{pid}/services/{sid}/snapshots", s(h.snapshotsGet))
 	h.mux.HandleFunc("GET /p/{pid}/services/{sid}/credentials", s(h.credentialsGet))
 	h.mux.HandleFunc("GET /p/{pid}/services/{sid}/connect", s(h.connectGet))
 	h.mux.HandleFunc("GET /p/{pid}/services/{sid}/sql", s(h.sqlGet))
 	h.mux.HandleFunc("POST /p/{pid}/services/{sid}/sql", s(h.sqlRun))
 	h.mux.HandleFunc("GET /ca.pem", h.caGet)
+	h.mux.HandleFunc("GET /account", s(h.accountGet))
+	h.mux.HandleFunc("POST /account/password", s(h.passwordChange))
 	h.mux.HandleFunc("POST /p/{pid}/services/{sid}/credentials", s(h.credentialCreate))
 	h.mux.HandleFunc("POST /p/{pid}/services/{sid}/credentials/{cid}/revoke", s(h.credentialRevoke))
 	h.mux.HandleFunc("GET /p/{pid}/vpcs", s(h.vpcsGet))
@@ -63,30 +65,34 @@ type flash struct {
 // the query carries only the name, so a link cannot make the console say
 // anything else.
 var done = map[string]string{
-	"started":     "Start requested; the status follows below.",
-	"stopped":     "Stop requested; the status follows below.",
-	"deleted":     "Delete requested.",
-	"resized":     "Resize requested.",
-	"ha":          "High-availability change requested.",
-	"pooler":      "Connection pooler changed.",
-	"env":         "Environment changed.",
-	"vpc":         "VPC change requested.",
-	"renamed":     "Renamed.",
-	"rset":        "Read replica set change requested.",
-	"revoked":     "API key revoked; its next request is refused.",
-	"member":      "Member saved.",
-	"removed":     "Member removed.",
-	"vpcmade":     "VPC created.",
-	"vpcgone":     "VPC deleted.",
-	"forked":      "Fork requested.",
-	"password":    "Password changed.",
-	"peering":     "Peering change requested.",
-	"credrevoked": "Credential revoked; its sessions have ended.",
+	"started":      "Start requested; the status follows below.",
+	"stopped":      "Stop requested; the status follows below.",
+	"deleted":      "Delete requested.",
+	"resized":      "Resize requested.",
+	"ha":           "High-availability change requested.",
+	"pooler":       "Connection pooler changed.",
+	"env":          "Environment changed.",
+	"vpc":          "VPC change requested.",
+	"renamed":      "Renamed.",
+	"rset":         "Read replica set change requested.",
+	"revoked":      "API key revoked; its next request is refused.",
+	"member":       "Member saved.",
+	"removed":      "Member removed.",
+	"vpcmade":      "VPC created.",
+	"vpcgone":      "VPC deleted.",
+	"forked":       "Fork requested.",
+	"password":     "Password changed.",
+	"peering":      "Peering change requested.",
+	"credrevoked":  "Credential revoked; its sessions have ended.",
+	"password-own": "Your password is changed; your other sessions and logins have ended.",
 }
 
 // fromQuery is what a page shows beside its content: the answer of the
 // form that redirected here, else the notice its query names.
 func (h *Handler) fromQuery(r *http.Request, s *session) flash {
+	if isLiveRead(r) {
+		return flash{status: http.StatusOK}
+	}
 	if f, ok := h.once.take(onceKey(s), time.Now()); ok {
 		return f
 	}
@@ -191,53 +197,6 @@ func (h *Handler) dashboardService(w http.ResponseWriter, r *http.Request, s *se
 		Title: "Not found", Error: "None of your projects has a service " + sid + "."})
 }
 
-// Services.
-
-type servicesData struct {
-	Services []*cloud.ServiceView
-	Sizes    []string
-}
-
-func (h *Handler) sizes() []string {
-	var out []string
-	for _, sz := range h.cloud.Config.Sizes {
-		out = append(out, sz.String())
-	}
-	return out
-}
-
-func (h *Handler) servicesGet(w http.ResponseWriter, r *http.Request, s *session) {
-	h.servicesPage(w, r, s, h.fromQuery(r, s))
-}
-
-func (h *Handler) servicesPage(w http.ResponseWriter, r *http.Request, s *session, f flash) {
-	h.show(w, r, s, "services", "Services", f, func() (any, error) {
-		vs, err := h.cloud.ListServices(r.Context(), r.PathValue("pid"))
-		return servicesData{Services: vs, Sizes: h.sizes()}, err
-	})
-}
-
-// splitSize reads the size select's value, "CPU/MEMORY" as the API takes
-// them ("shared/shared" or "500/2").
-func splitSize(v string) (cpu, mem string) {
-	cpu, mem, _ = strings.Cut(v, "/")
-	return cpu, mem
-}
-
-func (h *Handler) serviceCreate(w http.ResponseWriter, r *http.Request, s *session) {
-	pid := r.PathValue("pid")
-	cpu, mem := splitSize(r.PostFormValue("size"))
-	in := cloud.ServiceCreate{Name: r.PostFormValue("name"), CPUMillis: cpu, MemoryGBs: mem, Environment: r.PostFormValue("environment"), Addons: r.PostForm["addons"]}
-	v, err := h.cloud.CreateService(r.Context(), pid, in)
-	if err != nil {
-		h.servicesPage(w, r, s, h.failed(r, err))
-		return
-	}
-	// The password exists only in this answer: shown once, by the page.
-	h.showOnce(w, r, s, "/p/"+pid+"/services/"+v.Service.ID, flash{notice: "Service created; it becomes READY in a moment.",
-		secret: passwordSecrets(v.InitialPassword, connString(v.Service.Endpoint, v.InitialPassword))})
-}
-
 // connString is how clients connect (decisions.md section 5); without a
 // password when it is no longer known.
 func connString(e *dbcloud.Endpoint, password string) string {
@@ -262,8 +221,10 @@ type serviceData struct {
 	Now        string
 	// Min and Max bound the PITR time picker by the recovery window.
 	Min, Max string
-	// Charts are the last hour's metrics; Operations the newest changes.
+	// Charts are the metrics over Range; Operations the newest changes.
 	Charts     []chart
+	Range      chartRange
+	Ranges     []chartRange
 	Operations []*dbcloud.Operation
 }
 
@@ -294,24 +255,13 @@ func (h *Handler) servicePage(w http.ResponseWriter, r *http.Request, s *session
 		if !win.From.IsZero() {
 			d.Min, d.Max = win.From.UTC().Format("2006-01-02T15:04:05"), win.To.UTC().Format("2006-01-02T15:04:05")
 		}
-		d.Charts = h.serviceCharts(r.Context(), pid, sid)
+		d.Range, d.Ranges = rangeOf(r.URL.Query().Get("range")), chartRanges
+		d.Charts = h.serviceCharts(r.Context(), pid, v.Service, d.Range)
 		if d.Operations, err = h.recentOperations(r.Context(), pid, sid); err != nil {
 			return nil, err
 		}
 		return d, nil
 	})
-}
-
-// serviceStatus answers the services list's live status cells.
-func (h *Handler) serviceStatus(w http.ResponseWriter, r *http.Request, s *session) {
-	v, err := h.cloud.GetService(r.Context(), r.PathValue("pid"), r.PathValue("sid"))
-	w.Header().Set("Content-Type", "application/json")
-	if err != nil {
-		w.WriteHeader(apihttp.StatusOf(err))
-		json.NewEncoder(w).Encode(map[string]string{"message": h.errorMessage(r, err)})
-		return
-	}
-	json.NewEncoder(w).Encode(map[string]string{"status": string(v.Service.Status)})
 }
 
 // serviceAction runs one change of a service from its page's forms.
@@ -378,10 +328,7 @@ func (h *Handler) serviceAction(w http.ResponseWriter, r *http.Request, s *sessi
 		if t := form("target_time"); t != "" && in.Strategy == string(dbcloud.ForkPITR) {
 			// datetime-local gives minutes or seconds, no zone: it is UTC,
 			// as the page says.
-			tt, perr := time.Parse("2006-01-02T15:04:05", t)
-			if perr != nil {
-				tt, perr = time.Parse("2006-01-02T15:04", t)
-			}
+			tt, perr := parseLocalUTC(t)
 			if perr != nil {
 				err = dbcloud.Errorf(dbcloud.KindInvalid, "The target time %q is not a date and time.", t)
 				break
@@ -390,8 +337,10 @@ func (h *Handler) serviceAction(w http.ResponseWriter, r *http.Request, s *sessi
 		}
 		var v *cloud.ServiceView
 		if v, err = c.ForkService(ctx, pid, sid, in); err == nil {
-			r.SetPathValue("sid", v.Service.ID)
-			h.servicePage(w, r, s, flash{status: http.StatusCreated, notice: "Fork created; it becomes READY in a moment.", secret: passwordSecrets(v.InitialPassword, connString(v.Service.Endpoint, v.InitialPassword))})
+			// The fork's password exists only here: shown once, by the
+			// fork's page, so a reload makes no second fork.
+			h.showOnce(w, r, s, "/p/"+pid+"/services/"+v.Service.ID, flash{notice: "Fork created; it becomes READY in a moment.",
+				secret: passwordSecrets(v.InitialPassword, connString(v.Service.Endpoint, v.InitialPassword))})
 			return
 		}
 	case "replicaset":
@@ -415,47 +364,6 @@ func (h *Handler) serviceAction(w http.ResponseWriter, r *http.Request, s *sessi
 }
 
 func ignore[T any](_ T, err error) error { return err }
-
-// Logs.
-
-type logsData struct {
-	V          *cloud.ServiceView
-	Page       *dbcloud.LogPage
-	Search     string
-	Severities []string
-	Chosen     map[string]bool
-	Next       string
-}
-
-var severities = []string{"DEBUG", "INFO", "NOTICE", "WARNING", "ERROR", "LOG", "FATAL", "PANIC"}
-
-func (h *Handler) logsGet(w http.ResponseWriter, r *http.Request, s *session) {
-	pid, sid := r.PathValue("pid"), r.PathValue("sid")
-	q := r.URL.Query()
-	h.show(w, r, s, "logs", "Logs", h.fromQuery(r, s), func() (any, error) {
-		v, err := h.cloud.GetService(r.Context(), pid, sid)
-		if err != nil {
-			return nil, err
-		}
-		lq := dbcloud.LogQuery{Cursor: q.Get("cursor"), Severities: q["severity"], Limit: 100}
-		if s := strings.TrimSpace(q.Get("search")); s != "" {
-			lq.Search = []string{s}
-		}
-		p, err := h.cloud.Logs(r.Context(), pid, sid, lq)
-		if err != nil {
-			return nil, err
-		}
-		d := logsData{V: v, Page: p, Search: q.Get("search"), Severities: severities, Chosen: map[string]bool{}}
-		for _, sv := range q["severity"] {
-			d.Chosen[sv] = true
-		}
-		if p.Cursor != "" {
-			next := url.Values{"cursor": {p.Cursor}, "search": {q.Get("search")}, "severity": q["severity"]}
-			d.Next = "/p/" + pid + "/services/" + sid + "/logs?" + next.Encode()
-		}
-		return d, nil
-	})
-}
 
 // VPCs.
 

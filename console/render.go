@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"net/http"
@@ -53,6 +54,7 @@ var funcs = template.FuncMap{
 		return ""
 	},
 	"lower":  strings.ToLower,
+	"mb":     func(b int64) string { return fmt.Sprintf("%.1f MB", float64(b)/(1<<20)) },
 	"access": accessLabel,
 }
 

@@ -166,7 +166,7 @@ func TestBrowserConsole(t *testing.T) {
 	}
 	var sid string
 	run(t, ctx, 10*time.Second, "read the service id",
-		chromedp.Evaluate(`document.querySelector("[data-status-url]").dataset.statusUrl.split("/")[4]`, &sid))
+		chromedp.Evaluate(`document.querySelector("[data-service-id]").dataset.serviceId`, &sid))
 
 	// Watch it become READY on the services list (the status cells update
 	// themselves).
@@ -196,12 +196,13 @@ func TestBrowserConsole(t *testing.T) {
 		chromedp.WaitVisible("#conn", chromedp.ByID),
 	)
 	shot("service")
+	testLayout(t, ctx, origin+"/p/"+pid+"/services", svcURL) // ends on the service page
 	var forkID string
 	run(t, ctx, 60*time.Second, "fork the service",
 		chromedp.SetValue("#fork-strategy", "NOW", chromedp.ByID),
 		chromedp.Submit("#fork-name", chromedp.ByID),
 		chromedp.WaitVisible(`[data-copy="secret-conn"]`, chromedp.ByQuery),
-		chromedp.Evaluate(`document.querySelector("[data-status-url]").dataset.statusUrl.split("/")[4]`, &forkID),
+		chromedp.Evaluate(`document.querySelector("[data-service-id]").dataset.serviceId`, &forkID),
 	)
 	if forkID == sid {
 		t.Fatal("the fork page shows the parent")
@@ -211,6 +212,7 @@ func TestBrowserConsole(t *testing.T) {
 		chromedp.WaitVisible(`dd.status-READY`, chromedp.ByQuery),
 	)
 	shot("fork")
+	testLivePages(t, ctx, s, origin, forkID)
 
 	// Logs of the first service, with search.
 	var logs string
@@ -226,6 +228,20 @@ func TestBrowserConsole(t *testing.T) {
 		t.Errorf("logs page shows %q", logs)
 	}
 	shot("logs")
+
+	// Snapshots: the first one (taken once the service is READY), the
+	// recovery window, and a fork from it.
+	s.waitSnapshot(sid, time.Time{}, 2*time.Minute)
+	var snaps string
+	run(t, ctx, 30*time.Second, "the snapshots tab",
+		chromedp.Navigate(svcURL+"/snapshots"),
+		chromedp.WaitVisible(`//section[@aria-labelledby="h-snaps"]//button[text()="Fork from here"]`, chromedp.BySearch),
+		chromedp.Text("main", &snaps, chromedp.ByQuery),
+	)
+	if !strings.Contains(snaps, "Recovery window") || !strings.Contains(snaps, "Last snapshot") || strings.Contains(snaps, "Last snapshot\nnone yet") {
+		t.Errorf("the snapshots tab:\n%s", snaps)
+	}
+	shot("snapshots")
 
 	// The SQL editor: queries run as the owner's own short-lived
 	// credential; results as a table, errors as PostgreSQL reports them,
@@ -293,6 +309,93 @@ func TestBrowserConsole(t *testing.T) {
 	)
 	if !strings.Contains(where, "/signin") {
 		t.Errorf("after sign-out the console opened %s", where)
+	}
+}
+
+// testLivePages: open pages follow the project's event stream. Changes
+// made through the API (a resize, a new service, deletes) show on an
+// open page without a reload: a mark set on the page's window survives.
+func testLivePages(t *testing.T, ctx context.Context, s *server, origin, forkID string) {
+	t.Helper()
+	pid := s.boot.ProjectID
+	mark := chromedp.Evaluate(`window.notReloaded = true`, nil)
+	kept := func(what string) {
+		t.Helper()
+		var still bool
+		run(t, ctx, 10*time.Second, "read the mark", chromedp.Evaluate(`window.notReloaded === true`, &still))
+		if !still {
+			t.Fatalf("%s: the page was reloaded", what)
+		}
+	}
+	run(t, ctx, 30*time.Second, "open the fork's page",
+		chromedp.Navigate(origin+"/p/"+pid+"/services/"+forkID),
+		chromedp.WaitVisible(`#live-props dd.status-READY`, chromedp.ByQuery),
+		mark,
+	)
+	s.accepted("POST", s.services()+"/"+forkID+"/resize", map[string]string{"cpu_millis": "shared", "memory_gbs": "shared"})
+	run(t, ctx, 3*time.Minute, "the resize shows on the open page",
+		chromedp.WaitVisible(`//section[@id="live-props"]//dd[text()="shared/shared"]`, chromedp.BySearch),
+	)
+	kept("resize")
+
+	// The list: a service created through the API appears, and goes
+	// when it is deleted through the API.
+	run(t, ctx, 30*time.Second, "open the services list",
+		chromedp.Navigate(origin+"/p/"+pid+"/services"),
+		chromedp.WaitVisible(`#live-services table`, chromedp.ByQuery),
+		mark,
+	)
+	created := s.create(map[string]any{"name": "browser-live", "cpu_millis": "shared"})
+	run(t, ctx, time.Minute, "a new service appears on the open list",
+		chromedp.WaitVisible(`//a[text()="browser-live"]`, chromedp.BySearch),
+	)
+	s.accepted("DELETE", s.services()+"/"+created.ServiceID, nil)
+	run(t, ctx, 3*time.Minute, "the deleted service leaves the open list",
+		chromedp.WaitNotPresent(`//a[text()="browser-live"]`, chromedp.BySearch),
+	)
+	kept("create and delete on the list")
+
+	// The fork's page, when the fork is deleted through the API.
+	run(t, ctx, 30*time.Second, "open the fork's page again",
+		chromedp.Navigate(origin+"/p/"+pid+"/services/"+forkID),
+		chromedp.WaitVisible(`#live-props`, chromedp.ByQuery),
+		mark,
+	)
+	s.accepted("DELETE", s.services()+"/"+forkID, nil)
+	run(t, ctx, 3*time.Minute, "the open page says the service is deleted",
+		chromedp.WaitVisible(`//div[@id="live-gone" and contains(., "deleted")]`, chromedp.BySearch),
+	)
+	kept("delete on the service page")
+}
+
+// testLayout: at a phone's width the service page and the list scroll
+// no wider than the window (tables scroll in their boxes), and at laptop
+// widths the header is one row.
+func testLayout(t *testing.T, ctx context.Context, pages ...string) {
+	t.Helper()
+	defer run(t, ctx, 10*time.Second, "back to 1280 px", chromedp.EmulateViewport(1280, 900))
+	for _, u := range pages {
+		var wide int
+		run(t, ctx, 30*time.Second, "open "+u+" at 390 px",
+			chromedp.EmulateViewport(390, 844),
+			chromedp.Navigate(u),
+			chromedp.WaitVisible("main", chromedp.ByQuery),
+			chromedp.Evaluate(`document.documentElement.scrollWidth`, &wide),
+		)
+		if wide > 390 {
+			t.Errorf("%s at 390 px is %d px wide", u, wide)
+		}
+		for _, w := range []int64{1280, 1440} {
+			var oneRow bool
+			run(t, ctx, 30*time.Second, fmt.Sprintf("the header at %d px", w),
+				chromedp.EmulateViewport(w, 900),
+				chromedp.Evaluate(`(() => { const r = [...document.querySelector("header.top").children].filter(c => c.offsetParent !== null).map(c => c.getBoundingClientRect());
+					return Math.max(...r.map(x => x.top)) < Math.min(...r.map(x => x.bottom)); })()`, &oneRow),
+			)
+			if !oneRow {
+				t.Errorf("%s: the header wraps at %d px", u, w)
+			}
+		}
 	}
 }
 

@@ -8,8 +8,11 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -248,6 +251,8 @@ func TestFlags(t *testing.T) {
 // shuts down, so Close finishes without waiting out its deadline (the
 // console wraps the API's handler; before, Close answered "context
 // deadline exceeded" after 10 s and the stream ran until then).
+//
+// The console's live pages hold a stream of their own, which must end too.
 func TestServe_ShutdownEndsStreams(t *testing.T) {
 	dir := t.TempDir()
 	m := MustRunMain(t, dir, io.Discard)
@@ -262,15 +267,54 @@ func TestServe_ShutdownEndsStreams(t *testing.T) {
 	if res.StatusCode != 200 {
 		t.Fatalf("events: %d", res.StatusCode)
 	}
-	ended := make(chan error, 1)
-	go func() {
-		_, err := io.Copy(io.Discard, res.Body)
-		ended <- err
-	}()
+	console := consoleStream(t, b)
+	defer console.Body.Close()
+	ended := make(chan error, 2)
+	for _, body := range []io.Reader{res.Body, console.Body} {
+		go func() {
+			_, err := io.Copy(io.Discard, body)
+			ended <- err
+		}()
+	}
 	if err := m.Close(); err != nil {
-		t.Fatalf("Close with an open event stream: %v, want nil", err)
+		t.Fatalf("Close with open event streams: %v, want nil", err)
 	}
-	if err := <-ended; err != nil {
-		t.Errorf("the stream ended with %v, want its end", err)
+	for range 2 {
+		if err := <-ended; err != nil {
+			t.Errorf("a stream ended with %v, want its end", err)
+		}
 	}
+}
+
+// consoleStream signs the first owner in to the console and opens the
+// event stream a live page follows.
+func consoleStream(t *testing.T, b bootstrapFile) *http.Response {
+	t.Helper()
+	c := client(t, b.CAFile)
+	c.Jar, _ = cookiejar.New(nil)
+	origin := strings.TrimSuffix(b.ConsoleURL, "/")
+	res, err := c.Get(origin + "/signin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindSubmatch(page)
+	if m == nil {
+		t.Fatalf("no CSRF token on the sign-in page:\n%s", page)
+	}
+	res, err = c.PostForm(origin+"/signin", url.Values{"csrf": {string(m[1])}, "email": {b.OwnerEmail}, "password": {b.OwnerPassword}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	res, err = c.Get(origin + "/p/" + b.ProjectID + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != 200 || res.Header.Get("Content-Type") != "text/event-stream" {
+		res.Body.Close()
+		t.Fatalf("console events: %d %s", res.StatusCode, res.Header.Get("Content-Type"))
+	}
+	return res
 }

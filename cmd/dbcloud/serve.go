@@ -360,11 +360,14 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	// One origin: the API under its base path, the console, and OAuth
 	// login for command-line clients beside it.
-	m.server = http.NewServer(console.New(m.cloud, oauth.New(m.cloud), h, m.Logger).WithCA(m.ca.CertPEM), c.HTTP, m.Logger)
+	con := console.New(m.cloud, oauth.New(m.cloud), h, m.Logger).WithCA(m.ca.CertPEM)
+	m.server = http.NewServer(con, c.HTTP, m.Logger)
 	// The console wraps the API's handler, which NewServer then does not
-	// see: its event streams must still end when the server shuts down,
-	// or each open one holds the shutdown until its deadline.
+	// see: its event streams, and the console's own, must still end when
+	// the server shuts down, or each open one holds the shutdown until its
+	// deadline.
 	m.server.RegisterOnShutdown(h.StopStreams)
+	m.server.RegisterOnShutdown(con.StopStreams)
 	m.server.TLSConfig = tlsConfig
 	bg, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel

@@ -2,46 +2,110 @@
 // inline scripts), and the pages work without it, a little less smoothly.
 "use strict";
 
-document.addEventListener("DOMContentLoaded", function () {
-  // Copy buttons: data-copy names the element whose text to copy.
-  document.querySelectorAll("[data-copy]").forEach(function (b) {
-    b.addEventListener("click", function () {
-      var el = document.getElementById(b.getAttribute("data-copy"));
-      if (!el) return;
-      var text = el.value !== undefined && el.tagName === "INPUT" ? el.value : el.textContent;
-      var done = function () { b.textContent = "Copied"; setTimeout(function () { b.textContent = "Copy"; }, 1500); };
-      if (navigator.clipboard && navigator.clipboard.writeText) {
-        navigator.clipboard.writeText(text).then(done, function () { select(el); });
-      } else {
-        select(el);
-      }
-    });
-  });
-
-  // Forms that destroy something ask first.
-  document.querySelectorAll("form[data-confirm]").forEach(function (f) {
-    f.addEventListener("submit", function (e) {
-      if (!window.confirm(f.getAttribute("data-confirm"))) e.preventDefault();
-    });
-  });
-
-  // Live status: rows with data-status-url refresh their status cell.
-  var live = document.querySelectorAll("[data-status-url]");
-  if (live.length) {
-    setInterval(function () {
-      live.forEach(function (cell) {
-        fetch(cell.getAttribute("data-status-url"), { credentials: "same-origin", headers: { "Accept": "application/json" } })
-          .then(function (r) { return r.ok ? r.json() : null; })
-          .then(function (j) {
-            if (!j) return;
-            cell.textContent = j.status;
-            cell.className = "status status-" + j.status;
-          })
-          .catch(function () {});
-      });
-    }, 3000);
+// Copy buttons and confirmations are delegated from the document, so the
+// parts a live page swaps in (below) behave like the rest.
+document.addEventListener("click", function (e) {
+  var b = e.target.closest && e.target.closest("[data-copy]");
+  if (!b) return;
+  // data-copy names the element whose text to copy.
+  var el = document.getElementById(b.getAttribute("data-copy"));
+  if (!el) return;
+  var text = el.value !== undefined && (el.tagName === "INPUT" || el.tagName === "TEXTAREA") ? el.value : el.textContent;
+  var done = function () { b.textContent = "Copied"; setTimeout(function () { b.textContent = "Copy"; }, 1500); };
+  if (navigator.clipboard && navigator.clipboard.writeText) {
+    navigator.clipboard.writeText(text).then(done, function () { select(el); });
+  } else {
+    select(el);
   }
 });
+
+// Forms that destroy something ask first.
+document.addEventListener("submit", function (e) {
+  var f = e.target;
+  if (f.hasAttribute && f.hasAttribute("data-confirm") && !window.confirm(f.getAttribute("data-confirm"))) e.preventDefault();
+});
+
+document.documentElement.classList.add("js");
+document.addEventListener("DOMContentLoaded", follow);
+
+// The project switch switches on selection; without the script its
+// button does.
+document.addEventListener("change", function (e) {
+  if (e.target.id === "project-switch") e.target.form.submit();
+});
+
+// follow keeps a live page current: it follows the project's event stream
+// (one per tab; the browser resumes it with Last-Event-ID after a drop)
+// and, on an event about what the page shows, reads the page again and
+// swaps in its data-live parts, which the server rendered. data-follow
+// names the one service a page is about; without it every service event
+// counts.
+function follow() {
+  // A live tail (logs) rereads the newest lines while the tab is open:
+  // logs are not events.
+  if (document.querySelector("[data-tail]")) {
+    setInterval(function () { if (!document.hidden) reread(null); }, 3000);
+  }
+  var src = document.querySelector("[data-events]");
+  if (!src || !window.EventSource) return;
+  var only = src.getAttribute("data-follow");
+  var es = new EventSource(src.getAttribute("data-events"));
+  var pending = null;
+  var refresh = function () {
+    if (pending) return;
+    // Events come in bursts (a status, then its operation): one read.
+    pending = setTimeout(function () { pending = null; reread(es); }, 200);
+  };
+  // "ready" opens (and reopens) the stream: what changed before it is
+  // read once.
+  es.addEventListener("ready", refresh);
+  es.addEventListener("change", function (m) {
+    var ev;
+    try { ev = JSON.parse(m.data); } catch (err) { return; }
+    if (only) {
+      if (ev.resource_id === only && ev.status === "DELETED") { gone(es); return; }
+      if (ev.resource_id !== only && ev.resource_kind !== "replica_set") return;
+    } else if (ev.resource_kind !== "service") {
+      return;
+    }
+    refresh();
+  });
+}
+
+// reread reads the page again and swaps each data-live part for the new
+// one of the same id; a page that is no longer there (signed out,
+// deleted) stops following.
+function reread(es) {
+  fetch(window.location.pathname + window.location.search, { credentials: "same-origin", headers: { "X-Console-Live": "1" } })
+    .then(function (r) {
+      if (!r.ok || new URL(r.url).pathname !== window.location.pathname) { if (es) es.close(); return null; }
+      return r.text();
+    })
+    .then(function (html) {
+      if (!html) return;
+      var doc = new DOMParser().parseFromString(html, "text/html");
+      document.querySelectorAll("[data-live]").forEach(function (old) {
+        var fresh = doc.getElementById(old.id);
+        if (fresh) old.replaceWith(document.importNode(fresh, true));
+      });
+      document.dispatchEvent(new CustomEvent("console:live"));
+    })
+    .catch(function () {});
+}
+
+// gone marks a deleted service's page as such.
+function gone(es) {
+  es.close();
+  document.querySelectorAll("[data-service-id]").forEach(function (cell) {
+    cell.textContent = "DELETED";
+    cell.className = "status status-DELETED";
+  });
+  var note = document.getElementById("live-gone");
+  if (note) {
+    note.className = "notice";
+    note.textContent = "This service has been deleted.";
+  }
+}
 
 function select(el) {
   var r = document.createRange();
