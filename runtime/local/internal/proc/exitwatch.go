@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -24,6 +25,12 @@ func WatchExit(pid int, onExit func()) (stop func(), err error) {
 		return nil, fmt.Errorf("watch pid %d: pidfd_open: %w", pid, err)
 	}
 	f := os.NewFile(uintptr(fd), "pidfd:"+strconv.Itoa(pid))
+	// A file the poller did not take has no deadlines: its Read below
+	// would fail at once and the exit go unreported.
+	if err := f.SetReadDeadline(time.Time{}); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("watch pid %d: pidfd not pollable: %w", pid, err)
+	}
 	rc, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
