@@ -118,6 +118,9 @@ type Capabilities struct {
 	// Credentials makes database credentials; without it their requests
 	// are refused.
 	Credentials Credentials
+	// Failures tells the engine of a failure as it happens; without it
+	// failures are found by the health loop's next check.
+	Failures FailureWatcher
 }
 
 // CapabilitiesOf reports the optional capabilities of rt.
@@ -130,7 +133,18 @@ func CapabilitiesOf(rt any) Capabilities {
 	c.RestoreChecks, _ = rt.(RestoreChecker)
 	c.Capacity, _ = rt.(Capacity)
 	c.Credentials, _ = rt.(Credentials)
+	c.Failures, _ = rt.(FailureWatcher)
 	return c
+}
+
+// FailureWatcher is implemented by runtimes that see a service fail as it
+// happens (its primary's process exits) rather than at the next health
+// check: a failover then starts from the failure, not from a tick.
+type FailureWatcher interface {
+	// WatchFailures makes the runtime call notify with the service's
+	// project and ID when it sees the service fail. notify must not
+	// block; what it starts checks the service as a health check would.
+	WatchFailures(notify func(projectID, serviceID string))
 }
 
 // CredentialRole is a database credential as the runtime makes it: a

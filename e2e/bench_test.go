@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -56,7 +57,7 @@ func benchCreates(b *testing.B, s *server, n int, floor *floorPool) (creates []c
 			if svc.Status == "UNSTABLE" || time.Since(start) > time.Minute {
 				b.Fatalf("create %d: %s %s", i, svc.Status, svc.StatusReason)
 			}
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(createPoll)
 		}
 		creates = append(creates, createTiming{id: created.ServiceID, start: start, took: time.Since(start)})
 		if floor != nil && i%2 == 0 {
@@ -64,6 +65,50 @@ func benchCreates(b *testing.B, s *server, n int, floor *floorPool) (creates []c
 		}
 	}
 	return creates, floors
+}
+
+// createPoll is how often benchCreates asks for a service's status: as a
+// client polling from outside would (curl every 5 ms).
+const createPoll = 5 * time.Millisecond
+
+// benchCLICreates creates n shared services one after another with the
+// original's CLI, as a user would (`tiger service create`, which waits for
+// READY by default), and returns the wall time of each command.
+func benchCLICreates(b *testing.B, tiger func(args ...string) *exec.Cmd, n int) []time.Duration {
+	var took []time.Duration
+	for i := range n {
+		start := time.Now()
+		out, err := tiger("service", "create", "--name", "bench-cli-"+strconv.Itoa(i), "--cpu", "shared", "--memory", "shared",
+			"--no-set-default", "--wait-timeout", "1m").CombinedOutput()
+		if err != nil {
+			b.Fatalf("tiger service create %d: %v\n%s", i, err, out)
+		}
+		took = append(took, time.Since(start))
+	}
+	return took
+}
+
+// tigerCLI returns a command runner for the original's CLI
+// (DBCLOUD_TIGER_BIN) logged in to s with its API key, or skips b.
+func tigerCLI(b *testing.B, s *server) func(args ...string) *exec.Cmd {
+	bin := os.Getenv("DBCLOUD_TIGER_BIN")
+	if bin == "" {
+		b.Skip("DBCLOUD_TIGER_BIN is not set: no tiger binary to run (it is not on the module proxy)")
+	}
+	home := b.TempDir()
+	env := append(os.Environ(), "HOME="+home, "TIGER_CONFIG_DIR="+filepath.Join(home, "tiger"),
+		"TIGER_API_URL="+s.baseURL, "SSL_CERT_FILE="+s.boot.CAFile, "TIGER_ANALYTICS=false",
+		"TIGER_VERSION_CHECK=false", "TIGER_PASSWORD_STORAGE=none",
+		"TIGER_PUBLIC_KEY="+s.boot.AccessKey, "TIGER_SECRET_KEY="+s.boot.SecretKey)
+	tiger := func(args ...string) *exec.Cmd {
+		c := exec.Command(bin, args...)
+		c.Env = env
+		return c
+	}
+	if out, err := tiger("auth", "login").CombinedOutput(); err != nil {
+		b.Fatalf("tiger auth login: %v\n%s", err, out)
+	}
+	return tiger
 }
 
 // createTiming is one create of benchCreates.
@@ -82,9 +127,12 @@ type createTiming struct {
 // with a password set just before, what no create can beat. "floor"
 // reports those takes, and "pool" its p50 over theirs. "burst" has the
 // default pool and creates back to back, so the pool must grow and refill
-// ahead of the creates. Each create row also logs the server's steps (its
-// log lines, in ms from the POST) of its p50 and p95 creates. -short makes
-// 3 creates of each.
+// ahead of the creates. "cli" has a full pool too and creates with the
+// original's CLI (DBCLOUD_TIGER_BIN; skipped without it), whose wait for
+// READY looks once a second: each create is the command's wall time. Each
+// POST/GET row also logs the server's steps (its log lines, in ms from the
+// POST) of its p50 and p95 creates. Statuses are polled every 5 ms, as
+// from outside. -short makes 3 creates of each.
 // Run: go test -v -run '^$' -bench '^BenchmarkCreateToReady$' -benchtime 1x -timeout 30m ./e2e/
 func BenchmarkCreateToReady(b *testing.B) {
 	creates := 20
@@ -96,7 +144,8 @@ func BenchmarkCreateToReady(b *testing.B) {
 	for _, tc := range []struct {
 		name string
 		pool int // 0: the default
-	}{{"pool", creates}, {"floor", -1}, {"burst", 0}} {
+		cli  bool
+	}{{"pool", creates, false}, {"floor", -1, false}, {"burst", 0, false}, {"cli", creates, true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			if tc.pool < 0 {
 				for b.Loop() {
@@ -108,7 +157,7 @@ func BenchmarkCreateToReady(b *testing.B) {
 				return
 			}
 			var floor *floorPool
-			if tc.pool > 0 {
+			if tc.pool > 0 && !tc.cli {
 				floor = newFloorPool(b, creates) // fills while the server's pool does
 			}
 			// Enough room on a 2-core host for the creates' shared
@@ -127,6 +176,17 @@ func BenchmarkCreateToReady(b *testing.B) {
 				time.Sleep(100 * time.Millisecond)
 			}
 			floor.wait(b)
+			if tc.cli {
+				tiger := tigerCLI(b, s)
+				b.ResetTimer()
+				var took []time.Duration
+				for b.Loop() {
+					took = append(took, benchCLICreates(b, tiger, creates)...)
+				}
+				b.StopTimer()
+				reportLatency(b, took)
+				return
+			}
 			b.ResetTimer()
 			var timings []createTiming
 			for b.Loop() {
@@ -190,7 +250,7 @@ func (s *server) steps(t createTiming) string {
 			continue
 		}
 		at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(entry["time"]))
-		if err != nil || at.After(t.start.Add(t.took+time.Second)) {
+		if err != nil || at.Before(t.start) || at.After(t.start.Add(t.took+time.Second)) {
 			continue
 		}
 		msg := fmt.Sprint(entry["msg"])
@@ -409,6 +469,7 @@ func BenchmarkFailover(b *testing.B) {
 		s := newServer(b)
 		svc, password := s.haService(b)
 		var kill, removed []time.Duration
+		var killed []createTiming // each SIGKILL's break and its time to the first write
 		for i := range 2 * runs {
 			brk, into := killPrimary, &kill
 			if i%2 == 1 {
@@ -416,9 +477,21 @@ func BenchmarkFailover(b *testing.B) {
 			}
 			r := s.failover(b, svc, password, (i+1)*1_000_000, brk)
 			*into = append(*into, r.took)
+			if i%2 == 0 {
+				killed = append(killed, createTiming{id: svc.ServiceID, start: r.broken, took: r.took})
+			}
 			b.Logf("run %d (%s): %v, %d acknowledged commits, none lost", i+1, map[bool]string{true: "SIGKILL", false: "data removed"}[i%2 == 0], r.took, r.acked)
 		}
-		b.ReportMetric(percentile(kill, 0.5).Seconds(), "p50-s")
+		// Where the time of the median SIGKILL went: the server's log
+		// lines about the service, in ms from the kill.
+		p50 := percentile(kill, 0.5)
+		for _, k := range killed {
+			if k.took == p50 {
+				b.Logf("steps of the p50 SIGKILL failover (%v), ms from the kill:\n%s", p50.Round(time.Millisecond), s.steps(k))
+			}
+		}
+		b.ReportMetric(p50.Seconds(), "p50-s")
+		b.ReportMetric(percentile(kill, 0.95).Seconds(), "p95-s")
 		b.ReportMetric(percentile(kill, 1).Seconds(), "max-s")
 		b.ReportMetric(percentile(removed, 0.5).Seconds(), "removed-p50-s")
 		b.ReportMetric(percentile(removed, 1).Seconds(), "removed-max-s")

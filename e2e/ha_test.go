@@ -81,11 +81,15 @@ func TestHA(t *testing.T) {
 		name   string
 		break_ func(testing.TB, string)
 	}{{"SIGKILL of the primary", killPrimary}, {"data directory of the primary removed", removePrimaryData}} {
+		offset := s.logOffset()
 		r := s.failover(t, svc, password, i*1_000_000, c.break_)
 		t.Logf("%s to the first write acknowledged by the new primary: %v; %d acknowledged commits, all on the new primary",
 			c.name, r.took, r.acked)
 		if !r.sawUnstable {
 			t.Errorf("%s: the service was not shown UNSTABLE during the failover", c.name)
+		}
+		if i == 0 {
+			s.exitStartedFailover(t, svc.ServiceID, offset)
 		}
 	}
 	svc = s.waitStatus(svc.ServiceID, "READY", 60*time.Second)
@@ -102,6 +106,26 @@ func TestHA(t *testing.T) {
 		t.Fatalf("session did not survive a restart of dbcloud: %v", err)
 	}
 	s.waitStatus(svc.ServiceID, "READY", 30*time.Second)
+}
+
+// exitStartedFailover checks that the failover after a SIGKILL of the
+// primary was started by the exit of its postmaster, seen as it happened,
+// and not by a health check that found it gone: the engine was told of the
+// failure, and the failover operation names the exit as its cause.
+func (s *server) exitStartedFailover(t *testing.T, id string, offset int64) {
+	t.Helper()
+	if len(s.logLines(offset, "service failure noticed; checking it now", id)) == 0 {
+		t.Error("SIGKILL of the primary: the engine was not told of the failure")
+	}
+	for _, op := range s.operations(id) {
+		if op.Type == "failover" {
+			if !strings.Contains(op.Reason, "exited") {
+				t.Errorf("the last failover's reason %q does not name the postmaster's exit", op.Reason)
+			}
+			return
+		}
+	}
+	t.Error("no failover operation recorded")
 }
 
 // haService creates a PROD service with two HA standbys, one of them
@@ -308,10 +332,11 @@ func (s *server) failover(t testing.TB, svc service, password string, from int, 
 	// The engine showed the service UNSTABLE during the failover, however
 	// briefly: its log line comes after the status change committed.
 	sawUnstable := len(s.logLines(offset, "service unhealthy", svc.ServiceID)) > 0
-	return failoverResult{took: firstOK.Sub(broken), acked: len(acks), sawUnstable: sawUnstable}
+	return failoverResult{broken: broken, took: firstOK.Sub(broken), acked: len(acks), sawUnstable: sawUnstable}
 }
 
 type failoverResult struct {
+	broken      time.Time     // when the primary was broken
 	took        time.Duration // break to the first write acknowledged by the new primary
 	acked       int           // commits acknowledged, all found on the new primary
 	sawUnstable bool          // the service was shown UNSTABLE meanwhile

@@ -123,12 +123,20 @@ func (e *Engine) Open() error {
 	if rt := dbcloud.CapabilitiesOf(e.Provisioner).Credentials; rt != nil && e.CredentialInterval > 0 {
 		e.group.Loop(ctx, supervise.Task{Name: "engine credential loop"}, func(ctx context.Context) { e.credentialLoop(ctx, rt) })
 	}
+	// A failure the runtime sees as it happens is checked at once
+	// (health.go), not at the next health round.
+	if w := dbcloud.CapabilitiesOf(e.Provisioner).Failures; w != nil {
+		w.WatchFailures(func(projectID, id string) { e.failureNoticed(ctx, projectID, id) })
+	}
 	return nil
 }
 
 // Close stops the loops and waits for work in flight to stop. Leases of
 // unfinished work expire, or are taken back by the next start.
 func (e *Engine) Close() error {
+	if w := dbcloud.CapabilitiesOf(e.Provisioner).Failures; w != nil {
+		w.WatchFailures(nil)
+	}
 	if e.cancel != nil {
 		e.cancel()
 		e.group.Wait()

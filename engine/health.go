@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"dbcloud/internal/supervise"
+
 	"dbcloud"
 )
 
@@ -168,6 +170,11 @@ func (e *Engine) check(ctx context.Context, svc *dbcloud.Service, due bool) *dbc
 		return nil
 	}
 	defer e.endRepair(svc.ID)
+	return e.checkClaimed(ctx, svc, due)
+}
+
+// checkClaimed is check once the service is claimed for repair.
+func (e *Engine) checkClaimed(ctx context.Context, svc *dbcloud.Service, due bool) *dbcloud.Observation {
 	obs, err := e.Provisioner.CheckService(ctx, svc, due)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -323,4 +330,66 @@ func (e *Engine) stillBroken(ctx context.Context, seen *dbcloud.Service) (*dbclo
 		return nil, nil, false
 	}
 	return svc, obs, true
+}
+
+// failureNoticed is the runtime's notice (dbcloud.FailureWatcher) that a
+// service failed: the service is checked now, as a health round would,
+// rather than at the next round. A worker or a check of this process may
+// hold the service at the moment (one begun just before the failure would
+// miss it): the check waits for it, a short while, then leaves the service
+// to the health loop.
+func (e *Engine) failureNoticed(ctx context.Context, projectID, serviceID string) {
+	if ctx.Err() != nil {
+		return
+	}
+	e.Logger.Info("service failure noticed; checking it now", "service", serviceID)
+	e.group.Go(supervise.Task{Name: "failure check", Attrs: []any{"service", serviceID}}, func() {
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for deadline := time.Now().Add(e.LeaseTTL); time.Now().Before(deadline); {
+			svc, ok := e.watchedService(ctx, projectID, serviceID)
+			if !ok {
+				return // gone, stopped, or with work pending: its worker ensures it
+			}
+			if e.checkFailed(ctx, svc) {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	})
+}
+
+// checkFailed checks svc as the health loop does, reporting false when
+// this process was busy with it (nothing was checked).
+func (e *Engine) checkFailed(ctx context.Context, svc *dbcloud.Service) bool {
+	if !e.claimForRepair(svc.ID) {
+		return false
+	}
+	defer e.endRepair(svc.ID)
+	e.checkClaimed(ctx, svc, false)
+	return true
+}
+
+// watchedService reads the service if the health loop would check it:
+// it should run, has no operation pending and is READY or UNSTABLE.
+func (e *Engine) watchedService(ctx context.Context, projectID, id string) (*dbcloud.Service, bool) {
+	var svc *dbcloud.Service
+	var pending bool
+	err := e.Store.View(ctx, func(tx dbcloud.Tx) (err error) {
+		if svc, err = tx.FindService(projectID, id); err != nil {
+			return err
+		}
+		ops, err := tx.ListOperations(dbcloud.OperationFilter{Pending: true, ResourceID: id})
+		pending = len(ops) > 0
+		return err
+	})
+	if err != nil || pending || !svc.Spec.Running ||
+		(svc.Status != dbcloud.StatusReady && svc.Status != dbcloud.StatusUnstable) {
+		return nil, false
+	}
+	return svc, true
 }

@@ -11,11 +11,13 @@ import (
 
 	"dbcloud"
 	"dbcloud/internal/tenantfs"
+	"dbcloud/runtime/local/internal/proc"
 	"dbcloud/runtime/local/postgres"
 )
 
 // Failover on one host (runtime-notes section 3): the runtime is the single
-// decider. A dead primary gets failoverGrace to come back; then the
+// decider. A dead primary gets failoverGrace to come back, unless its
+// postmaster was seen to exit (watch.go): nothing brings that one back. Then the
 // endpoint proxy is pointed at nothing, the old primary fenced (its whole
 // cgroup killed, and nothing of it left running), the most advanced
 // synchronous standby promoted and the proxy pointed at it. The callers'
@@ -37,14 +39,16 @@ func (rt *Runtime) primaryDown(serviceID string) time.Time {
 // primaryUp forgets that the service's primary was seen dead.
 func (rt *Runtime) primaryUp(serviceID string) {
 	rt.mu.Lock()
-	defer rt.mu.Unlock()
 	delete(rt.downSince, serviceID)
+	rt.mu.Unlock()
+	rt.forgetExit(serviceID)
 }
 
 // recoverPrimary handles a primary whose postmaster is not running. With
 // no standby to take over (a new service, a stopped one), the primary is
 // simply started again by the caller. Otherwise it gets failoverGrace to
-// come back (its data directory gone: no grace), then a standby takes over.
+// come back (its data directory gone, or its postmaster seen to exit: no
+// grace), then a standby takes over.
 func (rt *Runtime) recoverPrimary(ctx context.Context, svc *dbcloud.Service, base postgres.Spec, st *haState) error {
 	pspec := rt.haSpec(svc, base, st, st.Primary)
 	_, statErr := tenantfs.Lstat(filepath.Join(pspec.PGData(), "PG_VERSION"))
@@ -82,7 +86,15 @@ func (rt *Runtime) recoverPrimary(ctx context.Context, svc *dbcloud.Service, bas
 	if len(candidates) == 0 {
 		return nil
 	}
-	if !dataGone {
+	cause := "primary not running at a check"
+	switch {
+	case dataGone:
+		cause = "data directory gone"
+	case rt.exitSeen(svc.ID, pspec):
+		// The watched postmaster exited and no other serves the data
+		// directory (the caller found none running): it is gone for good.
+		cause = "postmaster exited"
+	default:
 		since := rt.primaryDown(svc.ID)
 		for time.Since(since) < failoverGrace {
 			if _, ok := rt.instances.Running(pspec); ok {
@@ -95,18 +107,18 @@ func (rt *Runtime) recoverPrimary(ctx context.Context, svc *dbcloud.Service, bas
 			}
 		}
 	}
-	return rt.failover(ctx, svc, base, st, candidates)
+	return rt.failover(ctx, svc, base, st, candidates, cause)
 }
 
 // failover promotes the most advanced candidate standby. Order matters:
 // the endpoint refuses connections first, then the old primary is fenced
 // (nothing of it runs any more), and only then is a standby promoted and
 // the endpoint pointed at it, so the endpoint never reaches two primaries.
-func (rt *Runtime) failover(ctx context.Context, svc *dbcloud.Service, base postgres.Spec, st *haState, candidates []int) error {
+func (rt *Runtime) failover(ctx context.Context, svc *dbcloud.Service, base postgres.Spec, st *haState, candidates []int, cause string) error {
 	begin := time.Now()
 	old := st.Primary
 	oldSpec := rt.haSpec(svc, base, st, old)
-	rt.cfg.Logger.Warn("primary down; failing over", "service", svc.ID, "primary", oldSpec.ID)
+	rt.cfg.Logger.Warn("primary down; failing over", "service", svc.ID, "primary", oldSpec.ID, "cause", cause)
 	if rt.proxyRunning(svc.ID) {
 		if err := rt.setProxy(ctx, svc.ID, base.Owner, rt.proxyListen(svc)); err != nil {
 			return fmt.Errorf("failover of %s: close endpoint: %w", svc.ID, err)
@@ -123,6 +135,7 @@ func (rt *Runtime) failover(ctx context.Context, svc *dbcloud.Service, base post
 			return fmt.Errorf("failover of %s: fence %s: processes %v remain (%v)", svc.ID, oldSpec.ID, pids, err)
 		}
 	}
+	fenced := time.Now()
 	// The most advanced standby by WAL received (flushed): with ANY n, every
 	// acknowledged commit is on at least one standby, hence on this one.
 	best, bestLSN := -1, int64(-1)
@@ -141,16 +154,11 @@ func (rt *Runtime) failover(ctx context.Context, svc *dbcloud.Service, base post
 		return fmt.Errorf("failover of %s: no standby answers", svc.ID)
 	}
 	newSpec := rt.haSpec(svc, base, st, best)
-	conn, err := rt.instances.Connect(ctx, newSpec, "postgres")
-	if err != nil {
+	picked := time.Now()
+	if err := rt.promote(ctx, newSpec); err != nil {
 		return fmt.Errorf("failover of %s: %w", svc.ID, err)
 	}
-	var promoted bool
-	err = conn.QueryRow(ctx, "SELECT pg_promote(true, 60)").Scan(&promoted)
-	conn.Close(context.WithoutCancel(ctx))
-	if err != nil || !promoted {
-		return fmt.Errorf("failover of %s: promote %s: %v (promoted %v)", svc.ID, newSpec.ID, err, promoted)
-	}
+	promoted := time.Now()
 	st.Primary = best
 	st.Sync, st.SyncCount = nil, 0 // until the others stream from it
 	if !slices.Contains(st.Rebuild, old) {
@@ -160,14 +168,21 @@ func (rt *Runtime) failover(ctx context.Context, svc *dbcloud.Service, base post
 		return err
 	}
 	newSpec = rt.haSpec(svc, base, st, best)
-	if _, err := rt.instances.Reload(ctx, newSpec); err != nil {
-		return fmt.Errorf("failover of %s: reconfigure %s: %w", svc.ID, newSpec.ID, err)
-	}
+	// Clients first: the promoted standby takes writes as it is; its
+	// config as a primary (no primary_conninfo, no synchronous standby
+	// yet: both reloadable) follows.
 	if err := rt.setProxy(ctx, svc.ID, base.Owner, rt.proxyListen(svc), net.JoinHostPort(rt.cfg.Host, strconv.Itoa(newSpec.Port))); err != nil {
 		return fmt.Errorf("failover of %s: open endpoint: %w", svc.ID, err)
 	}
+	// Where the time went: fencing, picking the standby, its promotion,
+	// and the endpoint's retarget.
 	rt.cfg.Logger.Warn("failed over", "service", svc.ID, "from", oldSpec.ID, "to", newSpec.ID,
-		"ms", time.Since(begin).Milliseconds())
+		"ms", time.Since(begin).Milliseconds(), "fence_ms", fenced.Sub(begin).Milliseconds(),
+		"pick_ms", picked.Sub(fenced).Milliseconds(), "promote_ms", promoted.Sub(picked).Milliseconds(),
+		"endpoint_ms", time.Since(promoted).Milliseconds())
+	if _, err := rt.instances.Reload(ctx, newSpec); err != nil {
+		return fmt.Errorf("failover of %s: reconfigure %s: %w", svc.ID, newSpec.ID, err)
+	}
 	rt.primaryUp(svc.ID)
 	// pg_rewind reads the new timeline from the control file, which the
 	// first checkpoint after promotion writes.
@@ -177,4 +192,36 @@ func (rt *Runtime) failover(ctx context.Context, svc *dbcloud.Service, base post
 	// The other standbys follow the new primary (the callers' ensureStandby
 	// creates their slots and reloads their primary_conninfo).
 	return nil
+}
+
+// promote ends spec's recovery and returns once it takes writes.
+// pg_promote(wait => true) and pg_ctl promote -w both look every 100 ms,
+// while a promotion here takes a few ms: it is asked for without waiting
+// and watched every proc.PollInterval instead.
+func (rt *Runtime) promote(ctx context.Context, spec postgres.Spec) error {
+	ctx, cancel := context.WithTimeout(ctx, promoteTimeout)
+	defer cancel()
+	conn, err := rt.instances.Connect(ctx, spec, "postgres")
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var signalled bool
+	if err := conn.QueryRow(ctx, "SELECT pg_promote(false)").Scan(&signalled); err != nil || !signalled {
+		return fmt.Errorf("promote %s: %v (signalled %v)", spec.ID, err, signalled)
+	}
+	for {
+		var inRecovery bool
+		if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil {
+			return fmt.Errorf("promote %s: %w", spec.ID, err)
+		}
+		if !inRecovery {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("promote %s: %w", spec.ID, ctx.Err())
+		case <-time.After(proc.PollInterval):
+		}
+	}
 }

@@ -35,6 +35,8 @@ const (
 	// before a standby is promoted (the health loop adds up to one check
 	// interval to it).
 	failoverGrace = time.Second
+	// promoteTimeout bounds a standby's promotion (pg_promote's default).
+	promoteTimeout = 60 * time.Second
 )
 
 // haState is the service's HA layout, written atomically.
@@ -189,6 +191,9 @@ func (rt *Runtime) ensureHA(ctx context.Context, svc *dbcloud.Service) (*dbcloud
 	if err := rt.saveHA(svc.ID, st); err != nil {
 		return nil, err
 	}
+	// The primary may be stopped or restarted on purpose below: its exit
+	// is no failure. The watch starts again once the service is served.
+	rt.unwatchPrimary(svc.ID)
 	obs := &dbcloud.Observation{}
 	if !svc.Spec.Running {
 		if err := rt.stopPooler(ctx, svc.ID); err != nil {
@@ -294,6 +299,9 @@ func (rt *Runtime) ensureHA(ctx context.Context, svc *dbcloud.Service) (*dbcloud
 	// synchronous set) first, or a dead one would hold the repair for good.
 	if err := rt.servePrimary(ctx, svc, pspec, obs); err != nil {
 		return nil, err
+	}
+	if pid, ok := rt.instances.Running(pspec); ok {
+		rt.watchPrimary(svc, pspec, pid)
 	}
 	obs.Instances = haInstances(svc, st)
 	return obs, nil
@@ -407,11 +415,18 @@ func (rt *Runtime) checkHA(ctx context.Context, svc *dbcloud.Service, measure bo
 	}
 	obs := &dbcloud.Observation{Instances: haInstances(svc, st)}
 	pspec := rt.haSpec(svc, base, st, st.Primary)
-	if _, ok := rt.instances.Running(pspec); !ok {
+	pid, ok := rt.instances.Running(pspec)
+	if !ok {
 		rt.primaryDown(svc.ID)
 		obs.Reason = fmt.Sprintf("The primary (%s) is not running; failing over to a standby if it does not come back.", pspec.ID)
+		if rt.exitSeen(svc.ID, pspec) {
+			obs.Reason = fmt.Sprintf("The primary's postmaster (%s) exited; failing over to a standby.", pspec.ID)
+		}
 		return obs, nil
 	}
+	// Watched from here on too: a primary adopted after a restart of
+	// dbcloud, or one whose earlier watch ended.
+	rt.watchPrimary(svc, pspec, pid)
 	if !rt.proxyRunning(svc.ID) {
 		obs.Reason = "The endpoint proxy is not running; restarting it."
 		return obs, nil

@@ -114,6 +114,7 @@ type Runtime struct {
 	logPaths    []pglog.PathName         // host paths log messages may name (logs.go); found once
 	credLogins  credentialLogins         // last logins of credential roles (credentials.go)
 	credSyncs   keyedMutex               // one credential sync per service at a time (credentials.go)
+	watches     primaryWatches           // HA primaries whose exit is watched (watch.go)
 
 	stopLogs   context.CancelFunc // ends the log retention loop
 	background supervise.Group    // runs it
@@ -135,6 +136,7 @@ var (
 	_ dbcloud.SnapshotLister        = (*Runtime)(nil)
 	_ dbcloud.RestoreChecker        = (*Runtime)(nil)
 	_ dbcloud.Capacity              = (*Runtime)(nil)
+	_ dbcloud.FailureWatcher        = (*Runtime)(nil)
 )
 
 // New returns a local runtime; Open starts filling its pool.
@@ -250,6 +252,7 @@ func (rt *Runtime) Open(ctx context.Context) error {
 
 // Close stops the background work. Instances keep running.
 func (rt *Runtime) Close() error {
+	rt.closeWatches()
 	if rt.stopLogs != nil {
 		rt.stopLogs()
 		rt.background.Wait()
@@ -531,6 +534,7 @@ func (rt *Runtime) checkServing(ctx context.Context, svc *dbcloud.Service, prima
 
 // DeleteService stops the service's instances and removes its files.
 func (rt *Runtime) DeleteService(ctx context.Context, svc *dbcloud.Service) error {
+	rt.unwatchPrimary(svc.ID)
 	// A delete can supersede a pending disable: the pooler goes first.
 	if err := rt.stopPooler(ctx, svc.ID); err != nil {
 		return err
@@ -569,6 +573,7 @@ func (rt *Runtime) DeleteService(ctx context.Context, svc *dbcloud.Service) erro
 	delete(rt.quiet, svc.ID)
 	rt.mu.Unlock()
 	rt.credLogins.forget(svc.ID)
+	rt.forgetExit(svc.ID)
 	// A fork deleted before its restore finished releases its own hold on
 	// its parent.
 	if svc.Fork != nil {
