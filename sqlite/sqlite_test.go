@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -174,4 +175,26 @@ func TestDiskFull(t *testing.T) {
 	if err := insert(many...); err != nil {
 		t.Fatalf("write once there is room: %v", err)
 	}
+}
+
+// BenchmarkUpdate_Concurrent runs small write transactions from 64
+// goroutines at once: with group commit they share fsyncs instead of
+// queueing one behind another's.
+func BenchmarkUpdate_Concurrent(b *testing.B) {
+	s := MustOpen(b, filepath.Join(b.TempDir(), "db"))
+	var n atomic.Int64
+	b.SetParallelism(32) // × GOMAXPROCS goroutines
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			id := fmt.Sprintf("p%d", n.Add(1))
+			err := s.Update(b.Context(), func(tx dbcloud.Tx) error {
+				return tx.InsertProject(&dbcloud.Project{ID: id, Name: id, PlanType: "FREE", Created: time.Now()})
+			})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }
