@@ -2,8 +2,12 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -145,5 +149,164 @@ func TestRestart_AdoptsPostmasters(t *testing.T) {
 	var one int
 	if err := c.QueryRow(ctx, `SELECT 1`).Scan(&one); err != nil {
 		t.Errorf("the client connection did not survive the restarts: %v", err)
+	}
+}
+
+// TestCrash_AcknowledgedWritesSurvive kills dbcloud with SIGKILL in the
+// middle of a burst of concurrent writes (VPC creates, renames and deletes
+// from many clients, and service creates), three times; after each restart
+// every write that was answered 2xx is there. A write that got no answer
+// may or may not have happened, and either is accepted.
+func TestCrash_AcknowledgedWritesSurvive(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, "--quota-vpcs", "100000")
+	const writers, perRound = 16, 150
+	ws := make([]*crashWriter, writers)
+	for i := range ws {
+		ws[i] = &crashWriter{s: s, id: i, vpcs: map[string][]string{}}
+	}
+	services := &crashServiceWriter{s: s}
+	for round := range 3 {
+		var acked atomic.Int64
+		var wg sync.WaitGroup
+		for _, w := range ws {
+			wg.Go(func() { w.run(&acked) })
+		}
+		wg.Go(func() { services.run(&acked) })
+		for deadline := time.Now().Add(2 * time.Minute); acked.Load() < perRound; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: only %d writes answered in 2 minutes", round, acked.Load())
+			}
+		}
+		s.kill()
+		wg.Wait()
+		s.start()
+		t.Logf("round %d: killed after %d answered writes", round, acked.Load())
+		checkCrashWrites(t, s, ws, services)
+	}
+}
+
+// crashWriter is one client writing its own VPCs until a request gets no
+// answer (the server died).
+type crashWriter struct {
+	s   *server
+	id  int
+	seq int
+	// vpcs maps each VPC to the names it may have now: the last one
+	// answered, and one sent without an answer; "" is gone.
+	vpcs map[string][]string
+	// unanswered are names of creates that got no answer.
+	unanswered []string
+}
+
+func (w *crashWriter) run(acked *atomic.Int64) {
+	vpcs := "/projects/" + w.s.boot.ProjectID + "/vpcs"
+	for {
+		var live []string
+		for id, names := range w.vpcs {
+			if len(names) == 1 && names[0] != "" {
+				live = append(live, id)
+			}
+		}
+		slices.Sort(live)
+		w.seq++
+		name := fmt.Sprintf("w%d-%d", w.id, w.seq)
+		var code int
+		var err error
+		switch {
+		case len(live) < 3:
+			var v struct{ ID string }
+			code, err = w.s.do("POST", vpcs, map[string]string{"name": name, "cidr": fmt.Sprintf("10.%d.%d.0/24", w.id, w.seq%256), "region_code": "local"}, &v)
+			if err != nil {
+				w.unanswered = append(w.unanswered, name)
+			} else if code == 201 {
+				w.vpcs[v.ID] = []string{name}
+			}
+		case w.seq%4 == 0:
+			id := live[w.seq%len(live)]
+			code, err = w.s.do("DELETE", vpcs+"/"+id, nil, nil)
+			w.record(id, "", code, 204, err)
+		default:
+			id := live[w.seq%len(live)]
+			code, err = w.s.do("POST", vpcs+"/"+id+"/rename", map[string]string{"name": name}, nil)
+			w.record(id, name, code, 200, err)
+		}
+		if err != nil {
+			return
+		}
+		if code/100 == 2 {
+			acked.Add(1)
+		}
+	}
+}
+
+// record notes the outcome of a write to VPC id that would leave it named
+// name.
+func (w *crashWriter) record(id, name string, code, ok int, err error) {
+	switch {
+	case err != nil:
+		w.vpcs[id] = append(w.vpcs[id], name)
+	case code == ok:
+		w.vpcs[id] = []string{name}
+	}
+}
+
+// crashServiceWriter creates services (answered 202) until two are
+// accepted: each is a real PostgreSQL.
+type crashServiceWriter struct {
+	s        *server
+	accepted []string
+}
+
+func (w *crashServiceWriter) run(acked *atomic.Int64) {
+	for len(w.accepted) < 2 {
+		var created service
+		code, err := w.s.do("POST", w.s.services(), map[string]any{"name": fmt.Sprintf("crash-%d", len(w.accepted)), "cpu_millis": "shared"}, &created)
+		if err != nil {
+			return
+		}
+		if code == 202 {
+			w.accepted = append(w.accepted, created.ServiceID)
+			acked.Add(1)
+		}
+	}
+}
+
+// checkCrashWrites lists VPCs and services after a restart and compares
+// them with what the writers were answered.
+func checkCrashWrites(t *testing.T, s *server, ws []*crashWriter, services *crashServiceWriter) {
+	t.Helper()
+	var listed []struct{ ID, Name string }
+	if code := s.call("GET", "/projects/"+s.boot.ProjectID+"/vpcs", nil, &listed); code != 200 {
+		t.Fatalf("list VPCs: %d", code)
+	}
+	have := map[string]string{}
+	for _, v := range listed {
+		have[v.ID] = v.Name
+	}
+	unanswered := map[string]bool{}
+	for _, w := range ws {
+		for _, name := range w.unanswered {
+			unanswered[name] = true
+		}
+		for id, names := range w.vpcs {
+			if got := have[id]; !slices.Contains(names, got) {
+				t.Errorf("VPC %s is %q after the crash (\"\" is gone); the answered writes leave one of %q", id, got, names)
+			}
+			w.vpcs[id] = []string{have[id]}
+			delete(have, id)
+		}
+	}
+	for id, name := range have {
+		if !unanswered[name] {
+			t.Errorf("VPC %s (%s) is listed, but no create of it was sent", id, name)
+		}
+	}
+	var list []service
+	s.call("GET", s.services(), nil, &list)
+	for _, id := range services.accepted {
+		if !slices.ContainsFunc(list, func(svc service) bool { return svc.ServiceID == id }) {
+			t.Errorf("service %s, created with 202, is not listed after the crash", id)
+		}
 	}
 }

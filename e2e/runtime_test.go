@@ -55,6 +55,7 @@ var localReasons = map[string]string{
 	"TestCrash_DuringCreate":                        "reads postmasters from this host's process table",
 	"TestCrash_DuringResize":                        "reads postmasters from this host's process table",
 	"TestCrash_Postmaster":                          "kills a postmaster on this host",
+	"TestCrash_AcknowledgedWritesSurvive":           "kills dbcloud on this host mid-burst",
 	"TestRestart_AdoptsPostmasters":                 "checks that host postmasters are adopted",
 	"TestDiskFull":                                  "fills a disk image mounted on this host",
 	"TestTimescaleDB":                               "reads instances' files on this host",

@@ -8,6 +8,11 @@
 // write lock is taken when the transaction begins, never upgraded midway.
 // Reads use a separate pool of query_only connections; in WAL mode they see
 // the last committed state and neither wait for the writer nor block it.
+//
+// Commits are not synced one by one while the writer waits: the writer runs
+// at synchronous=NORMAL and each Update waits after its commit for an fsync
+// of the WAL shared with every other commit made meanwhile (group commit;
+// see groupSync for what is on disk when a write is answered).
 package sqlite
 
 import (
@@ -41,6 +46,7 @@ const busyTimeoutMS = 5000
 // Store is the SQLite store. All of its behaviour is sqlstore's.
 type Store struct {
 	*sqlstore.Store
+	wal *groupSync
 }
 
 // Dialect is SQLite's sqlstore.Dialect.
@@ -51,7 +57,8 @@ var Dialect = sqlstore.Dialect{
 	IsUniqueViolation: isUniqueViolation,
 	IsDiskFull:        isDiskFull,
 	// LockProject is nil: the one write connection and BEGIN IMMEDIATE
-	// already serialise all writers.
+	// already serialise all writers, which queue in arrival order.
+	OneWriter: true,
 	// A read-only transaction begins with a plain BEGIN; modernc ignores
 	// _txlock for it. The read pool is query_only besides.
 	ViewTx: sql.TxOptions{ReadOnly: true},
@@ -73,7 +80,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	}
 	f.Close()
 	write, err := sql.Open("sqlite", path+fmt.Sprintf(
-		"?_busy_timeout=%d&_journal_mode=WAL&_synchronous=FULL&_foreign_keys=1&_txlock=immediate", busyTimeoutMS))
+		"?_busy_timeout=%d&_journal_mode=WAL&_synchronous=NORMAL&_foreign_keys=1&_txlock=immediate", busyTimeoutMS))
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
 	}
@@ -87,22 +94,34 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		_ = write.Close()
 		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
 	}
+	wal := newGroupSync(path + "-wal")
 
 	read, err := sql.Open("sqlite", path+fmt.Sprintf(
 		"?_busy_timeout=%d&_foreign_keys=1&_query_only=1", busyTimeoutMS))
 	if err != nil {
 		_ = write.Close()
+		_ = wal.close()
 		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
 	}
 	readers := max(4, runtime.GOMAXPROCS(0))
 	read.SetMaxOpenConns(readers)
 	read.SetMaxIdleConns(readers)
 
-	s, err := sqlstore.Open(ctx, write, read, Dialect)
+	d := Dialect
+	d.WaitDurable = wal.wait
+	s, err := sqlstore.Open(ctx, write, read, d)
 	if err != nil {
+		_ = wal.close()
 		return nil, fmt.Errorf("%w (file %s)", err, path)
 	}
-	return &Store{Store: s}, nil
+	return &Store{Store: s, wal: wal}, nil
+}
+
+// Close closes the database, then the WAL file held for syncing: closing
+// the last connection checkpoints the WAL into the database file and syncs
+// it, so nothing committed needs the held file afterwards.
+func (s *Store) Close() error {
+	return errors.Join(s.Store.Close(), s.wal.close())
 }
 
 // isUniqueViolation reports a PRIMARY KEY or UNIQUE constraint failure.

@@ -68,6 +68,17 @@ type Dialect struct {
 	// so that a read-modify-write of one row by two transactions cannot
 	// lose either change; "" for SQLite, which has one writer at a time.
 	ForUpdate string
+	// OneWriter says the database runs one write transaction at a time
+	// (SQLite): Update then queues writers in arrival order before they
+	// begin. database/sql hands a freed connection to a random waiter,
+	// which under load left some writers waiting over a second while
+	// later ones went first.
+	OneWriter bool
+	// WaitDurable, if set, is called after each commit of Update and
+	// returns once that commit is durable, or why it may not be: a
+	// dialect that commits without syncing syncs many commits at once
+	// (group commit) and Update answers only after that.
+	WaitDurable func() error
 	// UpdateTx and ViewTx are the options of the transactions of Update and
 	// View. ViewTx must make the transaction read-only where the database
 	// can (SQLite enforces it on the read pool instead, with query_only).
@@ -79,6 +90,10 @@ type Store struct {
 	db      *sql.DB // read-write transactions and migrations
 	readDB  *sql.DB // read-only transactions; may be db
 	dialect Dialect
+
+	// writer, when the dialect has OneWriter, is held by the one Update
+	// running and handed on first come, first served.
+	writer *writerTurn
 
 	// rebound caches the dialect's text of each query, keyed by the
 	// '?'-text, so rebinding costs one map lookup per statement.
@@ -103,6 +118,9 @@ func Open(ctx context.Context, db, readDB *sql.DB, d Dialect) (*Store, error) {
 		readDB = db
 	}
 	s := &Store{db: db, readDB: readDB, dialect: d}
+	if d.OneWriter {
+		s.writer = &writerTurn{}
+	}
 	if d.IsUniqueViolation == nil || d.Migrations == nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("open %s store: dialect needs IsUniqueViolation and Migrations", d.Name)
@@ -120,8 +138,31 @@ func (s *Store) View(ctx context.Context, fn func(dbcloud.Tx) error) error {
 }
 
 // Update runs fn in a read-write transaction, committed when fn returns nil
-// and rolled back otherwise (also when fn panics).
+// and rolled back otherwise (also when fn panics). It returns once the
+// commit is durable.
 func (s *Store) Update(ctx context.Context, fn func(dbcloud.Tx) error) error {
+	if err := s.commitWrite(ctx, fn); err != nil {
+		return err
+	}
+	if s.dialect.WaitDurable == nil {
+		return nil
+	}
+	// Outside the writer's turn, so the next writer runs during the sync.
+	if err := s.dialect.WaitDurable(); err != nil {
+		return fmt.Errorf("commit %s transaction: %w", s.dialect.Name, err)
+	}
+	return nil
+}
+
+// commitWrite runs fn in a write transaction, in the writer's turn where
+// the database has one writer.
+func (s *Store) commitWrite(ctx context.Context, fn func(dbcloud.Tx) error) error {
+	if s.writer != nil {
+		if err := s.writer.lock(ctx); err != nil {
+			return fmt.Errorf("begin %s transaction: %w", s.dialect.Name, err)
+		}
+		defer s.writer.unlock()
+	}
 	return s.run(ctx, s.db, &s.dialect.UpdateTx, s.dialect.ForUpdate, fn)
 }
 
