@@ -41,6 +41,7 @@ const busyTimeoutMS = 5000
 // Store is the SQLite store. All of its behaviour is sqlstore's.
 type Store struct {
 	*sqlstore.Store
+	wal *walIndex
 }
 
 // Dialect is SQLite's sqlstore.Dialect.
@@ -102,7 +103,25 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w (file %s)", err, path)
 	}
-	return &Store{Store: s}, nil
+	wal, err := openWALIndex(path)
+	if err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
+	}
+	// Every API read asks for the change counters: answered from memory
+	// while no commit moved the WAL index, they cost no connection of the
+	// read pool, for which requests queued.
+	s.KeepRevisionsWhile(wal.version)
+	return &Store{Store: s, wal: wal}, nil
+}
+
+// Close closes the database and the WAL index.
+func (s *Store) Close() error {
+	err := s.Store.Close()
+	if s.wal != nil {
+		err = errors.Join(err, s.wal.Close())
+	}
+	return err
 }
 
 // isUniqueViolation reports a PRIMARY KEY or UNIQUE constraint failure.

@@ -174,3 +174,10 @@ func TestDiskFull(t *testing.T) {
 		t.Fatalf("write once there is room: %v", err)
 	}
 }
+
+// TestStore_RevisionsFromMemory: the counters every API read asks for
+// need no connection of the read pool while nothing was committed.
+func TestStore_RevisionsFromMemory(t *testing.T) {
+	s := MustOpen(t, filepath.Join(t.TempDir(), "dbcloud.db"))
+	storetest.RevisionsFromMemory(t, s, s.ReadDB())
+}
