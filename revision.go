@@ -7,8 +7,10 @@ import "context"
 // covers, and never goes back, so a reader that read counter N before it
 // read the data may answer from what it read for as long as the counter
 // still reads N. Because the counter lives in the store, this holds across
-// every control plane sharing it: a write committed on one plane moves the
-// counter that the next request on any other plane reads.
+// every control plane sharing it. A store may answer the counters from
+// memory: then its own commits move them before the write returns, and
+// another process's as soon as the store learns of them
+// (docs/multi-plane.md).
 type Revisions interface {
 	// Revisions returns the counters of scopes, in their order, 0 for a
 	// scope nothing was ever written to. It runs outside any transaction.

@@ -14,9 +14,9 @@ type revisionSnapshot struct {
 	revs   []int64
 }
 
-// WithRevisions reads the counters of scopes in one query and returns ctx
-// carrying them, so that the request's cached reads (credentials, then
-// services) cost one store read together instead of one each. The
+// WithRevisions reads the counters of scopes at once (from the store's
+// memory, or in one query) and returns ctx carrying them, so that the
+// request's cached reads (credentials, then services) agree on them. The
 // counters are read before anything they cover, as caching requires.
 // Without counters in the store it returns ctx as it is.
 func (c *Cloud) WithRevisions(ctx context.Context, scopes ...string) (context.Context, error) {

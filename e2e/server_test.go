@@ -33,6 +33,9 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	if f := os.Getenv(minimalBodyEnv); f != "" {
+		serveMinimal(f) // BenchmarkAPIBlackBox's minimal server
+	}
 	dir, err := os.MkdirTemp("", "dbcloud-e2e-bin-")
 	if err != nil {
 		panic(err)
@@ -71,7 +74,10 @@ type server struct {
 	listen string
 	args   []string
 	// env is added to the next start's environment.
-	env    []string
+	env []string
+	// bin, if set, is the binary the next start runs instead of this
+	// tree's (an older build, to compare with).
+	bin    string
 	cmd    *exec.Cmd
 	exited chan struct{}
 	log    *os.File
@@ -193,7 +199,11 @@ func (s *server) start() {
 	s.log = log
 	args := append([]string{"serve", "--data-dir", s.dir, "--listen", s.listen, "--rate-limit", "0"}, s.args...)
 	args = append(args, runtimeArgs(s.t, s.args)...)
-	s.cmd = exec.Command(binary, args...)
+	bin := binary
+	if s.bin != "" {
+		bin = s.bin
+	}
+	s.cmd = exec.Command(bin, args...)
 	s.cmd.Env = append(os.Environ(), s.env...)
 	s.cmd.Stdout, s.cmd.Stderr = log, log
 	// If the test process dies, its servers go too. (Postmasters outlive

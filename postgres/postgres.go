@@ -50,6 +50,7 @@ const (
 // Store is the PostgreSQL store. All of its behaviour is sqlstore's.
 type Store struct {
 	*sqlstore.Store
+	follow *follower
 }
 
 // Dialect is PostgreSQL's sqlstore.Dialect.
@@ -84,7 +85,22 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{Store: s}, nil
+	// Every API read asks for the change counters; a connection of its
+	// own keeps them in memory (follow.go), so those reads cost no query.
+	f, err := startFollower(dsn, s)
+	if err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("open postgres store: %w", err)
+	}
+	return &Store{Store: s, follow: f}, nil
+}
+
+// Close stops following the counters and closes the pool.
+func (s *Store) Close() error {
+	if s.follow != nil {
+		s.follow.stop()
+	}
+	return s.Store.Close()
 }
 
 // Advisory lock keys live in one 64-bit space shared with anything else

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"dbcloud"
 	"dbcloud/internal/pgtest"
@@ -132,3 +133,78 @@ func BenchmarkUpdateService(b *testing.B) { storetest.BenchmarkUpdateService(b, 
 func BenchmarkRecordHistory(b *testing.B) { storetest.BenchmarkRecordHistory(b, newDB) }
 
 func BenchmarkQueryHistory(b *testing.B) { storetest.BenchmarkQueryHistory(b, newDB) }
+
+// TestStore_RevisionsFromMemory: the counters every API read asks for
+// need no connection of the pool once the store follows them.
+func TestStore_RevisionsFromMemory(t *testing.T) {
+	s := MustOpen(t, mustCreateDatabase(t))
+	storetest.RevisionsFromMemory(t, s, s.ReadDB())
+}
+
+// TestStore_FollowAfterReconnect: a plane whose notification connection
+// is cut still sees every commit made meanwhile and afterwards: it reads
+// the counters from the store until it listens again, then reads them all
+// once.
+func TestStore_FollowAfterReconnect(t *testing.T) {
+	dsn := mustCreateDatabase(t)
+	a, b := MustOpen(t, dsn), MustOpen(t, dsn)
+	p1 := dbcloud.RevisionServices("p1")
+	read := func() int64 {
+		t.Helper()
+		n, err := a.Revisions(t.Context(), p1)
+		if err != nil {
+			t.Fatalf("Revisions: %v", err)
+		}
+		return n[0]
+	}
+	seen := func(what string, want int64) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for read() != want && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if got := read(); got != want {
+			t.Fatalf("%s: services/p1 reads %d, want %d", what, got, want)
+		}
+	}
+	insert := func(id string) {
+		t.Helper()
+		storetest.MustUpdate(t, b, func(tx dbcloud.Tx) error { return tx.InsertService(storetest.NewService("p1", id, time.Now())) })
+	}
+	// following counts the planes that listen and have read the counters
+	// since (their connection waits, idle, after that read).
+	following := func() int {
+		t.Helper()
+		var n int
+		if err := b.DB().QueryRowContext(t.Context(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name = 'dbcloud revisions'
+			AND state = 'idle' AND query LIKE 'SELECT scope, rev FROM revisions%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	bothFollow := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for following() < 2 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := following(); n < 2 {
+			t.Fatalf("%s: %d planes follow the counters, want 2", what, n)
+		}
+	}
+	bothFollow("after Open")
+	insert("s1")
+	seen("before the cut", 1)
+	for i := range 2 {
+		if _, err := b.DB().ExecContext(t.Context(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name = 'dbcloud revisions'`); err != nil {
+			t.Fatal(err)
+		}
+		insert(fmt.Sprintf("cut%d", i))
+	}
+	seen("commits while cut", 3)
+	bothFollow("after the cut")
+	insert("after")
+	seen("a commit after the reconnect", 4)
+}

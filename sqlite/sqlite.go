@@ -46,7 +46,10 @@ const busyTimeoutMS = 5000
 // Store is the SQLite store. All of its behaviour is sqlstore's.
 type Store struct {
 	*sqlstore.Store
-	wal *groupSync
+	// wal syncs the write-ahead log for group commit (durable.go); index
+	// maps its index header, which every commit moves (walindex.go).
+	wal   *groupSync
+	index *walIndex
 }
 
 // Dialect is SQLite's sqlstore.Dialect.
@@ -114,14 +117,29 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		_ = wal.close()
 		return nil, fmt.Errorf("%w (file %s)", err, path)
 	}
-	return &Store{Store: s, wal: wal}, nil
+	index, err := openWALIndex(path)
+	if err != nil {
+		_ = s.Close()
+		_ = wal.close()
+		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
+	}
+	// Every API read asks for the change counters: answered from memory
+	// while no commit moved the WAL index, they cost no connection of the
+	// read pool, for which requests queued.
+	s.KeepRevisionsWhile(index.version)
+	return &Store{Store: s, wal: wal, index: index}, nil
 }
 
-// Close closes the database, then the WAL file held for syncing: closing
-// the last connection checkpoints the WAL into the database file and syncs
-// it, so nothing committed needs the held file afterwards.
+// Close closes the database, then the WAL file held for syncing and the
+// WAL index: closing the last connection checkpoints the WAL into the
+// database file and syncs it, so nothing committed needs the held file
+// afterwards.
 func (s *Store) Close() error {
-	return errors.Join(s.Store.Close(), s.wal.close())
+	err := errors.Join(s.Store.Close(), s.wal.close())
+	if s.index != nil {
+		err = errors.Join(err, s.index.Close())
+	}
+	return err
 }
 
 // isUniqueViolation reports a PRIMARY KEY or UNIQUE constraint failure.

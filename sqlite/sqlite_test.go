@@ -211,3 +211,10 @@ func BenchmarkUpdate_Concurrent(b *testing.B) {
 		b.ReportMetric(float64(took[len(took)*99/100].Microseconds())/1000, "p99-ms")
 	}
 }
+
+// TestStore_RevisionsFromMemory: the counters every API read asks for
+// need no connection of the read pool while nothing was committed.
+func TestStore_RevisionsFromMemory(t *testing.T) {
+	s := MustOpen(t, filepath.Join(t.TempDir(), "dbcloud.db"))
+	storetest.RevisionsFromMemory(t, s, s.ReadDB())
+}

@@ -100,9 +100,12 @@ type Store struct {
 	rebound sync.Map // string -> string
 
 	// revStmt reads a revision counter; prepared once (per connection,
-	// by database/sql) because it runs on every cached read.
+	// by database/sql) because it runs on every cached read that misses
+	// the counters kept in memory.
 	revMu    sync.Mutex
 	revStmts map[int]*sql.Stmt // by number of scopes
+	// revs keeps the counters in memory (revision.go).
+	revs revisionCache
 
 	closeOnce sync.Once
 	closeErr  error
@@ -184,57 +187,8 @@ func (s *Store) run(ctx context.Context, db *sql.DB, opts *sql.TxOptions, forUpd
 	if err := sqlTx.Commit(); err != nil {
 		return fmt.Errorf("commit %s transaction: %w", s.dialect.Name, s.formatError(err))
 	}
+	s.revs.committed(t.bumped)
 	return nil
-}
-
-// Revisions returns the change counters of scopes, in their order
-// (dbcloud.Revisions), read in one query outside any transaction: a few
-// indexed rows, so it costs far less than reading what they count.
-func (s *Store) Revisions(ctx context.Context, scopes ...string) ([]int64, error) {
-	stmt, err := s.revisionStmt(ctx, len(scopes))
-	if err != nil {
-		return nil, err
-	}
-	args := make([]any, len(scopes))
-	for i, sc := range scopes {
-		args[i] = sc
-	}
-	out := make([]int64, len(scopes))
-	dest := make([]any, len(scopes))
-	for i := range out {
-		dest[i] = &out[i]
-	}
-	if err := stmt.QueryRowContext(ctx, args...).Scan(dest...); err != nil {
-		return nil, fmt.Errorf("read revisions: %w", err)
-	}
-	return out, nil
-}
-
-// revisionStmt returns the prepared query of n counters; prepared once
-// (per connection, by database/sql) because it runs on every cached read.
-func (s *Store) revisionStmt(ctx context.Context, n int) (*sql.Stmt, error) {
-	s.revMu.Lock()
-	defer s.revMu.Unlock()
-	if stmt := s.revStmts[n]; stmt != nil {
-		return stmt, nil
-	}
-	if n < 1 {
-		return nil, fmt.Errorf("read revisions: no scope")
-	}
-	// One row of scalar subqueries, not WHERE scope IN (...): SQLite
-	// builds a temporary index for an IN list, which cost more than the
-	// lookups themselves on every request.
-	one := `COALESCE((SELECT rev FROM revisions WHERE scope = ?), 0)`
-	q := `SELECT ` + one + strings.Repeat(", "+one, n-1)
-	stmt, err := s.readDB.PrepareContext(ctx, s.rebind(q))
-	if err != nil {
-		return nil, fmt.Errorf("prepare revision query: %w", s.formatError(err))
-	}
-	if s.revStmts == nil {
-		s.revStmts = map[int]*sql.Stmt{}
-	}
-	s.revStmts[n] = stmt
-	return stmt, nil
 }
 
 // Close closes the database pools. It is safe to call more than once.
@@ -258,6 +212,10 @@ func (s *Store) Close() error {
 // DB returns the read-write pool, for tests and maintenance tools that need
 // to reach below the Store interface.
 func (s *Store) DB() *sql.DB { return s.db }
+
+// ReadDB returns the pool of read-only transactions (DB itself where the
+// database has no separate one), for tests.
+func (s *Store) ReadDB() *sql.DB { return s.readDB }
 
 // rebind returns query in the dialect's placeholder style.
 func (s *Store) rebind(query string) string {

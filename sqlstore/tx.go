@@ -25,6 +25,9 @@ type tx struct {
 	// touched holds the revision scopes (dbcloud.Revisions) this
 	// transaction wrote to; their counters grow just before it commits.
 	touched map[string]struct{}
+	// bumped holds the counters bumpRevisions left, which the Store keeps
+	// in memory once the transaction has committed.
+	bumped map[string]int64
 }
 
 // touch records a write to what scope covers.
@@ -48,11 +51,15 @@ func (t *tx) bumpRevisions() error {
 		scopes = append(scopes, s)
 	}
 	slices.Sort(scopes)
+	t.bumped = make(map[string]int64, len(scopes))
 	for _, s := range scopes {
-		if _, err := t.exec(`INSERT INTO revisions (scope, rev) VALUES (?, 1)
-			ON CONFLICT (scope) DO UPDATE SET rev = revisions.rev + 1`, s); err != nil {
-			return fmt.Errorf("count change of %s: %w", s, err)
+		var rev int64
+		err := t.tx.QueryRowContext(t.ctx, t.s.rebind(`INSERT INTO revisions (scope, rev) VALUES (?, 1)
+			ON CONFLICT (scope) DO UPDATE SET rev = revisions.rev + 1 RETURNING rev`), s).Scan(&rev)
+		if err != nil {
+			return fmt.Errorf("count change of %s: %w", s, t.s.formatError(err))
 		}
+		t.bumped[s] = rev
 	}
 	return nil
 }

@@ -1,8 +1,12 @@
 package storetest
 
 import (
+	"context"
+	"database/sql"
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"dbcloud"
 	"dbcloud/identity"
@@ -93,5 +97,109 @@ func testRevision(t *testing.T, newDB NewDB) {
 	}
 	if got := rev(p2); got != before {
 		t.Errorf("a rolled back write moved the counter from %d to %d", before, got)
+	}
+}
+
+// testRevisionElsewhere checks the counters a store keeps in memory
+// against commits made elsewhere: a second store over the same database
+// (another control plane on PostgreSQL, `dbcloud admin` on SQLite). The
+// first store's own commit shows at once; the other's shows within a
+// deadline (on PostgreSQL it arrives as a notification), also after the
+// first store answered the same counters many times from memory.
+func testRevisionElsewhere(t *testing.T, newDB NewDB) {
+	open := newDB(t)
+	a, b := open(t), open(t)
+	revsOf := func(s dbcloud.Store) dbcloud.Revisions {
+		r, ok := dbcloud.UnwrapStore(s).(dbcloud.Revisions)
+		if !ok {
+			t.Fatalf("%T keeps no change counters", s)
+		}
+		return r
+	}
+	ra := revsOf(a)
+	creds, p1 := dbcloud.RevisionCredentials, dbcloud.RevisionServices("p1")
+	read := func() [2]int64 {
+		t.Helper()
+		n, err := ra.Revisions(t.Context(), creds, p1)
+		if err != nil {
+			t.Fatalf("Revisions: %v", err)
+		}
+		return [2]int64{n[0], n[1]}
+	}
+	// seen waits until a reads want, asking as a busy API would.
+	seen := func(what string, want [2]int64) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		got := read()
+		for got != want && time.Now().Before(deadline) {
+			for range 100 {
+				got = read()
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if got != want {
+			t.Fatalf("%s: counters (credentials, services/p1) read %v on the first store, want %v", what, got, want)
+		}
+	}
+	for i := range 3 {
+		read() // kept
+		MustUpdate(t, a, func(tx dbcloud.Tx) error {
+			return tx.InsertService(NewService("p1", fmt.Sprintf("own%d", i), at(i)))
+		})
+		if got := read(); got[1] != int64(2*i+1) {
+			t.Fatalf("own commit %d: services/p1 reads %d right after it, want %d", i, got[1], 2*i+1)
+		}
+		for range 100 {
+			read()
+		}
+		MustUpdate(t, b, func(tx dbcloud.Tx) error {
+			return tx.InsertService(NewService("p1", fmt.Sprintf("other%d", i), at(i)))
+		})
+		seen(fmt.Sprintf("the other store's commit %d", i), [2]int64{0, int64(2*i + 2)})
+	}
+	MustUpdate(t, b, func(tx dbcloud.Tx) error { return tx.InsertProject(newProject("p1", at(1))) })
+	seen("the other store's new project", [2]int64{1, 6})
+}
+
+// RevisionsFromMemory checks that s answers its change counters without
+// a connection of pool, the pool its reads use: every connection is held
+// by an open transaction, as under a load that queues for them, and
+// Revisions must still answer (once s has read the counters, or on
+// PostgreSQL once it follows them), with what a commit through s left.
+func RevisionsFromMemory(t *testing.T, s dbcloud.Store, pool *sql.DB) {
+	revs, ok := dbcloud.UnwrapStore(s).(dbcloud.Revisions)
+	if !ok {
+		t.Fatalf("%T keeps no change counters", s)
+	}
+	p1 := dbcloud.RevisionServices("p1")
+	MustUpdate(t, s, func(tx dbcloud.Tx) error { return tx.InsertService(NewService("p1", "s1", at(1))) })
+	if _, err := revs.Revisions(t.Context(), p1); err != nil {
+		t.Fatalf("Revisions: %v", err)
+	}
+	for range pool.Stats().MaxOpenConnections {
+		tx, err := pool.BeginTx(t.Context(), &sql.TxOptions{ReadOnly: true})
+		if err != nil {
+			t.Fatalf("hold a connection: %v", err)
+		}
+		// A statement, so that the transaction has begun on the server.
+		if _, err := tx.ExecContext(t.Context(), `SELECT 1`); err != nil {
+			t.Fatalf("hold a connection: %v", err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback() })
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		got, err := revs.Revisions(ctx, p1)
+		cancel()
+		if err == nil {
+			if got[0] != 1 {
+				t.Errorf("Revisions(services/p1) = %d from memory, want 1", got[0])
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Revisions with every connection of the pool taken: %v; want the counters kept in memory", err)
+		}
 	}
 }

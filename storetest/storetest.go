@@ -56,6 +56,7 @@ func RunStoreTests(t *testing.T, newDB NewDB) {
 		{"Concurrency", testConcurrency},
 		{"Reopen", testReopen},
 		{"Revision", testRevision},
+		{"RevisionElsewhere", testRevisionElsewhere},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -44,7 +44,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	short := fs.Bool("short", false, "tiny sizes: checks that every benchmark and the report work, in a few minutes; numbers are not measurements")
 	out := fs.String("out", "", `directory for report.md, report.json and the raw outputs (default "bench", or "bench/out/short" with -short)`)
-	only := fs.String("only", "", "run only the sections whose ID matches this regular expression (create, fork, logs, failover, idle, timescale, api, load, load-open, density)")
+	only := fs.String("only", "", "run only the sections whose ID matches this regular expression (create, fork, logs, failover, idle, timescale, api-blackbox, api, load, load-open, density)")
 	verbose := fs.Bool("v", false, "copy go test's output to stderr as it runs")
 	check := fs.Bool("check", false, "exit 1 if a benchmark failed (a missing one is only reported), as CI wants")
 	baseRev := fs.String("base", "", "also run every section at this commit (a temporary worktree), alternating with ours in each round, and show its rows beside ours")

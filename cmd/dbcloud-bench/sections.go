@@ -123,7 +123,23 @@ func sections() []section {
 				"Short mode: 20,000 rows, 1 round, 2 queries, 1 service of each.",
 		},
 		{
-			ID: "api", Title: "API beside a minimal HTTPS server",
+			ID: "api-blackbox", Title: "API, black box: dbcloud serve beside a minimal HTTPS server",
+			Test: goTest{Pkg: "./e2e/", Bench: "^BenchmarkAPIBlackBox$", Benchtime: "1x", Timeout: "30m"},
+			Columns: cols("req/s", "req/s", "p50-ms", "p50 ms", "p99-ms", "p99 ms", "minimal-req/s", "minimal req/s",
+				"minimal-p50-ms", "minimal p50 ms", "minimal-p99-ms", "minimal p99 ms", "ours/min", "req/s ours/minimal",
+				"goal-ours/min", "goal: ours/minimal at least", "base-req/s", "base build req/s", "base/min", "base build/minimal",
+				"body-bytes", "body bytes", "clients", "clients"),
+			About: "What users measure: the real `dbcloud serve` binary (SQLite store, every request logged to a file, " +
+				"--rate-limit 0), GET service and list services over HTTPS on loopback with 1,000 services in the project " +
+				"(seeded into its store, PAUSED), driven from the benchmark's process by 16 keep-alive HTTP/1.1 clients in a " +
+				"closed loop. Beside it, in the same run, a minimal Go HTTPS server in a process of its own answers every " +
+				"request with a copy of our answer (same bytes); they take turns in 5 rounds of 3 s (the order alternates), " +
+				"req/s is the median of the rounds and latencies are over all rounds. With API_BLACKBOX_BASE=PATH another " +
+				"build of the binary (an older commit) serves in the same rounds (base columns). Goals: GET 0.5, list 0.4 of " +
+				"the minimal server. Short mode: 100 services, 2 rounds of 0.3 s.",
+		},
+		{
+			ID: "api", Title: "API beside a minimal HTTPS server, in process (a profile tool)",
 			Test: goTest{Pkg: "./http/", Bench: "^BenchmarkAPI$", Benchtime: "1x", Timeout: "30m"},
 			Columns: cols("req/s", "req/s", "p50-ms", "p50 ms", "p99-ms", "p99 ms", "min-req/s", "minimal req/s",
 				"min-p50-ms", "minimal p50 ms", "min-p99-ms", "minimal p99 ms", "ours/min", "req/s ours/minimal", "body-bytes", "body bytes", "clients", "clients"),

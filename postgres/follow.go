@@ -1,0 +1,160 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"dbcloud/sqlstore"
+)
+
+// revisionsChannel is the channel migration 0021's trigger announces
+// every counter change on.
+const revisionsChannel = "dbcloud_revisions"
+
+// followerName is the follower connection's application_name.
+const followerName = "dbcloud revisions"
+
+// Retry pacing of the follower's connection.
+const (
+	followRetryMin = 50 * time.Millisecond
+	followRetryMax = 2 * time.Second
+)
+
+// follower keeps a Store's change counters current in memory with the
+// commits of every plane sharing the database: one connection of its own
+// LISTENs on revisionsChannel, then reads the whole table, then applies
+// each notification as it comes. So the API's cached reads cost no query,
+// and another plane's write is seen as soon as its notification arrives
+// (sqlstore's revisionCache says what that means for read-your-writes).
+// While the connection is down the Store is told to read the table again,
+// and each new connection starts with a full read, so nothing missed in
+// between is kept.
+type follower struct {
+	cfg    *pgx.ConnConfig
+	store  *sqlstore.Store
+	logger *slog.Logger
+
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+}
+
+// startFollower starts following the counters of the database dsn names.
+func startFollower(dsn string, s *sqlstore.Store) (*follower, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse the store's address: %w", err)
+	}
+	// A connection that died without a word (a host gone, a cut cable)
+	// must be noticed in seconds, not the kernel's two hours: meanwhile
+	// no notification arrives and the counters kept grow old.
+	d := &net.Dialer{KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: time.Second, Count: 3}}
+	cfg.DialFunc = d.DialContext
+	// Named, so that an operator (and a test) can tell it in pg_stat_activity.
+	cfg.RuntimeParams["application_name"] = followerName
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &follower{cfg: cfg, store: s, logger: slog.Default().With("component", "store", "channel", revisionsChannel), cancel: cancel}
+	f.done.Add(1)
+	go f.run(ctx)
+	return f, nil
+}
+
+// stop ends the follower and waits for it.
+func (f *follower) stop() {
+	f.cancel()
+	f.done.Wait()
+}
+
+func (f *follower) run(ctx context.Context) {
+	defer f.done.Done()
+	wait := followRetryMin
+	for {
+		began := time.Now()
+		err := f.follow(ctx)
+		f.store.UnfollowRevisions()
+		if ctx.Err() != nil {
+			return
+		}
+		f.logger.Warn("store change notifications lost; reading counters from the store until reconnected", "error", err)
+		if time.Since(began) > followRetryMax {
+			wait = followRetryMin
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, followRetryMax)
+	}
+}
+
+// follow connects, listens, hands the Store the whole table and then
+// every notification, until the connection fails or ctx ends.
+func (f *follower) follow(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, f.cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	// LISTEN before the read: a commit after the read is then announced,
+	// and one before it is in what is read.
+	if _, err := conn.Exec(ctx, "LISTEN "+revisionsChannel); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	all, err := readAll(ctx, conn)
+	if err != nil {
+		return err
+	}
+	f.store.FollowRevisions(all)
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		scope, rev, err := parseRevision(n.Payload)
+		if err != nil {
+			// Not ours to skip: a change might be lost. Start over.
+			return err
+		}
+		f.store.NoteRevision(scope, rev)
+	}
+}
+
+func readAll(ctx context.Context, conn *pgx.Conn) (map[string]int64, error) {
+	rows, err := conn.Query(ctx, `SELECT scope, rev FROM revisions`)
+	if err != nil {
+		return nil, fmt.Errorf("read revisions: %w", err)
+	}
+	all := map[string]int64{}
+	var scope string
+	var rev int64
+	_, err = pgx.ForEachRow(rows, []any{&scope, &rev}, func() error {
+		all[scope] = rev
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read revisions: %w", err)
+	}
+	return all, nil
+}
+
+// parseRevision reads a payload "SCOPE REV".
+func parseRevision(payload string) (string, int64, error) {
+	i := strings.LastIndexByte(payload, ' ')
+	if i < 0 {
+		return "", 0, errors.New("revision notification without a counter: " + payload)
+	}
+	rev, err := strconv.ParseInt(payload[i+1:], 10, 64)
+	if err != nil {
+		return "", 0, fmt.Errorf("revision notification %q: %w", payload, err)
+	}
+	return payload[:i], rev, nil
+}
