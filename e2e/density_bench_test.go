@@ -43,6 +43,11 @@ const (
 	// image, where a new cluster is a clone) or "ext4" (no image: the
 	// runtime directory's own filesystem, each cluster a copy).
 	densityFSEnv = "DBCLOUD_DENSITY_FS"
+	// densityForEnv bounds the making of services (a duration such as
+	// 30m): past it no batch is started, and the last step is measured at
+	// the services made, so that a run on a slow host still ends, cleaned
+	// up, when its owner needs it to.
+	densityForEnv = "DBCLOUD_DENSITY_FOR"
 )
 
 // densityBatch is how many services are made at a time before the batch
@@ -106,10 +111,18 @@ func BenchmarkDensity(b *testing.B) {
 		args = append(args, "--pprof")
 		pprofURL = "http://" + metricsAddr + "/debug/pprof/profile"
 	}
+	var until time.Time
+	if v := os.Getenv(densityForEnv); v != "" {
+		f, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatalf("%s=%q: %v", densityForEnv, v, err)
+		}
+		until = time.Now().Add(f)
+	}
 	for b.Loop() {
 		s := newServer(b, args...)
 		d := &density{s: s, client: apiClient(b, s), ready: ready, park: park, fs: fs, metrics: "http://" + metricsAddr + "/metrics",
-			passwords: map[string]string{}}
+			passwords: map[string]string{}, until: until}
 		b.Cleanup(func() { d.teardown(b) })
 		before := memAvailable()
 		var availAt []int64
@@ -118,6 +131,10 @@ func BenchmarkDensity(b *testing.B) {
 			began := time.Now()
 			d.grow(b, n)
 			made := time.Since(began)
+			if len(d.ids) < n {
+				b.Logf("%s passed: %d services made of %d", densityForEnv, len(d.ids), n)
+				n = len(d.ids)
+			}
 			b.Logf("%d services (%d READY), %v after the first create of this step (%d creates answered 503 so far, retried)", n, min(n, ready), made.Round(time.Second), d.create503)
 			d.quiet(b)
 			var prof chan []byte
@@ -166,10 +183,10 @@ func BenchmarkDensity(b *testing.B) {
 		}
 		// The services added in the last step, over the MemAvailable they
 		// took: free of what the server and its pool hold anyway.
-		added := steps[len(steps)-1] - steps[len(steps)-2]
+		added := len(d.ids) - steps[len(steps)-2]
 		b.ReportMetric(float64(availAt[len(availAt)-2]-availAt[len(availAt)-1])/float64(added)/(1<<20), "added-host-MB/service")
 		b.ReportMetric(float64(d.create503), "create-503s")
-		b.ReportMetric(float64(top), "services")
+		b.ReportMetric(float64(len(d.ids)), "services")
 		b.ReportMetric(0, "ns/op")
 	}
 }
@@ -201,6 +218,8 @@ type density struct {
 	passwords map[string]string
 	// create503 counts creates answered 503 (and retried).
 	create503 int
+	// until, if set, is when grow stops starting batches.
+	until time.Time
 }
 
 // grow makes services until there are n, densityBatch at a time: each
@@ -209,7 +228,7 @@ type density struct {
 // past the first d.ready are parked before the next batch.
 func (d *density) grow(b *testing.B, n int) {
 	b.Helper()
-	for len(d.ids) < n {
+	for len(d.ids) < n && (d.until.IsZero() || time.Now().Before(d.until)) {
 		first := len(d.ids)
 		d.create(b, min(n, first+densityBatch))
 		batch := d.ids[first:]
