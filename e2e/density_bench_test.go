@@ -288,7 +288,9 @@ func (d *density) create(b *testing.B, n int) {
 // metrics.
 func (d *density) waitReady(b *testing.B, ids []string) {
 	b.Helper()
-	d.waitFor(b, ids, time.Duration(len(ids))*20*time.Second, func(svc service) bool {
+	// A minute each: on a host shared with other work an instance's first
+	// start has taken 36 s.
+	d.waitFor(b, ids, time.Duration(len(ids))*time.Minute, func(svc service) bool {
 		return svc.Status == "READY" && svc.Metrics != nil && svc.Metrics.MemoryMB > 0
 	})
 }
