@@ -381,7 +381,7 @@ func (d *density) teardown(b *testing.B) {
 	}
 	close(next)
 	wg.Wait()
-	deadline := time.Now().Add(time.Duration(len(d.ids))*3*time.Second + time.Minute)
+	deadline := time.Now().Add(time.Duration(len(d.ids))*10*time.Second + 2*time.Minute)
 	for time.Now().Before(deadline) {
 		var list []service
 		if code, err := d.s.do("GET", d.s.services(), nil, &list); err != nil || code != 200 || len(list) == 0 {
