@@ -195,3 +195,40 @@ func TestMetrics_HistoryAndPrometheus(t *testing.T) {
 		}
 	}
 }
+
+// TestMetrics_IdleServiceCostsLess: an idle shared service costs its host
+// less (issue 33). Its samples are read over one kept session instead of
+// a new backend each (pg_stat_database counts the sessions of the
+// postgres database, where dbcloud's own go), and autovacuum looks at it
+// every 5 minutes rather than PostgreSQL's every minute.
+func TestMetrics_IdleServiceCostsLess(t *testing.T) {
+	localOnly(t, "counts the sessions the local runtime opens on its instances")
+	s := newServer(t)
+	created := s.create(map[string]any{"name": "idle", "cpu_millis": "shared"})
+	id := created.ServiceID
+	svc := s.waitStatus(id, "READY", 2*time.Minute)
+	// The first snapshot, taken at once, opens sessions of its own.
+	s.waitSnapshot(id, time.Time{}, 2*time.Minute)
+	c := s.mustConnect(svc, created.InitialPassword)
+	ctx := t.Context()
+	var naptime string
+	if err := c.QueryRow(ctx, `SHOW autovacuum_naptime`).Scan(&naptime); err != nil || naptime != "5min" {
+		t.Errorf("autovacuum_naptime of a shared service: %q %v, want 5min", naptime, err)
+	}
+	sessions := func() int64 {
+		var n int64
+		if err := c.QueryRow(ctx, `SELECT sessions FROM pg_stat_database WHERE datname = 'postgres'`).Scan(&n); err != nil {
+			t.Fatalf("sessions: %v", err)
+		}
+		return n
+	}
+	s.waitMeasured(id, time.Now(), time.Minute) // the kept session is open from here
+	before := sessions()
+	const samples = 3
+	for range samples {
+		s.waitMeasured(id, time.Now(), time.Minute)
+	}
+	if n := sessions() - before; n != 0 {
+		t.Errorf("%d sessions opened on the postgres database over %d samples of an idle service, want none (one kept session)", n, samples)
+	}
+}

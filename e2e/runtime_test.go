@@ -77,6 +77,7 @@ var localReasons = map[string]string{
 	"TestLogs":                                      "rotates and reads log files on this host",
 	"TestLogs_NoHostPath":                           "the host paths of this runtime's directories (a pod's paths are the container's own)",
 	"TestMetrics_HistoryAndPrometheus":              "compares metrics with host processes",
+	"TestMetrics_IdleServiceCostsLess":              "counts the sessions the local runtime opens on its instances",
 	"TestPassword_Persists":                         "kills a postmaster on this host",
 	"TestPlanes_TwoPlanesOneStore":                  "shares a runtime directory on this host between planes",
 	"TestPooler_ManyClients":                        "runs PgBouncer on this host",

@@ -83,6 +83,8 @@ type Engine struct {
 	repairAfter map[string]time.Time
 	measured    map[string]time.Time // last metrics write per service
 	pruned      time.Time            // last prune of the history
+
+	watchList watchList // the health loop's last list (health.go)
 }
 
 // GiveUpPause is how long the engine leaves a service alone after its

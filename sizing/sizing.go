@@ -49,6 +49,33 @@ const (
 	SharedFootprintBytes = 64 << 20
 )
 
+// Autovacuum's naptime by size. Every naptime the launcher of an instance
+// starts a worker for each of its databases in turn (postgres, tsdb and
+// template1: one every 20 s at PostgreSQL's default of 1min); on an idle
+// service that worker finds nothing to vacuum, yet it costs a fork, a
+// connection to its database and a read of that database's statistics,
+// and at hundreds of idle services these wakeups were most of the host's
+// idle CPU. A small service's tables are small, so a longer pause before
+// autovacuum looks again costs little; autovacuum still runs and still
+// keeps tables vacuumed, analyzed and frozen, only looking less often:
+// the wraparound limit (autovacuum_freeze_max_age, 200 million
+// transactions) is hours away even at the shared slice's half a core
+// writing flat out, far more than 5 minutes. From 4 GB up a size keeps
+// PostgreSQL's default: those services are few and busy.
+const (
+	SharedNaptime  = "5min"
+	SmallNaptime   = "2min"
+	DefaultNaptime = "1min"
+)
+
+// naptime is the autovacuum_naptime of a dedicated size of memGBs.
+func naptime(memGBs int) string {
+	if memGBs <= 2 {
+		return SmallNaptime
+	}
+	return DefaultNaptime
+}
+
 // SystemReserveBytes is the memory of a host of memBytes that no service
 // is promised: dbcloud itself, its store, the pool of prepared clusters,
 // the page cache the instances' I/O needs, and the system. 1 GiB, or a
@@ -67,6 +94,7 @@ func For(size dbcloud.Size) Resources {
 				"work_mem": "4MB", "max_connections": "25", "max_worker_processes": "4",
 				"max_parallel_workers": "1", "max_parallel_workers_per_gather": "0",
 				"max_parallel_maintenance_workers": "1", "autovacuum_max_workers": "2",
+				"autovacuum_naptime": SharedNaptime,
 			},
 		}
 	}
@@ -96,6 +124,7 @@ func For(size dbcloud.Size) Resources {
 			"max_parallel_workers_per_gather":  fmt.Sprint(half),
 			"max_parallel_maintenance_workers": fmt.Sprint(half),
 			"autovacuum_max_workers":           "3",
+			"autovacuum_naptime":               naptime(size.MemoryGBs),
 		},
 	}
 }

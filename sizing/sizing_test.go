@@ -12,17 +12,19 @@ func TestFor(t *testing.T) {
 		cpu                                   int
 		mem                                   int64
 		sharedBuffers, maxConns, workMem, mwp string
+		naptime                               string
 	}{
-		{dbcloud.SharedSize, 500, 512 << 20, "16MB", "25", "4MB", "4"},
-		{dbcloud.Size{CPUMillis: 500, MemoryGBs: 2}, 500, 2 << 30, "512MB", "25", "32768kB", "9"},
-		{dbcloud.Size{CPUMillis: 1000, MemoryGBs: 4}, 1000, 4 << 30, "1024MB", "50", "32768kB", "9"},
-		{dbcloud.Size{CPUMillis: 2000, MemoryGBs: 8}, 2000, 8 << 30, "2048MB", "100", "32768kB", "10"},
-		{dbcloud.Size{CPUMillis: 32000, MemoryGBs: 128}, 32000, 128 << 30, "32768MB", "100", "32768kB", "40"},
+		{dbcloud.SharedSize, 500, 512 << 20, "16MB", "25", "4MB", "4", "5min"},
+		{dbcloud.Size{CPUMillis: 500, MemoryGBs: 2}, 500, 2 << 30, "512MB", "25", "32768kB", "9", "2min"},
+		{dbcloud.Size{CPUMillis: 1000, MemoryGBs: 4}, 1000, 4 << 30, "1024MB", "50", "32768kB", "9", "1min"},
+		{dbcloud.Size{CPUMillis: 2000, MemoryGBs: 8}, 2000, 8 << 30, "2048MB", "100", "32768kB", "10", "1min"},
+		{dbcloud.Size{CPUMillis: 32000, MemoryGBs: 128}, 32000, 128 << 30, "32768MB", "100", "32768kB", "40", "1min"},
 	} {
 		r := For(tc.size)
 		s := r.Settings
 		if r.CPUMillis != tc.cpu || r.MemoryBytes != tc.mem || s["shared_buffers"] != tc.sharedBuffers ||
-			s["max_connections"] != tc.maxConns || s["work_mem"] != tc.workMem || s["max_worker_processes"] != tc.mwp {
+			s["max_connections"] != tc.maxConns || s["work_mem"] != tc.workMem || s["max_worker_processes"] != tc.mwp ||
+			s["autovacuum_naptime"] != tc.naptime {
 			t.Errorf("For(%v) = %d %d %v", tc.size, r.CPUMillis, r.MemoryBytes, s)
 		}
 	}

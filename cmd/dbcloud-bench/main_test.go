@@ -179,14 +179,14 @@ func TestSummarizeDensity(t *testing.T) {
 	round := func(cpu10, cpu200 float64) []Result {
 		return []Result{{Name: "BenchmarkDensity", Metrics: map[string]float64{
 			"s10-cpu-cores": cpu10, "s10-get-p50-ms": 2, "s200-cpu-cores": cpu200, "s200-get-p50-ms": 2.4,
-			"added-host-MB/service": 30, "services": 200,
+			"added-host-MB/service": 30, "services": 200, "disk-MB/service": 49,
 		}}}
 	}
 	got := summarizeDensity([][]Result{round(0.01, 0.05), round(0.02, 0.04), round(0.03, 0.06)})
 	if len(got) != 3 || got[0].Name != "10 services" || got[1].Name != "200 services" || got[2].Name != "200/10" {
 		t.Fatalf("got %+v", got)
 	}
-	if m := got[1].Metrics; m["cpu-cores"] != 0.05 || m["services"] != 200 || m["added-host-MB/service"] != 30 {
+	if m := got[1].Metrics; m["cpu-cores"] != 0.05 || m["services"] != 200 || m["added-host-MB/service"] != 30 || m["disk-MB/service"] != 49 {
 		t.Errorf("200: %+v", m)
 	}
 	if m := got[2].Metrics; m["cpu-cores"] != 2.5 || m["get-p50-ms"] != 1.2 {

@@ -115,6 +115,7 @@ type Runtime struct {
 	credLogins  credentialLogins         // last logins of credential roles (credentials.go)
 	credSyncs   keyedMutex               // one credential sync per service at a time (credentials.go)
 	watches     primaryWatches           // HA primaries whose exit is watched (watch.go)
+	sessions    metricsSessions          // a kept session per measured service (metrics.go)
 
 	stopLogs   context.CancelFunc // ends the log retention loop
 	background supervise.Group    // runs it
@@ -253,6 +254,7 @@ func (rt *Runtime) Open(ctx context.Context) error {
 // Close stops the background work. Instances keep running.
 func (rt *Runtime) Close() error {
 	rt.closeWatches()
+	rt.sessions.closeAll(context.Background())
 	if rt.stopLogs != nil {
 		rt.stopLogs()
 		rt.background.Wait()
@@ -386,6 +388,9 @@ func (rt *Runtime) listenAddr() string {
 
 // EnsureService makes the service's primary match its spec.
 func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*dbcloud.Observation, error) {
+	// A stop, a restart or a failover may come: the metrics session
+	// would hold up a smart shutdown (metricsSessions).
+	rt.sessions.close(ctx, svc.ID)
 	ctx, steps := withSteps(ctx)
 	obs, err := rt.ensureService(ctx, svc)
 	if err == nil {
@@ -535,6 +540,7 @@ func (rt *Runtime) checkServing(ctx context.Context, svc *dbcloud.Service, prima
 // DeleteService stops the service's instances and removes its files.
 func (rt *Runtime) DeleteService(ctx context.Context, svc *dbcloud.Service) error {
 	rt.unwatchPrimary(svc.ID)
+	rt.sessions.close(ctx, svc.ID)
 	// A delete can supersede a pending disable: the pooler goes first.
 	if err := rt.stopPooler(ctx, svc.ID); err != nil {
 		return err

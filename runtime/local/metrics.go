@@ -2,8 +2,11 @@ package local
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"dbcloud"
@@ -44,35 +47,15 @@ const measureTimeout = 2 * time.Second
 func (rt *Runtime) databaseMetrics(ctx context.Context, svc *dbcloud.Service, spec postgres.Spec, at time.Time) *dbcloud.DatabaseMetrics {
 	ctx, cancel := context.WithTimeout(ctx, measureTimeout)
 	defer cancel()
-	conn, err := rt.instances.Connect(ctx, spec, "postgres")
-	if err != nil {
-		return nil
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	d := &dbcloud.DatabaseMetrics{}
+	var d *dbcloud.DatabaseMetrics
 	var servers, xacts, changes int64
-	// The simple protocol: one round trip a query, where the extended
-	// one first prepares (and describes) each on this new connection; at
-	// hundreds of services the preparing was a third of this function's CPU.
-	if err := conn.QueryRow(ctx, databaseQuery, pgx.QueryExecModeSimpleProtocol).Scan(&d.Connections, &servers, &xacts, &d.WALBytes, &changes); err != nil {
-		return nil
-	}
-	rows, err := conn.Query(ctx, lagQuery, pgx.QueryExecModeSimpleProtocol)
+	err := rt.sessions.with(ctx, svc.ID, spec, rt.instances.Connect, func(conn *pgx.Conn) (err error) {
+		d, servers, xacts, changes, err = queryDatabase(ctx, conn)
+		return err
+	})
 	if err != nil {
 		return nil
 	}
-	for rows.Next() {
-		var app string
-		var lag int64
-		if rows.Scan(&app, &lag) != nil {
-			continue
-		}
-		if r, ok := parseAppName(app); ok {
-			r.LagBytes = lag
-			d.Replication = append(d.Replication, r)
-		}
-	}
-	rows.Close()
 	if svc.Spec.Pooler && svc.PoolerPort > 0 && rt.poolerRunning(svc.ID) {
 		clients := int64(proc.EstablishedOnPort(svc.PoolerPort))
 		d.PoolerClients, d.PoolerServers = &clients, &servers
@@ -85,6 +68,36 @@ func (rt *Runtime) databaseMetrics(ctx context.Context, svc *dbcloud.Service, sp
 		d.TransactionsPerSec = float64(xacts-last.n) / at.Sub(last.at).Seconds()
 	}
 	return d
+}
+
+// queryDatabase runs databaseQuery and lagQuery on conn.
+func queryDatabase(ctx context.Context, conn *pgx.Conn) (d *dbcloud.DatabaseMetrics, servers, xacts, changes int64, err error) {
+	d = &dbcloud.DatabaseMetrics{}
+	// The simple protocol: one round trip a query, where the extended
+	// one first prepares (and describes) each statement.
+	if err := conn.QueryRow(ctx, databaseQuery, pgx.QueryExecModeSimpleProtocol).Scan(&d.Connections, &servers, &xacts, &d.WALBytes, &changes); err != nil {
+		return nil, 0, 0, 0, err
+	}
+	rows, err := conn.Query(ctx, lagQuery, pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		return nil, 0, 0, 0, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var app string
+		var lag int64
+		if rows.Scan(&app, &lag) != nil {
+			continue
+		}
+		if r, ok := parseAppName(app); ok {
+			r.LagBytes = lag
+			d.Replication = append(d.Replication, r)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, 0, 0, err
+	}
+	return d, servers, xacts, changes, nil
 }
 
 // PoolReady is how many prepared clusters wait for creates now, and
@@ -164,4 +177,110 @@ func (rt *Runtime) measureStorage(ctx context.Context, id string, primary postgr
 		delete(rt.storage, id)
 	}
 	return used, nil
+}
+
+// metricsSessions keeps one superuser session per measured service open
+// between samples. A new session a sample forked a backend, set it up and
+// authenticated it under the service's CPU quota every MetricsInterval:
+// at hundreds of idle services, a large part of the host's idle CPU. A
+// kept session costs an idle backend (a megabyte or two of the service's
+// memory) and nothing while it waits.
+//
+// A kept session would hold up a smart shutdown (which waits for every
+// session to end) until the stop ladder's next signal, so whatever is
+// about to change a service's instances closes its session first (close:
+// EnsureService and DeleteService do); it is opened again at the next
+// sample. A session that fails (the postmaster restarted, the tenant
+// ended the backend) is closed and the sample tried once on a new one.
+type metricsSessions struct {
+	mu sync.Mutex
+	m  map[string]*metricsSession // by service ID
+}
+
+// metricsSession is one service's kept session, to the instance it was
+// opened on (a failover moves the primary). Its mutex makes a sample and
+// a close wait for each other: a pgx.Conn serves one caller at a time.
+type metricsSession struct {
+	mu       sync.Mutex
+	instance string
+	conn     *pgx.Conn
+}
+
+// connectFunc opens a superuser session on an instance (Instances.Connect).
+type connectFunc func(ctx context.Context, s postgres.Spec, db string) (*pgx.Conn, error)
+
+// session returns the service's entry, made empty if it has none.
+func (ms *metricsSessions) session(id string) *metricsSession {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	if ms.m == nil {
+		ms.m = map[string]*metricsSession{}
+	}
+	s := ms.m[id]
+	if s == nil {
+		s = &metricsSession{}
+		ms.m[id] = s
+	}
+	return s
+}
+
+// with runs fn on the service's kept session to spec's instance, opening
+// one if there is none (or it is to another instance); a kept session fn
+// fails on is replaced by a new one and fn tried once more.
+func (ms *metricsSessions) with(ctx context.Context, id string, spec postgres.Spec, connect connectFunc, fn func(*pgx.Conn) error) error {
+	s := ms.session(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn != nil && (s.instance != spec.ID || s.conn.IsClosed()) {
+		s.closeLocked(ctx)
+	}
+	if s.conn != nil {
+		if err := fn(s.conn); err == nil {
+			return nil
+		}
+		s.closeLocked(ctx)
+	}
+	conn, err := connect(ctx, spec, "postgres")
+	if err != nil {
+		return err
+	}
+	if err := fn(conn); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return err
+	}
+	s.instance, s.conn = spec.ID, conn
+	return nil
+}
+
+// close ends the service's kept session, if any, and forgets it.
+func (ms *metricsSessions) close(ctx context.Context, id string) {
+	ms.mu.Lock()
+	s := ms.m[id]
+	delete(ms.m, id)
+	ms.mu.Unlock()
+	if s != nil {
+		s.mu.Lock()
+		s.closeLocked(ctx)
+		s.mu.Unlock()
+	}
+}
+
+// closeAll ends every kept session (the runtime closes).
+func (ms *metricsSessions) closeAll(ctx context.Context) {
+	ms.mu.Lock()
+	ids := slices.Collect(maps.Keys(ms.m))
+	ms.mu.Unlock()
+	for _, id := range ids {
+		ms.close(ctx, id)
+	}
+}
+
+func (s *metricsSession) closeLocked(ctx context.Context) {
+	if s.conn != nil {
+		// Bounded: a close sends Terminate on a local socket.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		s.conn.Close(cctx)
+		cancel()
+	}
+	s.instance, s.conn = "", nil
 }

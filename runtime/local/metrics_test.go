@@ -1,10 +1,12 @@
 package local
 
 import (
+	"fmt"
 	"net"
 	"testing"
 
 	"dbcloud"
+	"dbcloud/runtime/local/internal/localtest"
 	"dbcloud/runtime/local/internal/proc"
 )
 
@@ -49,5 +51,62 @@ func TestEstablishedOnPort(t *testing.T) {
 	}
 	if n := proc.EstablishedOnPort(port); n != 2 {
 		t.Errorf("EstablishedOnPort = %d, want the 2 accepted connections", n)
+	}
+}
+
+// sessionPID is the backend of the service's kept metrics session, 0 when
+// it has none.
+func sessionPID(rt *Runtime, id string) uint32 {
+	rt.sessions.mu.Lock()
+	s := rt.sessions.m[id]
+	rt.sessions.mu.Unlock()
+	if s == nil {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		return 0
+	}
+	return s.conn.PgConn().PID()
+}
+
+// TestMetrics_KeptSession: a service's samples are read over one kept
+// session; a session whose backend ended is replaced within the same
+// sample; an ensure (a stop here) closes it first, so no smart shutdown
+// waits for it.
+func TestMetrics_KeptSession(t *testing.T) {
+	rt := mustRuntime(t, localtest.Base(t))
+	svc := newTestService(t, rt, "kept", "pw-kept-1", nil)
+	mustEnsure(t, rt, svc)
+	ctx := t.Context()
+	check := func() {
+		t.Helper()
+		obs, err := rt.CheckService(ctx, svc, true)
+		if err != nil || obs.Metrics == nil || obs.Metrics.Database == nil {
+			t.Fatalf("check: %+v %v", obs, err)
+		}
+	}
+	check()
+	first := sessionPID(rt, svc.ID)
+	check()
+	if pid := sessionPID(rt, svc.ID); first == 0 || pid != first {
+		t.Fatalf("sessions of two samples: backends %d and %d, want one kept", first, pid)
+	}
+	spec, err := rt.primary(svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.instances.Exec(ctx, spec, "postgres", fmt.Sprintf("SELECT pg_terminate_backend(%d)", first)); err != nil {
+		t.Fatal(err)
+	}
+	check()
+	if pid := sessionPID(rt, svc.ID); pid == 0 || pid == first {
+		t.Errorf("after its backend ended: session backend %d (was %d), want a new one", pid, first)
+	}
+	svc.Spec.Running = false
+	mustEnsure(t, rt, svc)
+	if pid := sessionPID(rt, svc.ID); pid != 0 {
+		t.Errorf("the stopped service keeps a metrics session (backend %d)", pid)
 	}
 }
