@@ -94,8 +94,12 @@ type chaosSetup struct {
 	// fills for a moment.
 	diskDir string
 	// quotaMB, when set, is the storage limit of a shared service; each
-	// round a tenant writes past it (chaos_quota_test.go).
+	// round a tenant writes past it (chaos_quota_test.go). With diskDir
+	// also set, a round has one of the two moments or neither.
 	quotaMB int64
+	// replay is the command that replays a run, with the seed and the
+	// rounds as %d verbs ("": make chaos, or TestChaos_TwoPlanes's).
+	replay string
 }
 
 // runChaos runs rounds against the planes (one, or several on the store
@@ -109,6 +113,9 @@ func runChaos(t *testing.T, nRounds int, planes []*server, setup chaosSetup) {
 	replay := fmt.Sprintf("make chaos SEED=%d ROUNDS=%d", seed, nRounds)
 	if len(planes) > 1 {
 		replay = fmt.Sprintf("go test ./e2e -run '^TestChaos_TwoPlanes$' -v -chaos.seed=%d -chaos.planes.rounds=%d", seed, nRounds)
+	}
+	if setup.replay != "" {
+		replay = fmt.Sprintf(setup.replay, seed, nRounds)
 	}
 	t.Logf("chaos: seed %d, %d rounds, at most %d services, %d control planes (replay: %s)",
 		seed, nRounds, *chaosServices, len(planes), replay)
@@ -240,6 +247,9 @@ func (c *chaosRun) round(r int) bool {
 		quotaAt = time.Duration(killRng.IntN(3000)) * time.Millisecond
 		quotaPick = killRng.Uint64()
 	}
+	if fullAt >= 0 && quotaAt >= 0 { // drawn last, for the same reason
+		fullAt, quotaAt = oneMoment(killRng.IntN(6), fullAt, quotaAt)
+	}
 	plan := fmt.Sprintf("round %d: %d operations; kill dbcloud at %v", r, nOps, killAt)
 	if len(c.planes) > 1 {
 		plan = fmt.Sprintf("round %d: %d operations; kill plane %d at %v", r, nOps, victim, killAt)
@@ -312,7 +322,9 @@ func (c *chaosRun) round(r int) bool {
 		}
 	}
 
-	v := c.settle()
+	settleBegin := time.Now()
+	v, looks := c.settle()
+	settled := time.Since(settleBegin)
 	c.mu.Lock()
 	v, c.immediate = append(c.immediate, v...), nil
 	c.mu.Unlock()
@@ -333,7 +345,8 @@ func (c *chaosRun) round(r int) bool {
 	c.mu.Lock()
 	live := len(c.m.Live())
 	c.mu.Unlock()
-	t.Logf("round %d: done after %v, %d services live, %d violations", r, time.Since(begin).Round(time.Millisecond), live, len(v))
+	t.Logf("round %d: done after %v (settled in %v, %d looks), %d services live, %d violations",
+		r, time.Since(begin).Round(time.Millisecond), settled.Round(time.Millisecond), looks, live, len(v))
 	return len(v) == 0
 }
 
@@ -397,11 +410,12 @@ func (c *chaosRun) killPostmaster(r int, pick uint64) {
 }
 
 // settle waits until the invariants hold, or -chaos.settle has passed, and
-// returns the violations of the last look. Some take time legitimately: a
-// killed postmaster is restarted, a failover settles.
-func (c *chaosRun) settle() []chaos.Violation {
+// returns the violations of the last look and how many looks it took.
+// Some take time legitimately: a killed postmaster is restarted, a
+// failover settles.
+func (c *chaosRun) settle() ([]chaos.Violation, int) {
 	deadline := time.Now().Add(*chaosSettle)
-	for {
+	for looks := 1; ; looks++ {
 		c.recoverPasswords()
 		w, err := c.observe()
 		var v []chaos.Violation
@@ -410,16 +424,16 @@ func (c *chaosRun) settle() []chaos.Violation {
 			v = chaos.Check(c.m, w)
 			c.mu.Unlock()
 			if len(v) == 0 {
-				return nil
+				return nil, looks
 			}
 		}
 		if time.Now().After(deadline) {
 			if err != nil {
 				v = append(v, chaos.Violation{Invariant: chaos.Finished, Detail: "cannot observe: " + err.Error()})
 			}
-			return v
+			return v, looks
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -491,9 +505,26 @@ func (c *chaosRun) teardown() {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	for _, x := range c.settle() {
+	v, _ := c.settle()
+	for _, x := range v {
 		c.violations = append(c.violations, "after deleting every service: "+x.String())
 		c.t.Logf("teardown: VIOLATION %s", x)
 	}
 	c.t.Logf("teardown: every service deleted")
+}
+
+// oneMoment keeps at most one of a round's disk-full and quota moments
+// (never both: a full disk refuses the tenant's writes for reasons of its
+// own, and the limit's checks would judge the disk), from a draw in
+// [0, 6): a disk-full moment in two rounds of six, a quota moment (the
+// dearer: the tenant writes hundreds of MB) in one, neither in three.
+func oneMoment(draw int, fullAt, quotaAt time.Duration) (time.Duration, time.Duration) {
+	switch draw {
+	case 0, 1:
+		return fullAt, -1
+	case 2:
+		return -1, quotaAt
+	default:
+		return -1, -1
+	}
 }
