@@ -248,7 +248,7 @@ func (c *chaosRun) round(r int) bool {
 		quotaPick = killRng.Uint64()
 	}
 	if fullAt >= 0 && quotaAt >= 0 { // drawn last, for the same reason
-		fullAt, quotaAt = oneMoment(killRng.IntN(6), fullAt, quotaAt)
+		fullAt, quotaAt = oneMoment(killRng.IntN(10), fullAt, quotaAt)
 	}
 	plan := fmt.Sprintf("round %d: %d operations; kill dbcloud at %v", r, nOps, killAt)
 	if len(c.planes) > 1 {
@@ -516,13 +516,14 @@ func (c *chaosRun) teardown() {
 // oneMoment keeps at most one of a round's disk-full and quota moments
 // (never both: a full disk refuses the tenant's writes for reasons of its
 // own, and the limit's checks would judge the disk), from a draw in
-// [0, 6): a disk-full moment in two rounds of six, a quota moment (the
-// dearer: the tenant writes hundreds of MB) in one, neither in three.
+// [0, 10): a disk-full moment in three rounds of ten, a quota moment in
+// one (the dearest by far: the tenant writes hundreds of MB, then gets out
+// again), neither in six.
 func oneMoment(draw int, fullAt, quotaAt time.Duration) (time.Duration, time.Duration) {
-	switch draw {
-	case 0, 1:
+	switch {
+	case draw < 3:
 		return fullAt, -1
-	case 2:
+	case draw == 3:
 		return -1, quotaAt
 	default:
 		return -1, -1
