@@ -35,10 +35,12 @@ chaos:
 
 # The long run (TestChaos_Long): two planes on a PostgreSQL store, disk-full
 # and quota moments, LONG_ROUNDS rounds (default 1000), then bench/chaos.md
-# with the seed, rounds, duration and violations. SEED=n replays.
+# with the seed, rounds, duration and violations. SEED=n replays; FOR=30m
+# starts no round after 30 minutes.
 LONG_ROUNDS ?= 1000
+FOR ?= 0
 chaos-long:
-	bench/chaos-long.sh $(LONG_ROUNDS) $(SEED)
+	bench/chaos-long.sh $(LONG_ROUNDS) $(SEED) $(FOR)
 
 # Three rounds with a new seed; CI runs three with seed 11 (the default).
 chaos-short:

@@ -4,13 +4,16 @@
 # then bench/chaos.md with the seed, the rounds run, the duration and the
 # violations. The run's whole log goes to bench/out/ (not kept in git).
 #
-#   bench/chaos-long.sh [ROUNDS [SEED]]   (from the module root, as root;
-#                                          default 1000 rounds, a new seed)
+#   bench/chaos-long.sh [ROUNDS [SEED [FOR]]]   (from the module root, as
+#       root; default 1000 rounds, a new seed; FOR, such as 30m, starts no
+#       round after that long: the rounds run are what bench/chaos.md says)
 # Replay a run with its seed and rounds. Stops at the first round whose
 # invariants do not hold (later rounds would start from a broken state).
 set -eu
 rounds=${1:-1000}
 seed=${2:-0}
+budget=${3:-0}
+commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!bench' || echo ' (with uncommitted changes)')
 mkdir -p bench/out
 log=bench/out/chaos-long-$(date -u +%Y%m%dT%H%M%SZ).log
 began=$(date -u '+%Y-%m-%d %H:%M UTC')
@@ -18,7 +21,7 @@ load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 t0=$(date +%s)
 set +e
 go test -count=1 -v -timeout 0 -run '^TestChaos_Long$' ./e2e \
-	-chaos.long.rounds="$rounds" -chaos.seed="$seed" >"$log" 2>&1
+	-chaos.long.rounds="$rounds" -chaos.seed="$seed" -chaos.for="$budget" >"$log" 2>&1
 rc=$?
 set -e
 secs=$(($(date +%s) - t0))
@@ -42,9 +45,9 @@ verdict=PASS
 	echo "| | |"
 	echo "|---|---|"
 	echo "| began | $began |"
-	echo "| commit | $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!bench' || echo ' (with uncommitted changes)') |"
+	echo "| commit | $commit |"
 	echo "| seed | $seed_used |"
-	echo "| rounds asked | $rounds |"
+	echo "| rounds asked | $rounds$([ "$budget" = 0 ] || echo ", starting none after $budget") |"
 	echo "| rounds run | ${rounds_run:-?} |"
 	echo "| rounds with a disk-full moment | $disk |"
 	echo "| rounds with a quota moment | $quota |"

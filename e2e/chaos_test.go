@@ -30,6 +30,8 @@ var (
 	chaosSeed     = flag.Uint64("chaos.seed", 11, "seed of every random choice of TestChaos; 0 picks one from the clock")
 	chaosServices = flag.Int("chaos.services", 4, "most services alive at once in TestChaos")
 	chaosSettle   = flag.Duration("chaos.settle", 3*time.Minute, "how long TestChaos waits for the invariants to hold after a round")
+	// A time budget, for a long run on a machine of unknown speed.
+	chaosFor = flag.Duration("chaos.for", 0, "start no round after this long (0: no limit); the rounds run are reported")
 	// Two planes cost more per round; CI runs a couple.
 	chaosPlanesRounds = flag.Int("chaos.planes.rounds", 2, "rounds of TestChaos_TwoPlanes; 0 skips it")
 	// The disk fills under dbcloud at a moment of each round.
@@ -130,6 +132,10 @@ func runChaos(t *testing.T, nRounds int, planes []*server, setup chaosSetup) {
 	c.createVPC()
 	rounds := 0
 	for r := 1; r <= nRounds; r++ {
+		if *chaosFor > 0 && time.Since(begin) > *chaosFor {
+			t.Logf("chaos: -chaos.for %v has passed: no more rounds after %d", *chaosFor, rounds)
+			break
+		}
 		rounds++
 		if !c.round(r) {
 			break // later rounds would start from a broken state
