@@ -28,8 +28,10 @@ func TestChaos_Long(t *testing.T) {
 	// Sparse: fallocate by the filler takes extents, not host disk. Room
 	// for the admission's 1 GiB per new instance beside the 4 GiB reserve.
 	dir := mountImage(t, "ext4", "16G")
+	// 2 GiB for a 500/2 (the quota check's way out): snapshots here are
+	// full copies, and 512 MiB was less than a filled service then kept.
 	p := newPlanesIn(t, dir, "--storage-image-gib", "0", "--storage-shared-mib", strconv.Itoa(chaosQuotaMB),
-		"--storage-mib-per-memory-gib", "256")
+		"--storage-mib-per-memory-gib", "1024")
 	a := p.plane("plane-a", nil)
 	b := p.plane("plane-b", a)
 	runChaos(t, *chaosLongRounds, []*server{a, b}, chaosSetup{dsn: p.dsn, diskDir: dir, quotaMB: chaosQuotaMB,
