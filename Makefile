@@ -2,7 +2,7 @@
 # root from the module root (they start PostgreSQL).
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: bench bench-short fuzz chaos chaos-short e2e-kube
+.PHONY: bench bench-short fuzz chaos chaos-short chaos-long e2e-kube
 
 # Every benchmark, one after another (about 32 minutes here with BASE), into
 # bench/report.md and bench/report.json; raw go test output in bench/out/.
@@ -32,6 +32,15 @@ ROUNDS ?= 20
 # with SIGKILL, each followed by the invariant checks (about 10 s a round).
 chaos:
 	go test -count=1 -v -timeout 0 -run '^TestChaos$$' ./e2e -chaos.rounds=$(ROUNDS) -chaos.seed=$(SEED) -chaos.services=5
+
+# The long run (TestChaos_Long): two planes on a PostgreSQL store, disk-full
+# and quota moments, LONG_ROUNDS rounds (default 1000), then bench/chaos.md
+# with the seed, rounds, duration and violations. SEED=n replays; FOR=30m
+# starts no round after 30 minutes.
+LONG_ROUNDS ?= 1000
+FOR ?= 0
+chaos-long:
+	bench/chaos-long.sh $(LONG_ROUNDS) $(SEED) $(FOR)
 
 # Three rounds with a new seed; CI runs three with seed 11 (the default).
 chaos-short:

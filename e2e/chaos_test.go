@@ -30,6 +30,8 @@ var (
 	chaosSeed     = flag.Uint64("chaos.seed", 11, "seed of every random choice of TestChaos; 0 picks one from the clock")
 	chaosServices = flag.Int("chaos.services", 4, "most services alive at once in TestChaos")
 	chaosSettle   = flag.Duration("chaos.settle", 3*time.Minute, "how long TestChaos waits for the invariants to hold after a round")
+	// A time budget, for a long run on a machine of unknown speed.
+	chaosFor = flag.Duration("chaos.for", 0, "start no round after this long (0: no limit); the rounds run are reported")
 	// Two planes cost more per round; CI runs a couple.
 	chaosPlanesRounds = flag.Int("chaos.planes.rounds", 2, "rounds of TestChaos_TwoPlanes; 0 skips it")
 	// The disk fills under dbcloud at a moment of each round.
@@ -94,8 +96,12 @@ type chaosSetup struct {
 	// fills for a moment.
 	diskDir string
 	// quotaMB, when set, is the storage limit of a shared service; each
-	// round a tenant writes past it (chaos_quota_test.go).
+	// round a tenant writes past it (chaos_quota_test.go). With diskDir
+	// also set, a round has one of the two moments or neither.
 	quotaMB int64
+	// replay is the command that replays a run, with the seed and the
+	// rounds as %d verbs ("": make chaos, or TestChaos_TwoPlanes's).
+	replay string
 }
 
 // runChaos runs rounds against the planes (one, or several on the store
@@ -110,6 +116,9 @@ func runChaos(t *testing.T, nRounds int, planes []*server, setup chaosSetup) {
 	if len(planes) > 1 {
 		replay = fmt.Sprintf("go test ./e2e -run '^TestChaos_TwoPlanes$' -v -chaos.seed=%d -chaos.planes.rounds=%d", seed, nRounds)
 	}
+	if setup.replay != "" {
+		replay = fmt.Sprintf(setup.replay, seed, nRounds)
+	}
 	t.Logf("chaos: seed %d, %d rounds, at most %d services, %d control planes (replay: %s)",
 		seed, nRounds, *chaosServices, len(planes), replay)
 	begin := time.Now()
@@ -123,6 +132,10 @@ func runChaos(t *testing.T, nRounds int, planes []*server, setup chaosSetup) {
 	c.createVPC()
 	rounds := 0
 	for r := 1; r <= nRounds; r++ {
+		if *chaosFor > 0 && time.Since(begin) > *chaosFor {
+			t.Logf("chaos: -chaos.for %v has passed: no more rounds after %d", *chaosFor, rounds)
+			break
+		}
 		rounds++
 		if !c.round(r) {
 			break // later rounds would start from a broken state
@@ -240,6 +253,9 @@ func (c *chaosRun) round(r int) bool {
 		quotaAt = time.Duration(killRng.IntN(3000)) * time.Millisecond
 		quotaPick = killRng.Uint64()
 	}
+	if fullAt >= 0 && quotaAt >= 0 { // drawn last, for the same reason
+		fullAt, quotaAt = oneMoment(killRng.IntN(10), fullAt, quotaAt)
+	}
 	plan := fmt.Sprintf("round %d: %d operations; kill dbcloud at %v", r, nOps, killAt)
 	if len(c.planes) > 1 {
 		plan = fmt.Sprintf("round %d: %d operations; kill plane %d at %v", r, nOps, victim, killAt)
@@ -312,7 +328,9 @@ func (c *chaosRun) round(r int) bool {
 		}
 	}
 
-	v := c.settle()
+	settleBegin := time.Now()
+	v, looks := c.settle()
+	settled := time.Since(settleBegin)
 	c.mu.Lock()
 	v, c.immediate = append(c.immediate, v...), nil
 	c.mu.Unlock()
@@ -333,7 +351,8 @@ func (c *chaosRun) round(r int) bool {
 	c.mu.Lock()
 	live := len(c.m.Live())
 	c.mu.Unlock()
-	t.Logf("round %d: done after %v, %d services live, %d violations", r, time.Since(begin).Round(time.Millisecond), live, len(v))
+	t.Logf("round %d: done after %v (settled in %v, %d looks), %d services live, %d violations",
+		r, time.Since(begin).Round(time.Millisecond), settled.Round(time.Millisecond), looks, live, len(v))
 	return len(v) == 0
 }
 
@@ -397,11 +416,12 @@ func (c *chaosRun) killPostmaster(r int, pick uint64) {
 }
 
 // settle waits until the invariants hold, or -chaos.settle has passed, and
-// returns the violations of the last look. Some take time legitimately: a
-// killed postmaster is restarted, a failover settles.
-func (c *chaosRun) settle() []chaos.Violation {
+// returns the violations of the last look and how many looks it took.
+// Some take time legitimately: a killed postmaster is restarted, a
+// failover settles.
+func (c *chaosRun) settle() ([]chaos.Violation, int) {
 	deadline := time.Now().Add(*chaosSettle)
-	for {
+	for looks := 1; ; looks++ {
 		c.recoverPasswords()
 		w, err := c.observe()
 		var v []chaos.Violation
@@ -410,16 +430,16 @@ func (c *chaosRun) settle() []chaos.Violation {
 			v = chaos.Check(c.m, w)
 			c.mu.Unlock()
 			if len(v) == 0 {
-				return nil
+				return nil, looks
 			}
 		}
 		if time.Now().After(deadline) {
 			if err != nil {
 				v = append(v, chaos.Violation{Invariant: chaos.Finished, Detail: "cannot observe: " + err.Error()})
 			}
-			return v
+			return v, looks
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -491,9 +511,27 @@ func (c *chaosRun) teardown() {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	for _, x := range c.settle() {
+	v, _ := c.settle()
+	for _, x := range v {
 		c.violations = append(c.violations, "after deleting every service: "+x.String())
 		c.t.Logf("teardown: VIOLATION %s", x)
 	}
 	c.t.Logf("teardown: every service deleted")
+}
+
+// oneMoment keeps at most one of a round's disk-full and quota moments
+// (never both: a full disk refuses the tenant's writes for reasons of its
+// own, and the limit's checks would judge the disk), from a draw in
+// [0, 10): a disk-full moment in three rounds of ten, a quota moment in
+// one (the dearest by far: the tenant writes hundreds of MB, then gets out
+// again), neither in six.
+func oneMoment(draw int, fullAt, quotaAt time.Duration) (time.Duration, time.Duration) {
+	switch {
+	case draw < 3:
+		return fullAt, -1
+	case draw == 3:
+		return -1, quotaAt
+	default:
+		return -1, -1
+	}
 }

@@ -34,12 +34,19 @@ type planes struct {
 
 func newPlanes(t testing.TB, extra ...string) *planes {
 	t.Helper()
-	srv := pgtest.MustStart(t)
-	dsn, err := srv.CreateDatabase(context.Background(), "planes")
+	shared, err := os.MkdirTemp("", "dbcloud-e2e-shared-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	shared, err := os.MkdirTemp("", "dbcloud-e2e-shared-")
+	return newPlanesIn(t, shared, extra...)
+}
+
+// newPlanesIn is newPlanes with the shared runtime and CA directories in
+// shared, a directory the test made (a filesystem of its own, to fill).
+func newPlanesIn(t testing.TB, shared string, extra ...string) *planes {
+	t.Helper()
+	srv := pgtest.MustStart(t)
+	dsn, err := srv.CreateDatabase(context.Background(), "planes")
 	if err != nil {
 		t.Fatal(err)
 	}

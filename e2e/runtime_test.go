@@ -47,6 +47,7 @@ var localReasons = map[string]string{
 	"TestBrowserConsole":                            "drives the console against services on loopback endpoints",
 	"TestChaos":                                     "kills postmasters and corrupts files on this host",
 	"TestChaos_DiskFull":                            "fills a disk image mounted on this host",
+	"TestChaos_Long":                                "fills a disk image mounted on this host and kills host processes under two control planes",
 	"TestCredentials":                               "the Kubernetes runtime makes no database credentials yet (no dbcloud.Credentials)",
 	"TestShared_DefaultHostHoldsTwoHundred":         "counts instances and reads their cgroups on this host",
 	"TestChaos_Quota":                               "runs on a btrfs image mounted on this host and kills postmasters",

@@ -2,7 +2,6 @@ package pglog
 
 import (
 	"bytes"
-	"encoding/json"
 	"strings"
 	"time"
 	"unicode"
@@ -184,7 +183,7 @@ func (f *filter) match(line []byte) (Entry, verdict) {
 		}
 	}
 	var rec record
-	if err := json.Unmarshal(line, &rec); err != nil {
+	if err := decodeRecord(line, &rec); err != nil {
 		return Entry{}, skipped
 	}
 	ts, err := parseTimestamp(rec.Timestamp)

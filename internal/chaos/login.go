@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,25 +25,47 @@ func DSN(ep Endpoint, password, caFile string) string {
 // ObserveLogins logs in to every service the API shows READY, through each
 // of its endpoints (public, pooler, VPC), with the passwords the client
 // knows, and reads its size setting and rows through the public endpoint.
+// The logins run at once: each costs a TLS handshake and a backend's
+// start, and a look at every service one after another was most of what
+// a chaos round spent settling. m must not change meanwhile.
 func ObserveLogins(ctx context.Context, caFile string, m *Model, w *World) {
 	w.Logins = map[string][]Login{}
+	var wg sync.WaitGroup
 	for _, s := range m.Live() {
 		a, ok := w.API[s.ID]
 		if !ok || a.Status != "READY" || len(s.Passwords) == 0 {
 			continue
 		}
-		var logins []Login
+		var eps []struct {
+			via string
+			ep  Endpoint
+		}
+		add := func(via string, ep Endpoint) {
+			eps = append(eps, struct {
+				via string
+				ep  Endpoint
+			}{via, ep})
+		}
 		if a.Endpoint != nil {
-			logins = append(logins, login(ctx, "endpoint", *a.Endpoint, s, caFile))
+			add("endpoint", *a.Endpoint)
 		}
 		if p := a.ConnectionPooler; p != nil && p.Endpoint != nil {
-			logins = append(logins, login(ctx, "pooler", *p.Endpoint, s, caFile))
+			add("pooler", *p.Endpoint)
 		}
 		if v := a.VPCEndpoint; v != nil {
-			logins = append(logins, login(ctx, "vpc", v.Endpoint, s, caFile))
+			add("vpc", v.Endpoint)
 		}
+		logins := make([]Login, len(eps))
 		w.Logins[s.ID] = logins
+		for i, e := range eps {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				logins[i] = login(ctx, e.via, e.ep, s, caFile)
+			}()
+		}
 	}
+	wg.Wait()
 }
 
 // login tries each known password in turn; the first accepted one is used
