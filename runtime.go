@@ -118,6 +118,10 @@ type Capabilities struct {
 	// Credentials makes database credentials; without it their requests
 	// are refused.
 	Credentials Credentials
+	// Waker holds the endpoints of auto-paused services and wakes them
+	// on a connection; without it auto-paused services wake only by
+	// startService.
+	Waker Waker
 }
 
 // CapabilitiesOf reports the optional capabilities of rt.
@@ -130,6 +134,7 @@ func CapabilitiesOf(rt any) Capabilities {
 	c.RestoreChecks, _ = rt.(RestoreChecker)
 	c.Capacity, _ = rt.(Capacity)
 	c.Credentials, _ = rt.(Credentials)
+	c.Waker, _ = rt.(Waker)
 	return c
 }
 

@@ -35,6 +35,8 @@ func (e *Engine) healthRound(ctx context.Context) {
 			}
 		})
 	}
+	e.forgetIdle(w.services)
+	e.holdPaused(ctx, w.paused)
 	e.recordMetrics(ctx, measured)
 	var samples []dbcloud.SeriesSample
 	for _, m := range measured {
@@ -53,6 +55,8 @@ type watched struct {
 	services []*dbcloud.Service
 	sets     []*dbcloud.ReadReplicaSet
 	parents  []*dbcloud.Service // of sets, by index
+	// paused are the auto-paused services (autopause.go).
+	paused []*dbcloud.Service
 }
 
 // settled lists the resources the health loop watches: services that
@@ -83,6 +87,9 @@ func (e *Engine) settled(ctx context.Context) (*watched, error) {
 				byID[s.ID] = s
 				if s.Spec.Running && !busy[s.ID] && (s.Status == dbcloud.StatusReady || s.Status == dbcloud.StatusUnstable) {
 					out.services = append(out.services, s)
+				}
+				if s.AutoPaused() && !busy[s.ID] && s.Status == dbcloud.StatusPaused {
+					out.paused = append(out.paused, s)
 				}
 			}
 			sets, err := tx.ListReplicaSets(p.ID, "")
@@ -176,6 +183,7 @@ func (e *Engine) check(ctx context.Context, svc *dbcloud.Service, due bool) *dbc
 		return nil
 	}
 	if obs.Running && svc.Status == dbcloud.StatusReady {
+		e.observeIdle(ctx, svc, obs)
 		if due && obs.Metrics != nil {
 			if obs.Metrics.Measured.IsZero() {
 				obs.Metrics.Measured = e.now() // the history needs a time

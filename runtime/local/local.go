@@ -115,6 +115,9 @@ type Runtime struct {
 	credLogins  credentialLogins         // last logins of credential roles (credentials.go)
 	credSyncs   keyedMutex               // one credential sync per service at a time (credentials.go)
 
+	// wakes holds the endpoints of auto-paused services (wake.go).
+	wakes wakers
+
 	stopLogs   context.CancelFunc // ends the log retention loop
 	background supervise.Group    // runs it
 }
@@ -135,6 +138,7 @@ var (
 	_ dbcloud.SnapshotLister        = (*Runtime)(nil)
 	_ dbcloud.RestoreChecker        = (*Runtime)(nil)
 	_ dbcloud.Capacity              = (*Runtime)(nil)
+	_ dbcloud.Waker                 = (*Runtime)(nil)
 )
 
 // New returns a local runtime; Open starts filling its pool.
@@ -223,6 +227,7 @@ func New(cfg Config) (*Runtime, error) {
 		storageNear: map[string]bool{},
 		storage:     map[string]storageSample{},
 		quiet:       map[string]time.Time{},
+		wakes:       wakers{logger: cfg.Logger, held: map[string]*pausedService{}, released: map[string]int64{}},
 	}, nil
 }
 
@@ -391,7 +396,19 @@ func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*db
 	return obs, userError(err)
 }
 
-func (rt *Runtime) ensureService(ctx context.Context, svc *dbcloud.Service) (*dbcloud.Observation, error) {
+func (rt *Runtime) ensureService(ctx context.Context, svc *dbcloud.Service) (_ *dbcloud.Observation, err error) {
+	var held *wakeEpisode
+	if svc.Spec.Running {
+		// A wake (or a start) of an auto-paused service: its addresses
+		// go to its postmaster and pooler, and the clients held meanwhile
+		// are spliced to them, or told why this failed.
+		held = rt.releaseWake(svc.ID, svc.Generation)
+		defer func() {
+			if err != nil {
+				held.fail(wakeReason(userError(err)))
+			}
+		}()
+	}
 	if rt.isHA(svc) {
 		return rt.ensureHA(ctx, svc)
 	}
@@ -412,11 +429,27 @@ func (rt *Runtime) ensureService(ctx context.Context, svc *dbcloud.Service) (*db
 		if err := rt.instances.Stop(ctx, spec, 30*time.Second); err != nil {
 			return nil, fmt.Errorf("stop %s: %w", spec.ID, err)
 		}
+		if !svc.AutoPaused() {
+			// Stopped, not auto-paused: connections are refused again.
+			rt.releaseWake(svc.ID, svc.Generation).fail("it was stopped")
+			return obs, nil
+		}
+		// Its endpoints listen again at once, in this process; the
+		// pooler's still wakes it, so it is still shown.
+		if err := rt.HoldPaused(ctx, svc); err != nil {
+			return nil, err
+		}
+		if svc.Spec.Pooler && svc.PoolerPort > 0 {
+			obs.PoolerEndpoint = &dbcloud.Endpoint{Host: svc.Endpoint.Host, Port: svc.PoolerPort}
+		}
 		return obs, nil
 	}
 	if err := rt.instances.Ensure(ctx, spec); err != nil {
 		return nil, err
 	}
+	// The clients that woke it go through now, while the rest of the
+	// ensure (password, addons, pooler) is done.
+	held.serving()
 	stepDone(ctx, "instance")
 	if err := rt.servePrimary(ctx, svc, spec, obs); err != nil {
 		return nil, err
@@ -511,6 +544,9 @@ func (rt *Runtime) checkServing(ctx context.Context, svc *dbcloud.Service, prima
 		return obs
 	}
 	obs.Running = true
+	if svc.AutoPause != nil {
+		obs.Sessions = rt.clientSessions(svc)
+	}
 	if measure {
 		obs.Metrics = rt.metrics(ctx, svc, primary)
 		if obs.Metrics != nil {
@@ -535,10 +571,12 @@ func (rt *Runtime) DeleteService(ctx context.Context, svc *dbcloud.Service) erro
 	if err := rt.stopPooler(ctx, svc.ID); err != nil {
 		return err
 	}
-	// The endpoint proxy next, so no client reaches a stopping instance.
+	// The endpoint proxy next, so no client reaches a stopping instance;
+	// and the wake listeners of an auto-paused one.
 	if err := rt.stopProxy(ctx, svc.ID); err != nil {
 		return err
 	}
+	rt.releaseWake(svc.ID, -1).fail("it was deleted")
 	dir := rt.serviceDir(svc.ID)
 	entries, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {
