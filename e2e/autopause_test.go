@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -165,6 +167,13 @@ func TestAutoPause_WakeRefusedWhenFull(t *testing.T) {
 		t.Fatalf("the client was told %q, want the FATAL of a refused wake", err)
 	}
 	t.Logf("client saw: %v", err)
+	// psql shows it too, over TLS verified against the CA.
+	psql := exec.CommandContext(ctx, filepath.Join(pgBin, "psql"), s.dsn(svc, svc.InitialPassword), "-c", "SELECT 1")
+	out, err := psql.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "FATAL:  service "+id+" is paused and could not be resumed: ") {
+		t.Fatalf("psql: %v\n%s", err, out)
+	}
+	t.Logf("psql saw: %s", out)
 	if got, _ := s.get(id); got.Status != "PAUSED" {
 		t.Errorf("after a refused wake: %s", got.Status)
 	}
