@@ -58,7 +58,9 @@ func selectOne(t *testing.T, dsn string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := pgx.Connect(ctx, dsn)
+	// The client waits as long as it is willing to: on a busy machine a
+	// wake may take longer than connect's usual 5 s.
+	c, err := pgx.Connect(ctx, strings.Replace(dsn, "connect_timeout=5", "connect_timeout=60", 1))
 	if err != nil {
 		t.Fatalf("connect to a paused service: %v", err)
 	}
@@ -72,9 +74,9 @@ func selectOne(t *testing.T, dsn string) {
 // TestAutoPause_WakeOnConnect: a service with idle_seconds 60 and no
 // client pauses (an auto_pause operation by dbcloud, no postmaster left);
 // a client that connects to its endpoint is held while it wakes and its
-// query answers; the same through its pooler's endpoint; a restart of
-// dbcloud keeps a paused service's endpoints; a stopped service is not
-// woken.
+// query answers; the same through its pooler's endpoint and its VPC
+// address; a restart of dbcloud keeps a paused service's endpoints; a
+// stopped service is not woken.
 func TestAutoPause_WakeOnConnect(t *testing.T) {
 	s := newServer(t, "--test-auto-pause-second", autoPauseSecond)
 	svc := s.create(map[string]any{"name": "idle"})
@@ -121,6 +123,27 @@ func TestAutoPause_WakeOnConnect(t *testing.T) {
 			}
 		}
 		selectOne(t, direct)
+		s.waitStatus(id, "READY", time.Minute)
+	})
+
+	t.Run("VPC", func(t *testing.T) {
+		var vpc struct{ ID string }
+		if code := s.call("POST", "/projects/"+s.boot.ProjectID+"/vpcs", map[string]string{"name": "net", "cidr": "10.0.0.0/16", "region_code": "local"}, &vpc); code != 201 {
+			t.Fatalf("create VPC: %d", code)
+		}
+		if code := s.call("POST", s.services()+"/"+id+"/attachToVPC", map[string]string{"vpc_id": vpc.ID}, nil); code != 202 {
+			t.Fatalf("attach: %d", code)
+		}
+		s.waitStatus(id, "READY", time.Minute)
+		var got vpcService
+		s.call("GET", s.services()+"/"+id, nil, &got)
+		if got.VPCEndpoint == nil {
+			t.Fatal("no VPC endpoint after attach")
+		}
+		viaVPC := svc
+		viaVPC.Endpoint.Host, viaVPC.Endpoint.Port = got.VPCEndpoint.Host, got.VPCEndpoint.Port
+		s.waitStatus(id, "PAUSED", 2*time.Minute)
+		selectOne(t, s.dsn(viaVPC, pw))
 		s.waitStatus(id, "READY", time.Minute)
 	})
 
