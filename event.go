@@ -86,7 +86,7 @@ func (t OperationType) ResourceKind() string {
 	case OpCreateCredential, OpRevokeCredential, OpExpireCredential:
 		return "credential"
 	case OpCreateService, OpDeleteService, OpStartService, OpStopService, OpResizeService, OpSetHA,
-		OpSetPooler, OpAttachVPC, OpDetachVPC, OpFailover, OpRestartPrimary:
+		OpSetPooler, OpAttachVPC, OpDetachVPC, OpFailover, OpRestartPrimary, OpAutoPause, OpWake:
 		return "service"
 	}
 	return "service"

@@ -20,6 +20,11 @@ type Observation struct {
 	PoolerEndpoint *Endpoint
 	// Reason says what is wrong when the service is not as asked.
 	Reason string
+	// Sessions counts the client sessions on the service's endpoints
+	// (its own, its pooler's, its VPC address), for the idle clock of a
+	// service with auto-pause; nil when the runtime did not count them
+	// (then the service is never taken for idle).
+	Sessions *int
 	// Notice says what a running service's user should know (it is near
 	// its storage limit): its status_reason while READY.
 	Notice string

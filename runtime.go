@@ -121,6 +121,10 @@ type Capabilities struct {
 	// Failures tells the engine of a failure as it happens; without it
 	// failures are found by the health loop's next check.
 	Failures FailureWatcher
+	// Waker holds the endpoints of auto-paused services and wakes them
+	// on a connection; without it auto-paused services wake only by
+	// startService.
+	Waker Waker
 }
 
 // CapabilitiesOf reports the optional capabilities of rt.
@@ -134,6 +138,7 @@ func CapabilitiesOf(rt any) Capabilities {
 	c.Capacity, _ = rt.(Capacity)
 	c.Credentials, _ = rt.(Credentials)
 	c.Failures, _ = rt.(FailureWatcher)
+	c.Waker, _ = rt.(Waker)
 	return c
 }
 

@@ -183,6 +183,12 @@ type Service struct {
 	PoolerPort  int          `json:"pooler_port,omitempty"`
 	VPCEndpoint *VPCEndpoint `json:"vpc_endpoint,omitempty"`
 	Metrics     *Metrics     `json:"metrics,omitempty"`
+	// AutoPause, when set, pauses the service after IdleSeconds without a
+	// client (autopause.go); nil is off.
+	AutoPause *AutoPause `json:"auto_pause,omitempty"`
+	// PausedAt is when the idle clock paused the service; nil unless it
+	// is auto-paused (a stop clears it: a stopped service is not woken).
+	PausedAt *time.Time `json:"paused_at,omitempty"`
 	// Instances lists the running instances, primary first, as last observed.
 	Instances []Instance `json:"instances,omitempty"`
 }

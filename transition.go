@@ -60,6 +60,13 @@ var (
 		From: []ServiceStatus{StatusQueued, StatusConfiguring, StatusReady, StatusUnstable, StatusPausing, StatusPaused,
 			StatusResuming, StatusUpgrading, StatusOptimizing},
 		Through: StatusDeleting, To: StatusDeleted}
+	// SetAutoPause changes no status; it takes effect at once.
+	SetAutoPause = Transition{Action: "setAutoPause", From: []ServiceStatus{StatusReady, StatusUnstable, StatusPaused}}
+	// AutoPauseIdle and Wake are dbcloud's own (decisions.md section 10):
+	// an idle service pauses as a stop does, and a connection to an
+	// auto-paused one resumes it as a start does.
+	AutoPauseIdle = Transition{Action: "auto-pause", Op: OpAutoPause, From: []ServiceStatus{StatusReady}, Through: StatusPausing, To: StatusPaused}
+	Wake          = Transition{Action: "wake", Op: OpWake, From: []ServiceStatus{StatusPaused}, Through: StatusResuming, To: StatusReady}
 	// PrimaryLost is the engine's: a READY service whose primary stopped
 	// answering shows UNSTABLE until a restart or a failover brings it back.
 	PrimaryLost = Transition{Action: "primary lost", Op: OpFailover, From: []ServiceStatus{StatusReady}, Through: StatusUnstable, To: StatusReady}
@@ -67,7 +74,7 @@ var (
 
 // ServiceTransitions is the whole table, in the order of decisions.md.
 var ServiceTransitions = []Transition{Create, Fork, Provision, Start, Stop, Resize, GrowHA, ShrinkHA,
-	EnablePooler, DisablePooler, AttachVPC, DetachVPC, UpdatePassword, CreateCredential, RevokeCredential, Delete, PrimaryLost}
+	EnablePooler, DisablePooler, AttachVPC, DetachVPC, UpdatePassword, CreateCredential, RevokeCredential, Delete, SetAutoPause, AutoPauseIdle, Wake, PrimaryLost}
 
 // Unshown are the statuses the API document lists that dbcloud never
 // shows yet, with the work that will.

@@ -58,7 +58,9 @@ func (c *Cloud) mutateService(ctx context.Context, projectID, id string, fn func
 // sameService reports whether a mutation left the stored fields unchanged.
 func sameService(a, b *dbcloud.Service) bool {
 	return a.Status == b.Status && a.Generation == b.Generation && a.Name == b.Name &&
-		a.PasswordVerifier == b.PasswordVerifier && specEqual(a.Spec, b.Spec)
+		a.PasswordVerifier == b.PasswordVerifier && specEqual(a.Spec, b.Spec) &&
+		(a.AutoPause == nil) == (b.AutoPause == nil) && (a.AutoPause == nil || *a.AutoPause == *b.AutoPause) &&
+		(a.PausedAt == nil) == (b.PausedAt == nil)
 }
 
 func specEqual(a, b dbcloud.ServiceSpec) bool {

@@ -119,6 +119,9 @@ func (c *Cloud) insertReplicaSet(ctx context.Context, tx dbcloud.Tx, host *dbclo
 	if s.Status != dbcloud.StatusReady {
 		return dbcloud.Errorf(dbcloud.KindConflict, "Service %s is %s; read replica sets can be created when it is READY.", s.ID, s.Status)
 	}
+	if err := noAutoPause(s, "a read replica set"); err != nil {
+		return err
+	}
 	sets, err := tx.ListReplicaSets(projectID, serviceID)
 	if err != nil {
 		return err

@@ -323,7 +323,7 @@ func (c *Cloud) StartService(ctx context.Context, projectID, id string) (*Servic
 		if err := c.admitService(tx, host, s, func(n *dbcloud.Service) { n.Spec.Running = true }); err != nil {
 			return "", err
 		}
-		s.Spec.Running = true
+		s.Spec.Running, s.PausedAt = true, nil
 		dbcloud.Start.Apply(s)
 		return dbcloud.OpStartService, nil
 	})
@@ -332,6 +332,16 @@ func (c *Cloud) StartService(ctx context.Context, projectID, id string) (*Servic
 // StopService stops a running service, keeping its data.
 func (c *Cloud) StopService(ctx context.Context, projectID, id string) (*ServiceView, error) {
 	return c.mutateService(ctx, projectID, id, func(tx dbcloud.Tx, s *dbcloud.Service) (dbcloud.OperationType, error) {
+		if s.AutoPaused() && s.Status == dbcloud.StatusPaused {
+			// Stopped now, not auto-paused: connections no longer wake
+			// it, and the runtime lets its endpoints go.
+			if err := busy(tx, s); err != nil {
+				return "", err
+			}
+			s.PausedAt = nil
+			dbcloud.Stop.Apply(s)
+			return dbcloud.OpStopService, nil
+		}
 		if !s.Spec.Running && s.Status != dbcloud.StatusDeleting {
 			return "", nil
 		}
@@ -424,6 +434,11 @@ func (c *Cloud) SetHA(ctx context.Context, projectID, id string, in HAChange) (*
 		}
 		if err := c.checkHA(replicas, sync); err != nil {
 			return "", err
+		}
+		if replicas > 0 {
+			if err := noAutoPause(s, "setHA"); err != nil {
+				return "", err
+			}
 		}
 		if replicas == s.Spec.Replicas && sync == s.Spec.SyncReplicas && s.Status != dbcloud.StatusDeleting && busy(tx, s) == nil {
 			return "", nil

@@ -43,6 +43,8 @@ var kubernetesTests = map[string]bool{
 
 // localReasons says, per test, what it needs of the local runtime.
 var localReasons = map[string]string{
+	"TestAutoPause_WakeOnConnect":                   "the Kubernetes runtime has no wake on connect (no dbcloud.Waker)",
+	"TestAutoPause_WakeRefusedWhenFull":             "the Kubernetes runtime has no wake on connect (no dbcloud.Waker)",
 	"TestAdmin_ServicesAndTeardown":                 "checks ports and instances on this host",
 	"TestBrowserConsole":                            "drives the console against services on loopback endpoints",
 	"TestChaos":                                     "kills postmasters and corrupts files on this host",

@@ -390,9 +390,13 @@ func (s *server) waitGone(id string, within time.Duration) {
 
 // connect logs in as a user would: tsdbadmin over TLS verified against the CA.
 func (s *server) connect(ctx context.Context, svc service, password string) (*pgx.Conn, error) {
-	dsn := fmt.Sprintf("postgresql://tsdbadmin:%s@%s:%d/tsdb?%s&connect_timeout=5",
+	return pgx.Connect(ctx, s.dsn(svc, password))
+}
+
+// dsn is the connection string connect uses.
+func (s *server) dsn(svc service, password string) string {
+	return fmt.Sprintf("postgresql://tsdbadmin:%s@%s:%d/tsdb?%s&connect_timeout=5",
 		password, svc.Endpoint.Host, svc.Endpoint.Port, s.sslParams())
-	return pgx.Connect(ctx, dsn)
 }
 
 func (s *server) mustConnect(svc service, password string) *pgx.Conn {

@@ -51,6 +51,9 @@ type Engine struct {
 	// CredentialInterval is how often expired and revoked credentials'
 	// roles are looked for (credentials.go); 0 never.
 	CredentialInterval time.Duration
+	// IdleUnit is how long one second of a service's auto-pause
+	// idle_seconds lasts: a second; shorter only in tests (autopause.go).
+	IdleUnit time.Duration
 	// MaxAttempts is how many retryable failures a change may have before
 	// it is failed and the service shown UNSTABLE.
 	MaxAttempts int
@@ -82,6 +85,7 @@ type Engine struct {
 	// provisioning failed for good; a new operation is not held back.
 	repairAfter map[string]time.Time
 	measured    map[string]time.Time // last metrics write per service
+	idleSince   map[string]time.Time // since when each auto-pause service has had no client (autopause.go)
 	pruned      time.Time            // last prune of the history
 
 	watchList watchList // the health loop's last list (health.go)
@@ -113,7 +117,7 @@ func (e *Engine) Open() error {
 	}
 	e.wake = make(chan struct{}, 1)
 	e.active, e.notBefore, e.measured = map[string]bool{}, map[string]time.Time{}, map[string]time.Time{}
-	e.repairAfter = map[string]time.Time{}
+	e.repairAfter, e.idleSince = map[string]time.Time{}, map[string]time.Time{}
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	e.group.Logger = e.Logger
@@ -232,7 +236,8 @@ func (e *Engine) dispatch(ctx context.Context, sem chan struct{}) {
 func (e *Engine) kindOf(t dbcloud.OperationType) string {
 	switch t {
 	case dbcloud.OpCreateService, dbcloud.OpDeleteService, dbcloud.OpStartService, dbcloud.OpStopService,
-		dbcloud.OpResizeService, dbcloud.OpSetHA, dbcloud.OpSetPooler, dbcloud.OpAttachVPC, dbcloud.OpDetachVPC:
+		dbcloud.OpResizeService, dbcloud.OpSetHA, dbcloud.OpSetPooler, dbcloud.OpAttachVPC, dbcloud.OpDetachVPC,
+		dbcloud.OpAutoPause, dbcloud.OpWake:
 		return "service"
 	case dbcloud.OpCreatePeering, dbcloud.OpDeletePeering:
 		return "peering"

@@ -37,6 +37,8 @@ func (e *Engine) healthRound(ctx context.Context) {
 			}
 		})
 	}
+	e.forgetIdle(w.services)
+	e.holdPaused(ctx, w.paused)
 	e.recordMetrics(ctx, measured)
 	var samples []dbcloud.SeriesSample
 	for _, m := range measured {
@@ -55,6 +57,8 @@ type watched struct {
 	services []*dbcloud.Service
 	sets     []*dbcloud.ReadReplicaSet
 	parents  []*dbcloud.Service // of sets, by index
+	// paused are the auto-paused services (autopause.go).
+	paused []*dbcloud.Service
 }
 
 // watchList is the health loop's last list of the resources it watches,
@@ -115,6 +119,9 @@ func (e *Engine) settled(ctx context.Context) (*watched, error) {
 				byID[s.ID] = s
 				if s.Spec.Running && !busy[s.ID] && (s.Status == dbcloud.StatusReady || s.Status == dbcloud.StatusUnstable) {
 					out.services = append(out.services, s)
+				}
+				if s.AutoPaused() && !busy[s.ID] && s.Status == dbcloud.StatusPaused {
+					out.paused = append(out.paused, s)
 				}
 			}
 			sets, err := tx.ListReplicaSets(p.ID, "")
@@ -213,6 +220,7 @@ func (e *Engine) checkClaimed(ctx context.Context, svc *dbcloud.Service, due boo
 		return nil
 	}
 	if obs.Running && svc.Status == dbcloud.StatusReady {
+		e.observeIdle(ctx, svc, obs)
 		if due && obs.Metrics != nil {
 			if obs.Metrics.Measured.IsZero() {
 				obs.Metrics.Measured = e.now() // the history needs a time

@@ -758,7 +758,7 @@ func TestProjectIsolation(t *testing.T) {
 		sid := pb + "/services/" + svc.ServiceID
 		body := map[string]any{"name": "x", "cidr": "10.6.0.0/16", "region_code": "local", "cpu_millis": "1000", "memory_gbs": "4",
 			"vpc_id": vpc.ID, "password": "a-long-password", "environment": "DEV", "fork_strategy": "NOW",
-			"peer_account_id": "2", "peer_region_code": "r", "peer_vpc_id": "w", "nodes": 1}
+			"peer_account_id": "2", "peer_region_code": "r", "peer_vpc_id": "w", "nodes": 1, "idle_seconds": 0}
 		for _, rt := range (&http.Handler{}).Routes() {
 			path := strings.NewReplacer("{project_id}", e.b.ProjectID, "{service_id}", svc.ServiceID, "{vpc_id}", vpc.ID,
 				"{peering_id}", peering.ID, "{replica_set_id}", "abcdefghij").Replace(rt.Path)

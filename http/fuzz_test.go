@@ -69,6 +69,8 @@ var fuzzSeeds = []struct{ method, path, body string }{
 	{"POST", "/services/{sid}/forkService", `{"fork_strategy":"NOW","name":"f","cpu_millis":"shared"}`},
 	{"POST", "/services/{sid}/updatePassword", `{"password":"\u0000\u0000\u0000\u0000\u0000\u0000\u0000\u0000"}`},
 	{"POST", "/services/{sid}/setEnvironment", `{"environment":"DEV"}`},
+	{"POST", "/services/{sid}/setAutoPause", `{"idle_seconds":60}`},
+	{"POST", "/services/{sid}/setAutoPause", `{"idle_seconds":1e400}`},
 	{"GET", "/services/{sid}/logs?node=0&since=2026-01-01T00:00:00Z&search=%00", ``},
 	{"GET", "/services/{sid}/logs?cursor=abc&severities=ERROR&severities=LOG&until=2026-13-01T00:00:00Z", ``},
 	{"GET", "/services/{sid}/logs?node=-1&search=a&search=b", ``},

@@ -90,6 +90,7 @@ var matrixBodies = map[string]any{
 	"updatePassword": map[string]any{"password": "a-long-enough-password"},
 	"setEnvironment": map[string]any{"environment": "DEV"},
 	"setHA":          map[string]any{"replica_count": 0},
+	"setAutoPause":   map[string]any{"idle_seconds": 0},
 	"replicaSets":    map[string]any{"name": "r", "cpu_millis": 500, "memory_gbs": 2, "nodes": 1},
 	"credentials":    map[string]any{"name": "reader", "access": "READ_ONLY", "ttl_seconds": 600},
 	"series":         map[string]any{"name": dbcloud.SeriesConnections, "from": "2026-01-01T00:00:00Z", "to": "2026-01-01T01:00:00Z"},

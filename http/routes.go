@@ -60,6 +60,7 @@ func (h *Handler) routes() []Route {
 		post(service+"/forkService", true, h.forkService),
 		post(service+"/updatePassword", true, h.updatePassword),
 		post(service+"/setEnvironment", true, h.setEnvironment),
+		post(service+"/setAutoPause", true, h.setAutoPause),
 		get(service+"/logs", h.logs),
 		post(service+"/setHA", true, h.setHA),
 		post(service+"/rename", true, h.renameService),
@@ -396,6 +397,23 @@ func (h *Handler) setEnvironment(w http.ResponseWriter, r *http.Request) (int, a
 	}
 	msg, err := h.cloud.SetEnvironment(r.Context(), r.PathValue("project_id"), r.PathValue("service_id"), *in.Environment)
 	return message(http.StatusOK, msg, err)
+}
+
+// setAutoPause answers 200 with the service: the setting is in effect at
+// once (decisions.md section 10).
+func (h *Handler) setAutoPause(w http.ResponseWriter, r *http.Request) (int, any, error) {
+	var in autoPauseRequest
+	if err := decode(r, &in); err != nil {
+		return 0, nil, err
+	}
+	if err := required("idle_seconds", in.IdleSeconds); err != nil {
+		return 0, nil, err
+	}
+	v, err := h.cloud.SetAutoPause(r.Context(), r.PathValue("project_id"), r.PathValue("service_id"), *in.IdleSeconds)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, toService(v), nil
 }
 
 func (h *Handler) setHA(w http.ResponseWriter, r *http.Request) (int, any, error) {

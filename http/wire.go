@@ -103,6 +103,12 @@ type serviceJSON struct {
 	VPCEndpoint      *vpcEndpointJSON  `json:"vpcEndpoint,omitempty"`
 	// vpc_endpoint repeats vpcEndpoint for clients that read snake case.
 	VPCEndpointSnake *vpcEndpointJSON `json:"vpc_endpoint,omitempty"`
+	AutoPause        *autoPauseJSON   `json:"auto_pause,omitempty"`
+	PausedAt         *time.Time       `json:"paused_at,omitempty"`
+}
+
+type autoPauseJSON struct {
+	IdleSeconds int `json:"idle_seconds"`
 }
 
 type replicaSetJSON struct {
@@ -212,6 +218,10 @@ type resizeRequest struct {
 
 type vpcIDRequest struct {
 	VPCID *string `json:"vpc_id"`
+}
+
+type autoPauseRequest struct {
+	IdleSeconds *int `json:"idle_seconds"`
 }
 
 type environmentRequest struct {
@@ -334,6 +344,12 @@ func toService(v *cloud.ServiceView) *serviceJSON {
 	}
 	for _, r := range v.ReplicaSets {
 		out.ReadReplicaSets = append(out.ReadReplicaSets, toReplicaSet(r))
+	}
+	if a := s.AutoPause; a != nil {
+		out.AutoPause = &autoPauseJSON{IdleSeconds: a.IdleSeconds}
+	}
+	if s.AutoPaused() {
+		out.PausedAt = s.PausedAt
 	}
 	return out
 }

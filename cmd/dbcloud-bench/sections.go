@@ -55,6 +55,15 @@ func sections() []section {
 				"p50 and p95 creates. Short mode: 3 creates.",
 		},
 		{
+			ID: "wake", Title: "Wake on connect",
+			Test:    goTest{Pkg: "./e2e/", Bench: "^BenchmarkWake$", Benchtime: "1x", Timeout: "30m"},
+			Columns: cols("wake-p50-ms", "wake p50 ms", "wake-p95-ms", "wake p95 ms", "ready-p50-ms", "READY p50 ms", "ready-p95-ms", "READY p95 ms", "bare-p50-ms", "bare start p50 ms", "bare-p95-ms", "bare start p95 ms", "wake/bare-p50", "wake/bare p50"),
+			About: "Connect-to-first-row (pgx.Connect with TLS verify-full and SCRAM, then SELECT 1) on an auto-paused " +
+				"service, whose connection is held while it wakes; beside the same on the service while READY, and beside " +
+				"a bare `pg_ctl start -W` of an initdb'd cluster and its first row over TCP (polled every 2 ms), in the same " +
+				"run: 20 of each. Short mode: 3.",
+		},
+		{
 			ID: "fork", Title: "Forks beside cp -a",
 			Test:    goTest{Pkg: "./e2e/", Bench: "^BenchmarkFork$", Benchtime: "1x", Timeout: "120m"},
 			Columns: cols("parent-MB", "parent MB", "now-s", "NOW s", "last-snapshot-s", "LAST_SNAPSHOT s", "cp-s", "cp -a s", "now/cp", "NOW/cp", "last/cp", "LAST_SNAPSHOT/cp", "last/now", "LAST_SNAPSHOT/NOW", "cp-sync-s", "cp -a + sync s", "rounds", "rounds"),

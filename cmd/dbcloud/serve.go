@@ -70,6 +70,9 @@ type Config struct {
 	// LeaseTTL is how long a plane's lease on a resource outlives its last
 	// renewal: the takeover time when a plane dies (docs/multi-plane.md).
 	LeaseTTL time.Duration
+	// IdleUnit is how long one second of a service's auto-pause
+	// idle_seconds lasts: a second, shorter only for tests.
+	IdleUnit time.Duration
 	// CADir holds the CA that issues every service's certificate; empty
 	// is DATA_DIR/tls. Control planes of one installation share it.
 	CADir string
@@ -222,6 +225,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&c.NodeID, "node-id", c.NodeID, "this process's name in leases (default HOSTNAME:DATA_DIR; keep it stable across restarts)")
 	fs.StringVar(&c.CADir, "ca-dir", c.CADir, "directory of the installation's CA (ca.pem, ca-key.pem), made on first use; every control plane of one store uses the same (default DATA_DIR/tls)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "how long a resource's lease outlives the plane's last renewal (renewed every third of it): the takeover time when a plane dies")
+	fs.DurationVar(&c.IdleUnit, "test-auto-pause-second", time.Second, "for tests only: how long one second of a service's auto-pause idle_seconds lasts on the idle clock")
 	quotaFlags(fs, &c.Quotas)
 	metricsFlags(fs, &c.Metrics)
 	kubeFlags(fs, c)
@@ -412,7 +416,13 @@ func (m *Main) openControlPlane(ctx context.Context) (*tls.Config, error) {
 	m.engine = engine.New(m.store, rt, c.NodeID, m.Logger)
 	m.engine.Network = network
 	m.engine.LeaseTTL = c.LeaseTTL
+	m.engine.IdleUnit = c.IdleUnit
 	m.cloud.Notify = m.engine.Notify
+	// A connection to an auto-paused service asks for its wake, as the
+	// system, with admission as for a start (decisions.md section 10).
+	if w := dbcloud.CapabilitiesOf(rt).Waker; w != nil {
+		w.SetWakeHandler(m.cloud.WakeService)
+	}
 	return tlsConfig, nil
 }
 

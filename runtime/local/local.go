@@ -117,6 +117,9 @@ type Runtime struct {
 	watches     primaryWatches           // HA primaries whose exit is watched (watch.go)
 	sessions    metricsSessions          // a kept session per measured service (metrics.go)
 
+	// wakes holds the endpoints of auto-paused services (wake.go).
+	wakes wakers
+
 	stopLogs   context.CancelFunc // ends the log retention loop
 	background supervise.Group    // runs it
 }
@@ -138,6 +141,7 @@ var (
 	_ dbcloud.RestoreChecker        = (*Runtime)(nil)
 	_ dbcloud.Capacity              = (*Runtime)(nil)
 	_ dbcloud.FailureWatcher        = (*Runtime)(nil)
+	_ dbcloud.Waker                 = (*Runtime)(nil)
 )
 
 // New returns a local runtime; Open starts filling its pool.
@@ -226,6 +230,7 @@ func New(cfg Config) (*Runtime, error) {
 		storageNear: map[string]bool{},
 		storage:     map[string]storageSample{},
 		quiet:       map[string]time.Time{},
+		wakes:       wakers{logger: cfg.Logger, held: map[string]*pausedService{}, released: map[string]int64{}},
 	}, nil
 }
 
@@ -399,7 +404,19 @@ func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*db
 	return obs, userError(err)
 }
 
-func (rt *Runtime) ensureService(ctx context.Context, svc *dbcloud.Service) (*dbcloud.Observation, error) {
+func (rt *Runtime) ensureService(ctx context.Context, svc *dbcloud.Service) (_ *dbcloud.Observation, err error) {
+	var held *wakeEpisode
+	if svc.Spec.Running {
+		// A wake (or a start) of an auto-paused service: its addresses
+		// go to its postmaster and pooler, and the clients held meanwhile
+		// are spliced to them, or told why this failed.
+		held = rt.releaseWake(svc.ID, svc.Generation)
+		defer func() {
+			if err != nil {
+				held.fail(wakeReason(userError(err)))
+			}
+		}()
+	}
 	if rt.isHA(svc) {
 		return rt.ensureHA(ctx, svc)
 	}
@@ -420,11 +437,27 @@ func (rt *Runtime) ensureService(ctx context.Context, svc *dbcloud.Service) (*db
 		if err := rt.instances.Stop(ctx, spec, 30*time.Second); err != nil {
 			return nil, fmt.Errorf("stop %s: %w", spec.ID, err)
 		}
+		if !svc.AutoPaused() {
+			// Stopped, not auto-paused: connections are refused again.
+			rt.releaseWake(svc.ID, svc.Generation).fail("it was stopped")
+			return obs, nil
+		}
+		// Its endpoints listen again at once, in this process; the
+		// pooler's still wakes it, so it is still shown.
+		if err := rt.HoldPaused(ctx, svc); err != nil {
+			return nil, err
+		}
+		if svc.Spec.Pooler && svc.PoolerPort > 0 {
+			obs.PoolerEndpoint = &dbcloud.Endpoint{Host: svc.Endpoint.Host, Port: svc.PoolerPort}
+		}
 		return obs, nil
 	}
 	if err := rt.instances.Ensure(ctx, spec); err != nil {
 		return nil, err
 	}
+	// The clients that woke it go through now, while the rest of the
+	// ensure (password, addons, pooler) is done.
+	held.serving()
 	stepDone(ctx, "instance")
 	if err := rt.servePrimary(ctx, svc, spec, obs); err != nil {
 		return nil, err
@@ -519,6 +552,9 @@ func (rt *Runtime) checkServing(ctx context.Context, svc *dbcloud.Service, prima
 		return obs
 	}
 	obs.Running = true
+	if svc.AutoPause != nil {
+		obs.Sessions = rt.clientSessions(svc)
+	}
 	if measure {
 		obs.Metrics = rt.metrics(ctx, svc, primary)
 		if obs.Metrics != nil {
@@ -545,10 +581,12 @@ func (rt *Runtime) DeleteService(ctx context.Context, svc *dbcloud.Service) erro
 	if err := rt.stopPooler(ctx, svc.ID); err != nil {
 		return err
 	}
-	// The endpoint proxy next, so no client reaches a stopping instance.
+	// The endpoint proxy next, so no client reaches a stopping instance;
+	// and the wake listeners of an auto-paused one.
 	if err := rt.stopProxy(ctx, svc.ID); err != nil {
 		return err
 	}
+	rt.releaseWake(svc.ID, -1).fail("it was deleted")
 	dir := rt.serviceDir(svc.ID)
 	entries, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {

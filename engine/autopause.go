@@ -1,0 +1,129 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"dbcloud"
+)
+
+// The idle clock of auto-pause (decisions.md section 10): the health loop
+// counts each READY auto-pause service's client sessions every round
+// (the runtime's Observation.Sessions); one with none, and no operation
+// pending, for its idle_seconds is paused as a stop would be, by an
+// auto_pause operation of dbcloud's own. Auto-paused services are handed
+// to the runtime's Waker every round, which keeps their endpoints
+// listening (also after a restart of dbcloud).
+
+// idleFor is how long one idle second of a setting lasts: a second,
+// unless a test shortens the clock (IdleUnit).
+func (e *Engine) idleFor(svc *dbcloud.Service) time.Duration {
+	unit := e.IdleUnit
+	if unit <= 0 {
+		unit = time.Second
+	}
+	return time.Duration(svc.AutoPause.IdleSeconds) * unit
+}
+
+// observeIdle runs the idle clock of a READY service on what its check
+// saw, and pauses it when the clock has run out.
+func (e *Engine) observeIdle(ctx context.Context, svc *dbcloud.Service, obs *dbcloud.Observation) {
+	if svc.AutoPause == nil || obs.Sessions == nil {
+		return
+	}
+	now := e.now()
+	e.mu.Lock()
+	since, seen := e.idleSince[svc.ID]
+	if !seen || *obs.Sessions > 0 {
+		// A client now, or the first look (after a start, a wake or a
+		// restart of dbcloud): the clock starts again.
+		e.idleSince[svc.ID] = now
+	}
+	e.mu.Unlock()
+	if !seen || *obs.Sessions > 0 || now.Sub(since) < e.idleFor(svc) {
+		return
+	}
+	if err := e.autoPause(ctx, svc, now); err != nil && ctx.Err() == nil {
+		e.Logger.Warn("auto-pause", "service", svc.ID, "error", err)
+	}
+}
+
+// forgetIdle drops the idle clocks of services no longer watched with
+// auto-pause: each starts again from its next READY look.
+func (e *Engine) forgetIdle(watched []*dbcloud.Service) {
+	keep := make(map[string]bool, len(watched))
+	for _, s := range watched {
+		if s.AutoPause != nil && s.Status == dbcloud.StatusReady {
+			keep[s.ID] = true
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for id := range e.idleSince {
+		if !keep[id] {
+			delete(e.idleSince, id)
+		}
+	}
+}
+
+// autoPause records the pause of an idle service: READY -> PAUSING with
+// an auto_pause operation by dbcloud, in one transaction that holds the
+// project's lock as the service layer's changes do, and only if nothing
+// changed since it was seen idle.
+func (e *Engine) autoPause(ctx context.Context, seen *dbcloud.Service, now time.Time) error {
+	paused := false
+	err := e.Store.Update(ctx, func(tx dbcloud.Tx) error {
+		if err := tx.LockProject(seen.ProjectID); err != nil {
+			return err
+		}
+		s, err := tx.FindService(seen.ProjectID, seen.ID)
+		if dbcloud.IsNotFound(err) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if s.Generation != seen.Generation || s.AutoPause == nil || !s.Spec.Running || !dbcloud.AutoPauseIdle.Allows(s.Status) {
+			return nil
+		}
+		pending, err := tx.ListOperations(dbcloud.OperationFilter{ResourceID: s.ID, Pending: true, Limit: 1})
+		if err != nil || len(pending) > 0 {
+			return err
+		}
+		s.Spec.Running, s.PausedAt = false, &now
+		dbcloud.AutoPauseIdle.Apply(s)
+		s.Generation++
+		op := &dbcloud.Operation{
+			ID: dbcloud.NewID(), ProjectID: s.ProjectID, ResourceID: s.ID, Type: dbcloud.OpAutoPause, Generation: s.Generation,
+			State: dbcloud.OpPending, Created: now, Updated: now, RequestedBy: dbcloud.Requester{System: "dbcloud"},
+		}
+		if err := tx.InsertOperation(op); err != nil {
+			return err
+		}
+		paused = true
+		return tx.UpdateService(s)
+	})
+	if paused {
+		e.Logger.Info("service idle; pausing it", "service", seen.ID, "idle_seconds", seen.AutoPause.IdleSeconds)
+		e.mu.Lock()
+		delete(e.idleSince, seen.ID)
+		e.mu.Unlock()
+		e.Notify()
+	}
+	return err
+}
+
+// holdPaused hands every auto-paused service to the runtime's Waker,
+// which keeps (or, after a restart, opens again) its endpoints.
+func (e *Engine) holdPaused(ctx context.Context, paused []*dbcloud.Service) {
+	w := dbcloud.CapabilitiesOf(e.Provisioner).Waker
+	if w == nil {
+		return
+	}
+	for _, svc := range paused {
+		e.guard("hold paused service", svc.ID, func() {
+			if err := w.HoldPaused(ctx, svc); err != nil && ctx.Err() == nil {
+				e.Logger.Warn("keep the endpoints of an auto-paused service", "service", svc.ID, "error", err)
+			}
+		})
+	}
+}
