@@ -19,18 +19,23 @@ import (
 // service list` and `tiger auth logout`. The CLI cannot be installed from
 // the Go module proxy this project uses (it answers 403 for
 // github.com/timescale/tiger-cli), so the test runs only when
-// DBCLOUD_TIGER_BIN names a tiger binary built from its source.
+// DBCLOUD_TIGER_BIN names a tiger binary built from its source. An
+// auto-paused service (decisions.md section 10) is one the CLI shows as
+// PAUSED, a status it knows, and its extra fields do not trouble it.
 func TestTigerCLILogin(t *testing.T) {
 	bin := os.Getenv("DBCLOUD_TIGER_BIN")
 	if bin == "" {
 		t.Skip("DBCLOUD_TIGER_BIN is not set: no tiger binary to run (it is not on the module proxy)")
 	}
-	s := newServer(t)
+	s := newServer(t, "--test-auto-pause-second", autoPauseSecond)
 	var owner ownerFile
 	raw, _ := os.ReadFile(filepath.Join(s.dir, "bootstrap.json"))
 	json.Unmarshal(raw, &owner)
 	origin := strings.TrimSuffix(owner.ConsoleURL, "/")
-	s.create(map[string]any{"name": "seen-by-tiger"})
+	paused := s.create(map[string]any{"name": "seen-by-tiger"}).ServiceID
+	s.waitStatus(paused, "READY", readyWithin())
+	s.setAutoPause(paused, 60)
+	s.waitStatus(paused, "PAUSED", 2*time.Minute)
 
 	// tiger opens the browser with xdg-open; this one hands the URL to
 	// the test, which opens it in Chromium.
@@ -88,6 +93,10 @@ func TestTigerCLILogin(t *testing.T) {
 	list, err := tiger(ctx, "service", "list").CombinedOutput()
 	if err != nil || !strings.Contains(string(list), "seen-by-tiger") {
 		t.Fatalf("tiger service list: %v\n%s", err, list)
+	}
+	get, err := tiger(ctx, "service", "get", paused, "-o", "json").CombinedOutput()
+	if err != nil || !strings.Contains(string(get), `"PAUSED"`) {
+		t.Fatalf("tiger service get of an auto-paused service: %v\n%s", err, get)
 	}
 	if b, err := tiger(ctx, "auth", "logout").CombinedOutput(); err != nil {
 		t.Fatalf("tiger auth logout: %v\n%s", err, b)
