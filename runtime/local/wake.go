@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 
 	"dbcloud"
 	"dbcloud/runtime/local/internal/proc"
+	"dbcloud/runtime/local/proxy"
 )
 
 // Wake on connect (decisions.md section 10). While a service is
@@ -268,7 +268,7 @@ func (w *wakers) serveHeld(p *pausedService, ep *wakeEpisode, c net.Conn) {
 	defer tick.Stop()
 	for {
 		if server, err := dialAs(c, target); err == nil {
-			splice(c, server)
+			proxy.Splice(c, server)
 			return
 		}
 		select {
@@ -295,21 +295,6 @@ func dialAs(client net.Conn, target string) (net.Conn, error) {
 		}
 	}
 	return net.DialTimeout("tcp", target, time.Second)
-}
-
-// splice forwards both ways until either side closes.
-func splice(client, server net.Conn) {
-	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
-		io.Copy(dst, src)
-		dst.Close()
-		src.Close()
-		done <- struct{}{}
-	}
-	go pipe(server, client)
-	go pipe(client, server)
-	<-done
-	<-done
 }
 
 // clientSessions counts the client sessions on a service's endpoints for

@@ -188,18 +188,7 @@ func (p *proxy) forward(client net.Conn) {
 	}
 	p.conns[client], p.conns[server] = target, target
 	p.mu.Unlock()
-	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
-		io.Copy(dst, src)
-		// Half-close: PostgreSQL's protocol does not use it, so close both.
-		dst.Close()
-		src.Close()
-		done <- struct{}{}
-	}
-	go pipe(server, client)
-	go pipe(client, server)
-	<-done
-	<-done
+	Splice(client, server)
 	p.mu.Lock()
 	delete(p.conns, client)
 	delete(p.conns, server)
@@ -233,4 +222,20 @@ func (p *proxy) closeAll() {
 	for c := range p.conns {
 		c.Close()
 	}
+}
+
+// Splice forwards bytes both ways between client and server until either
+// side closes, then closes both: PostgreSQL's protocol has no half-close.
+func Splice(client, server net.Conn) {
+	done := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn) {
+		io.Copy(dst, src)
+		dst.Close()
+		src.Close()
+		done <- struct{}{}
+	}
+	go pipe(server, client)
+	go pipe(client, server)
+	<-done
+	<-done
 }
