@@ -228,8 +228,13 @@ func (m *Instances) AddVersion(v *Instances) {
 
 // version is the Instances that makes s's data directory: m, or the one
 // of s's other PostgreSQL version.
-func (m *Instances) version(s Spec) *Instances {
-	if v, ok := m.versions[s.BinDir]; ok && s.BinDir != m.BinDir {
+func (m *Instances) version(s Spec) *Instances { return m.Version(s.BinDir) }
+
+// Version is the Instances of the PostgreSQL version in binDir, whose
+// pool a new service of that version claims from (Claim): m for its own
+// BinDir and for "".
+func (m *Instances) Version(binDir string) *Instances {
+	if v, ok := m.versions[binDir]; ok && binDir != m.BinDir {
 		return v
 	}
 	return m

@@ -32,6 +32,11 @@ func TestManager_VersionPools(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.AddVersion(v)
+	// A new service claims from its version's pool (the local runtime's
+	// claim, with OS identities).
+	if m.Version(other) != v || m.Version(m.BinDir) != m || m.Version("") != m {
+		t.Errorf("Version(%s) is not the other version's Instances, or Version of the main or none is not m", other)
+	}
 	if err := m.Open(ctx); err != nil {
 		t.Fatal(err)
 	}
