@@ -64,6 +64,14 @@ if installed; then
 fi
 
 dir="$CACHE/$pkg-$srcver"
+# The archive's refusal of the source (a 404, which asking again does not
+# change) is remembered for a day: every deps.sh run would otherwise wait
+# for it again.
+refused="$CACHE/$pkg-$srcver.refused"
+if [ -n "$(find "$refused" -mmin -1440 2>/dev/null)" ]; then
+	log "the archive refused the source $(cat "$refused"); not asking again within a day (rm $refused to retry)"
+	exit 1
+fi
 if [ -f "$dir/complete" ]; then
 	log "installing the cached build from $dir"
 	install_build
@@ -81,7 +89,10 @@ build_deps dpkg-dev
 rm -rf "$dir/src" "$dir/root"
 mkdir -p "$dir/src"
 log "fetching the source package"
-debsrc_unpack "$pkg" "$srcver" "$dir/src" "$buildlog"
+if ! debsrc_unpack "$pkg" "$srcver" "$dir/src" "$buildlog"; then
+	date -u +"on %Y-%m-%d at %H:%M UTC" >"$refused"
+	exit 1
+fi
 # The release tarball carries the parser and scanner already generated:
 # no bison or flex.
 build_deps build-essential pkg-config libssl-dev libicu-dev liblz4-dev libzstd-dev \
