@@ -1,20 +1,30 @@
 #!/usr/bin/env bash
-# Builds and installs a PostgreSQL major version that Debian 12 does not
-# ship (17) from Debian 13's source package, beside the host's 15, in
-# Debian's layout: /usr/lib/postgresql/N/bin, /usr/lib/postgresql/N/lib
-# (with its own libpq: the host's libpq5 stays untouched),
-# /usr/share/postgresql/N, /usr/include/postgresql/N/server.
-# Usage: scripts/postgresql.sh 17
+# Installs a PostgreSQL major version that Debian 12 does not ship (17)
+# beside the host's 15, from Debian 13's (trixie) binary packages, in
+# Debian's layout: /usr/lib/postgresql/N/bin and lib, /usr/share/postgresql/N,
+# /usr/include/postgresql/N/server (for PGXS). With it come trixie's builds
+# of pgvector and TimescaleDB for N (Debian's TimescaleDB is the Apache 2
+# edition, built without telemetry). Usage: scripts/postgresql.sh 17
 #
-# The source comes from Debian 13's archive as the extensions' do
-# (scripts/debsrc.sh, version pinned in scripts/extensions.env). The build
-# is lean: configured here from the unpacked source with what the runtime
-# uses (OpenSSL, ICU, LZ4, Zstandard, libuuid for uuid-ossp, the system's
-# time zones, the contrib modules such as amcheck), without LLVM, NLS,
-# libxml, documentation or tests, and always at the lowest CPU priority.
-# The result is kept under $DBCLOUD_PG_CACHE/postgresql-N-<version> and
-# copied into place again when missing; an installed build of the pinned
-# version costs no work at all.
+# Debian 13's binaries need trixie's glibc (2.41; Debian 12 has 2.36), so
+# they run on a private trixie root: mmdebstrap extracts the packages and
+# every library they depend on from the host's own Debian mirror (nothing
+# else is downloaded) into $DBCLOUD_PG_CACHE/trixie-N-<version>, and
+# patchelf points each PostgreSQL program and library at that root's
+# dynamic loader and libraries (DT_RPATH, which unlike DT_RUNPATH also
+# covers the libraries' own dependencies and dlopen). No environment
+# variable is involved, so the host programs PostgreSQL starts
+# (archive_command's shell, cp) keep the host's libraries. Extensions
+# compiled on this host load too: trixie's glibc still provides the older
+# symbol versions they ask for. Locale data and gconv modules stay the
+# host's; the runtime's clusters use the C locale and UTF8, which need
+# neither.
+#
+# The programs are copied into the Debian paths (not linked there) so that
+# PostgreSQL, which finds its share directory and pg_config's paths from its
+# own executable's real location, reports the same paths as a Debian
+# install: no path of the cache reaches tenants' error messages or logs.
+# The root is kept by version; an installed pinned version costs no work.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=extensions.env
@@ -27,22 +37,26 @@ here=$(cd "$(dirname "$0")" && pwd)
 CACHE=${DBCLOUD_PG_CACHE:-/var/cache/dbcloud/postgresql}
 major=${1:?usage: postgresql.sh 17}
 case "$major" in
-17) srcver=$POSTGRESQL17_SRC_VERSION ;;
-*) echo "postgresql.sh: no pinned source for PostgreSQL $major" >&2; exit 2 ;;
+17) ver=$POSTGRESQL17_VERSION ;;
+*) echo "postgresql.sh: no pinned version of PostgreSQL $major" >&2; exit 2 ;;
 esac
 pkg=postgresql-$major
-# 17.12-0+deb13u1 -> 17.12, what `postgres --version` ends with.
-upver=${srcver%%-*}
+root="$CACHE/trixie-$major-$ver"
+# The loader and library directories every program and library is pointed at.
+interp="$root/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
+rpath="$root/usr/lib/postgresql/$major/lib:$root/usr/lib/x86_64-linux-gnu"
 bindir=/usr/lib/postgresql/$major/bin
 
-log() { echo "dbcloud: $pkg $upver: $*" >&2; }
+log() { echo "dbcloud: $pkg $ver: $*" >&2; }
 
-# installed succeeds when the pinned version's server, pg_config and the
-# contrib modules the runtime needs (amcheck, for pg_amcheck) are in place.
+# installed succeeds when the pinned version's server runs (so its root's
+# loader and libraries are in place), with pg_config, the headers and the
+# contrib modules the runtime needs (amcheck, for pg_amcheck).
 installed() {
 	[ -x "$bindir/postgres" ] && [ -x "$bindir/pg_config" ] &&
-		[ "$("$bindir/postgres" --version 2>/dev/null | awk '{print $3}')" = "$upver" ] &&
-		[ -f "/usr/share/postgresql/$major/extension/amcheck.control" ]
+		[ "$("$bindir/postgres" --version 2>/dev/null)" = "postgres (PostgreSQL) ${ver%%-*} (Debian $ver)" ] &&
+		[ -f "/usr/share/postgresql/$major/extension/amcheck.control" ] &&
+		[ -f "/usr/include/postgresql/$major/server/postgres.h" ]
 }
 
 if installed; then
@@ -52,10 +66,6 @@ if [ "$(id -u)" -ne 0 ]; then
 	exec sudo -n "$0" "$@"
 fi
 
-# install_build copies the build into place, unlinking each file first:
-# running postmasters have the old libraries mapped.
-install_build() { cp -a --remove-destination "$dir/root/." /; }
-
 mkdir -p "$CACHE"
 exec 9>"$CACHE/.lock"
 flock 9
@@ -63,59 +73,89 @@ if installed; then
 	exit 0
 fi
 
-dir="$CACHE/$pkg-$srcver"
-# The archive's refusal of the source (a 404, which asking again does not
-# change) is remembered for a day: every deps.sh run would otherwise wait
-# for it again.
-refused="$CACHE/$pkg-$srcver.refused"
-if [ -n "$(find "$refused" -mmin -1440 2>/dev/null)" ]; then
-	log "the archive refused the source $(cat "$refused"); not asking again within a day (rm $refused to retry)"
-	exit 1
-fi
-if [ -f "$dir/complete" ]; then
-	log "installing the cached build from $dir"
-	install_build
+# install_root copies the root's PostgreSQL into Debian's paths, unlinking
+# each file first: running postmasters have the old programs mapped.
+install_root() {
+	local d
+	for d in lib/postgresql share/postgresql include/postgresql; do
+		mkdir -p "/usr/$d/$major"
+		cp -a --remove-destination "$root/usr/$d/$major/." "/usr/$d/$major/"
+	done
+}
+
+if [ -f "$root/complete" ]; then
+	log "installing from $root"
+	install_root
 	installed && exit 0
-	log "the cached build does not install the pinned version; building again"
-	rm -rf "$dir"
+	log "the cached root does not run; making it again"
+	rm -rf "$root"
 fi
 
 start=$(date +%s)
-mkdir -p "$dir"
-build_log "$dir/build.log"
-# The source first: where the archive refuses it, nothing else is
-# installed for nothing.
-build_deps dpkg-dev
-rm -rf "$dir/src" "$dir/root"
-mkdir -p "$dir/src"
-log "fetching the source package"
-if ! debsrc_unpack "$pkg" "$srcver" "$dir/src" "$buildlog"; then
-	date -u +"on %Y-%m-%d at %H:%M UTC" >"$refused"
-	exit 1
-fi
-# The release tarball carries the parser and scanner already generated:
-# no bison or flex.
-build_deps build-essential pkg-config libssl-dev libicu-dev liblz4-dev libzstd-dev \
-	libreadline-dev zlib1g-dev uuid-dev
-cd "$dir/src/tree"
+tmp=$(mktemp -d "$CACHE/.trixie-$major.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+build_log "$tmp/build.log"
+build_deps mmdebstrap patchelf
 
-log "configuring (log: $buildlog)"
-nice -n 19 ./configure --prefix="/usr/lib/postgresql/$major" --bindir="$bindir" \
-	--libdir="/usr/lib/postgresql/$major/lib" --datadir="/usr/share/postgresql/$major" \
-	--includedir="/usr/include/postgresql/$major" --sysconfdir=/etc/postgresql-common \
-	--mandir="/usr/share/postgresql/$major/man" --docdir="/usr/share/doc/$pkg" \
-	--with-extra-version=" (Debian $srcver)" --with-openssl --with-icu --with-lz4 --with-zstd \
-	--with-uuid=e2fs --with-system-tzdata=/usr/share/zoneinfo --with-pgport=5432 \
-	--without-llvm --disable-nls --without-libxml \
-	CFLAGS="-O2 -fstack-protector-strong -Wformat -Werror=format-security -fno-omit-frame-pointer" \
-	LDFLAGS="-Wl,-z,relro -Wl,-z,now" >>"$buildlog" 2>&1 || fail "configure failed"
-log "building"
-# world-bin: the server, the client programs and contrib, without docs.
-nice -n 19 make -j"$(nproc)" world-bin >>"$buildlog" 2>&1 || fail "make failed"
-nice -n 19 make install-world-bin DESTDIR="$dir/root" >>"$buildlog" 2>&1 || fail "make install failed"
+# extract: the packages and their dependencies unpacked, no maintainer
+# script run (no postgres user, no cluster, nothing started in the root).
+# The server headers come without their Depends (clang and LLVM's headers,
+# about 400 MB, which only JIT bitcode needs).
+mirror=$(debian_mirror)
+security=$(debian_mirror security)
+keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+sources=("deb [signed-by=$keyring] $mirror trixie main")
+[ -z "$security" ] || sources+=("deb [signed-by=$keyring] $security trixie-security main")
+log "extracting Debian 13's packages from $mirror (log: $buildlog)"
+nice -n 19 mmdebstrap --variant=extract \
+	--include="$pkg=$ver,$pkg-pgvector=$PGVECTOR_SRC_VERSION,$pkg-timescaledb=$TIMESCALEDB_SRC_VERSION" \
+	--extract-hook='cd "$1/tmp" && APT_CONFIG=$MMDEBSTRAP_APT_CONFIG apt-get download -q '"postgresql-server-dev-$major=$ver"' &&
+		dpkg-deb -x ./*.deb "$1" && rm ./*.deb' \
+	--extract-hook='rm -rf "$1"/usr/share/doc "$1"/usr/share/man "$1"/usr/share/info "$1"/usr/share/lintian' \
+	trixie "$tmp/root" "${sources[@]}" >>"$buildlog" 2>&1 || fail "mmdebstrap failed"
 
-install_build
-installed || fail "the build did not install PostgreSQL $upver"
-rm -rf "$dir/src"
-touch "$dir/complete"
-log "built and installed in $(($(date +%s) - start)) s"
+# The root's final paths go into the ELF files, so it moves into place
+# first; it is marked complete only once patched and checked.
+rm -rf "$root"
+mv "$tmp/root" "$root"
+
+# elf FILE succeeds for an ELF file.
+elf() { [ "$(head -c4 "$1" | od -An -c | tr -d ' ')" = '177ELF' ]; }
+log "pointing the programs and libraries at $root"
+patched=()
+while IFS= read -r -d '' f; do
+	elf "$f" || continue
+	if patchelf --print-interpreter "$f" >/dev/null 2>&1; then
+		patchelf --set-interpreter "$interp" "$f" >>"$buildlog" 2>&1 || fail "patchelf --set-interpreter $f failed"
+	fi
+	patchelf --force-rpath --set-rpath "$rpath" "$f" >>"$buildlog" 2>&1 || fail "patchelf --set-rpath $f failed"
+	patched+=("$f")
+done < <(find "$root/usr/lib/postgresql/$major" -type f -print0)
+# A library with its own DT_RUNPATH (LLVM's) hides the programs' DT_RPATH
+# from its dependencies: it gets the root's path too.
+while IFS= read -r -d '' f; do
+	if elf "$f" && readelf -d "$f" 2>/dev/null | grep -qE '\((RUNPATH|RPATH)\)'; then
+		patchelf --force-rpath --set-rpath "$rpath" "$f" >>"$buildlog" 2>&1 || fail "patchelf --set-rpath $f failed"
+		patched+=("$f")
+	fi
+done < <(find "$root/usr/lib/x86_64-linux-gnu" -maxdepth 1 -type f -name '*.so*' -print0)
+
+# Every patched file must resolve each library inside the root: one from
+# the host (an older libssl, say) would be mixed into trixie's glibc.
+for f in "${patched[@]}"; do
+	out=$("$interp" --list "$f" 2>&1) || fail "$f does not load: $out"
+	if outside=$(grep '=>' <<<"$out" | grep -v "=> $root/"); then
+		fail "$f loads libraries from outside $root: $outside"
+	fi
+done
+for f in "$root/usr/lib/postgresql/$major/bin/"*; do
+	elf "$f" || continue # pgindent, a Perl script
+	"$f" --version >>"$buildlog" 2>&1 || fail "$f --version failed"
+done
+touch "$root/complete"
+
+install_root
+installed || fail "the installed PostgreSQL $major does not run"
+rm -rf "$tmp"
+trap - EXIT
+log "installed in $(($(date +%s) - start)) s"
