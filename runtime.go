@@ -16,8 +16,10 @@ import (
 // Runtime is what the domain asks of the runtime while answering a request.
 // Everything slow or fallible goes through operations and the engine instead.
 type Runtime interface {
-	// Extensions lists the PostgreSQL extensions the runtime can create.
-	Extensions() map[string]bool
+	// PGVersions lists the PostgreSQL major versions services can run on,
+	// oldest first, each with the extensions it can create; a create
+	// chooses one (decisions.md section 11).
+	PGVersions() []PGVersion
 	// PortFree reports whether nothing else on the host holds the port.
 	PortFree(port int) bool
 	// SetPassword makes verifier the password of tsdbadmin on the running

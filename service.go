@@ -150,6 +150,9 @@ type ServiceSpec struct {
 	SyncReplicas int         `json:"sync_replicas"`
 	Pooler       bool        `json:"pooler"`
 	VPCID        string      `json:"vpc_id,omitempty"`
+	// PGVersion is the PostgreSQL major version the service runs: chosen
+	// at create, its parent's for a fork (decisions.md section 11).
+	PGVersion int `json:"pg_version,omitempty"`
 	// Running is false when the client stopped the service.
 	Running bool `json:"running"`
 }
@@ -189,6 +192,10 @@ type Service struct {
 	// PausedAt is when the idle clock paused the service; nil unless it
 	// is auto-paused (a stop clears it: a stopped service is not woken).
 	PausedAt *time.Time `json:"paused_at,omitempty"`
+	// PGVersionFull is the full PostgreSQL version of Spec.PGVersion's
+	// binaries ("17.12") when the service was made; "" for a service
+	// made before versions were recorded.
+	PGVersionFull string `json:"pg_version_full,omitempty"`
 	// Instances lists the running instances, primary first, as last observed.
 	Instances []Instance `json:"instances,omitempty"`
 }
@@ -262,7 +269,9 @@ func (r *ReadReplicaSet) AsService(parent *Service) *Service {
 		Created: r.Created, Generation: r.Generation, Status: status, StatusReason: r.StatusReason,
 		Spec: ServiceSpec{
 			Size: r.Spec.Size, Environment: r.Spec.Environment, Pooler: r.Spec.Pooler, Running: true,
+			PGVersion: parent.Spec.PGVersion,
 		},
 		Endpoint: r.Endpoint, PoolerEndpoint: r.PoolerEndpoint, PoolerPort: r.PoolerPort, Instances: instances,
+		PGVersionFull: parent.PGVersionFull,
 	}
 }

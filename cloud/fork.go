@@ -16,6 +16,9 @@ type ServiceFork struct {
 	MemoryGBs   string
 	Environment string
 	TargetTime  *time.Time
+	// PGVersion, when given, must be the parent's: a fork restores the
+	// parent's data files, which only its own major version reads.
+	PGVersion *int
 }
 
 // ForkService records a new service that will hold the parent's data.
@@ -60,6 +63,9 @@ func (c *Cloud) ForkService(ctx context.Context, projectID, parentID string, in 
 	default:
 		return nil, dbcloud.Errorf(dbcloud.KindConflict, "Service %s is %s; it can be forked when READY or PAUSED.", parent.ID, parent.Status)
 	}
+	if err := checkForkVersion(parent, in.PGVersion); err != nil {
+		return nil, err
+	}
 	if err := c.checkForkSource(ctx, parent, strategy, in.TargetTime); err != nil {
 		return nil, err
 	}
@@ -82,7 +88,9 @@ func (c *Cloud) ForkService(ctx context.Context, projectID, parentID string, in 
 		ID: dbcloud.NewID(), ProjectID: projectID, Name: name, Region: parent.Region, Type: parent.Type,
 		Spec: dbcloud.ServiceSpec{
 			Size: size, Addons: slices.Clone(parent.Spec.Addons), Environment: env, Running: true,
+			PGVersion: parent.Spec.PGVersion,
 		},
+		PGVersionFull:    parent.PGVersionFull,
 		Fork:             &dbcloud.ForkSource{ProjectID: projectID, ServiceID: parent.ID, Strategy: strategy, TargetTime: in.TargetTime},
 		PasswordVerifier: dbcloud.NewSCRAMVerifier(password),
 	}
@@ -90,6 +98,16 @@ func (c *Cloud) ForkService(ctx context.Context, projectID, parentID string, in 
 		return nil, err
 	}
 	return &ServiceView{Service: svc, InitialPassword: password}, nil
+}
+
+// checkForkVersion refuses a fork asked for on another major version than
+// its parent's (decisions.md section 11: fork, then upgrade the fork).
+func checkForkVersion(parent *dbcloud.Service, want *int) error {
+	if want == nil || *want == parent.Spec.PGVersion {
+		return nil
+	}
+	return dbcloud.Errorf(dbcloud.KindInvalid,
+		"pg_version %d: a fork runs its parent's PostgreSQL %d; fork it, then upgrade the fork.", *want, parent.Spec.PGVersion)
 }
 
 // copyingFork returns a fork of s that has not started yet, so still

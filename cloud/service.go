@@ -28,6 +28,9 @@ type ServiceCreate struct {
 	Environment string
 	Region      string
 	Replicas    *int
+	// PGVersion is the PostgreSQL major version asked for; nil: the
+	// newest the installation runs.
+	PGVersion *int
 }
 
 // HAChange is a setHA request; nil fields keep their current value.
@@ -161,7 +164,11 @@ func (c *Cloud) CreateService(ctx context.Context, projectID string, in ServiceC
 	if in.Name, err = dbcloud.NormalName("name", in.Name); err != nil {
 		return nil, err
 	}
-	addons, err := c.parseAddons(in.Addons)
+	version, err := dbcloud.ChoosePGVersion(in.PGVersion, c.Runtime.PGVersions())
+	if err != nil {
+		return nil, err
+	}
+	addons, err := c.parseAddons(in.Addons, version)
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +198,9 @@ func (c *Cloud) CreateService(ctx context.Context, projectID string, in ServiceC
 		ID: dbcloud.NewID(), ProjectID: projectID, Name: in.Name, Region: region, Type: dbcloud.ServiceTypeFor(addons),
 		Spec: dbcloud.ServiceSpec{
 			Size: size, Addons: addons, Environment: env, Replicas: replicas, Running: true,
+			PGVersion: version.Major,
 		},
+		PGVersionFull:    version.Full,
 		PasswordVerifier: dbcloud.NewSCRAMVerifier(password),
 	}
 	if err := c.insertService(ctx, svc, password, 0, dbcloud.OpCreateService); err != nil {
@@ -241,9 +250,11 @@ func (c *Cloud) insertService(ctx context.Context, svc *dbcloud.Service, passwor
 	})
 }
 
-func (c *Cloud) parseAddons(names []string) ([]dbcloud.Addon, error) {
+// parseAddons validates the addons asked for a service on version, whose
+// installation must have each addon's extension.
+func (c *Cloud) parseAddons(names []string, version dbcloud.PGVersion) ([]dbcloud.Addon, error) {
 	var out []dbcloud.Addon
-	avail := c.Runtime.Extensions()
+	avail := version.Extensions
 	for _, n := range names {
 		a := dbcloud.Addon(n)
 		if a != dbcloud.AddonTimeSeries && a != dbcloud.AddonAI {
@@ -254,7 +265,7 @@ func (c *Cloud) parseAddons(names []string) ([]dbcloud.Addon, error) {
 		}
 		if !avail[a.Extension()] {
 			return nil, dbcloud.CodedErrorf(dbcloud.KindInvalid, dbcloud.CodeAddonUnavailable,
-				"addon %q needs the PostgreSQL extension %q, which this server's PostgreSQL does not have.", a, a.Extension())
+				"addon %q needs the PostgreSQL extension %q, which this server's PostgreSQL %d does not have.", a, a.Extension(), version.Major)
 		}
 		out = append(out, a)
 	}

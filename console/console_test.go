@@ -43,8 +43,10 @@ func (r *fakeRuntime) CredentialLogins(context.Context, *dbcloud.Service) (map[s
 	return nil, nil
 }
 
-func (r *fakeRuntime) Extensions() map[string]bool { return map[string]bool{"vector": true} }
-func (r *fakeRuntime) PortFree(int) bool           { return true }
+func (r *fakeRuntime) PGVersions() []dbcloud.PGVersion {
+	return []dbcloud.PGVersion{{Major: 15, Full: "15.20", Extensions: map[string]bool{"vector": true}}}
+}
+func (r *fakeRuntime) PortFree(int) bool { return true }
 func (r *fakeRuntime) SetPassword(_ context.Context, s *dbcloud.Service, v string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()

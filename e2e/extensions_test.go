@@ -25,13 +25,19 @@ import (
 // it there.
 func requireExtension(t testing.TB, name string) {
 	t.Helper()
-	out, err := exec.Command("/usr/lib/postgresql/15/bin/pg_config", "--sharedir").Output()
+	requireVersionExtension(t, 15, name)
+}
+
+// requireVersionExtension is requireExtension for PostgreSQL major.
+func requireVersionExtension(t testing.TB, major int, name string) {
+	t.Helper()
+	out, err := exec.Command(fmt.Sprintf("/usr/lib/postgresql/%d/bin/pg_config", major), "--sharedir").Output()
 	if err == nil {
 		if _, err = os.Stat(filepath.Join(strings.TrimSpace(string(out)), "extension", name+".control")); err == nil {
 			return
 		}
 	}
-	msg := fmt.Sprintf("the PostgreSQL extension %s is not installed (scripts/deps.sh builds it): %v", name, err)
+	msg := fmt.Sprintf("the PostgreSQL %d extension %s is not installed (scripts/deps.sh builds it): %v", major, name, err)
 	if os.Getenv("CI") != "" {
 		t.Fatal(msg)
 	}

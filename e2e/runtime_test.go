@@ -62,6 +62,7 @@ var localReasons = map[string]string{
 	"TestRestart_AdoptsPostmasters":                 "checks that host postmasters are adopted",
 	"TestDiskFull":                                  "fills a disk image mounted on this host",
 	"TestTimescaleDB":                               "reads instances' files on this host",
+	"TestPGVersions":                                "needs PostgreSQL 17 on this host (no CloudNativePG image for 17 is built yet)",
 	"TestAddonTypes":                                "needs the host's extension builds",
 	"TestPgvector":                                  "needs the host's extension builds",
 	"TestTimescaleDB_HAFailover":                    "kills a postmaster on this host",

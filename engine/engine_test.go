@@ -112,8 +112,10 @@ func (p *provisioner) CheckService(ctx context.Context, s *dbcloud.Service, meas
 // stubRuntime answers the request-time questions of the domain.
 type stubRuntime struct{}
 
-func (stubRuntime) Extensions() map[string]bool { return nil }
-func (stubRuntime) PortFree(int) bool           { return true }
+func (stubRuntime) PGVersions() []dbcloud.PGVersion {
+	return []dbcloud.PGVersion{{Major: 15, Full: "15.20"}}
+}
+func (stubRuntime) PortFree(int) bool { return true }
 func (stubRuntime) SetPassword(context.Context, *dbcloud.Service, string) error {
 	return nil
 }

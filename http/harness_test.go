@@ -122,7 +122,14 @@ func (r *testRuntime) HostCapacity() (dbcloud.HostCapacity, error) {
 	return dbcloud.HostCapacity{CPUMillis: 1 << 20, MemoryBytes: 1 << 50, Overcommit: 1, DiskFreeBytes: 1 << 50}, nil
 }
 
-func (r *testRuntime) Extensions() map[string]bool { return map[string]bool{"vector": true} }
+// PGVersions are two, so that choosing one is tested; each has the ai
+// addon's extension.
+func (r *testRuntime) PGVersions() []dbcloud.PGVersion {
+	return []dbcloud.PGVersion{
+		{Major: 15, Full: "15.20", Extensions: map[string]bool{"vector": true}},
+		{Major: 17, Full: "17.12", Extensions: map[string]bool{"vector": true}},
+	}
+}
 func (r *testRuntime) PortFree(p int) bool {
 	if r.portFree != nil {
 		return r.portFree(p)
@@ -330,7 +337,9 @@ type service struct {
 		ServiceID string `json:"service_id"`
 	} `json:"forked_from"`
 	Metadata struct {
-		Environment string `json:"environment"`
+		Environment   string `json:"environment"`
+		PGVersion     int    `json:"pg_version"`
+		PGVersionFull string `json:"pg_version_full"`
 	} `json:"metadata"`
 	ConnectionPooler *struct{} `json:"connection_pooler"`
 	ReadReplicaSets  []struct {

@@ -265,6 +265,7 @@ func (h *Handler) createService(w http.ResponseWriter, r *http.Request) (int, an
 	v, err := h.cloud.CreateService(r.Context(), r.PathValue("project_id"), cloud.ServiceCreate{
 		Name: *in.Name, Addons: in.Addons, CPUMillis: str(in.CPUMillis), MemoryGBs: str(in.MemoryGBs),
 		Environment: str(in.EnvironmentTag), Region: str(in.RegionCode), Replicas: in.ReplicaCount,
+		PGVersion: in.PGVersion,
 	})
 	return serviceResult(v, err)
 }
@@ -369,7 +370,7 @@ func (h *Handler) forkService(w http.ResponseWriter, r *http.Request) (int, any,
 	}
 	return serviceResult(h.cloud.ForkService(r.Context(), r.PathValue("project_id"), r.PathValue("service_id"), cloud.ServiceFork{
 		Strategy: *in.ForkStrategy, Name: in.Name, CPUMillis: str(in.CPUMillis), MemoryGBs: str(in.MemoryGBs),
-		Environment: str(in.EnvironmentTag), TargetTime: in.TargetTime,
+		Environment: str(in.EnvironmentTag), TargetTime: in.TargetTime, PGVersion: in.PGVersion,
 	}))
 }
 

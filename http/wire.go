@@ -74,6 +74,10 @@ type haJSON struct {
 
 type metadataJSON struct {
 	Environment string `json:"environment"`
+	// PGVersion and PGVersionFull say which PostgreSQL the service runs
+	// (decisions.md section 11).
+	PGVersion     int    `json:"pg_version,omitempty"`
+	PGVersionFull string `json:"pg_version_full,omitempty"`
 }
 
 type metricsJSON struct {
@@ -199,6 +203,7 @@ type serviceCreateRequest struct {
 	EnvironmentTag *string  `json:"environment_tag"`
 	RegionCode     *string  `json:"region_code"`
 	ReplicaCount   *int     `json:"replica_count"`
+	PGVersion      *int     `json:"pg_version"`
 }
 
 type forkRequest struct {
@@ -208,6 +213,7 @@ type forkRequest struct {
 	MemoryGBs      *string    `json:"memory_gbs"`
 	TargetTime     *time.Time `json:"target_time"`
 	EnvironmentTag *string    `json:"environment_tag"`
+	PGVersion      *int       `json:"pg_version"`
 }
 
 type resizeRequest struct {
@@ -311,7 +317,9 @@ func toService(v *cloud.ServiceView) *serviceJSON {
 		ServiceID: s.ID, ServiceType: string(s.Type), Status: string(s.Status), StatusReason: s.StatusReason,
 		Endpoint:        toEndpoint(s.Endpoint),
 		InitialPassword: v.InitialPassword,
-		Metadata:        &metadataJSON{Environment: string(s.Spec.Environment)},
+		Metadata: &metadataJSON{
+			Environment: string(s.Spec.Environment), PGVersion: s.Spec.PGVersion, PGVersionFull: s.PGVersionFull,
+		},
 	}
 	spec := toResourceSpec(s.Spec.Size)
 	if len(s.Instances) > 0 {

@@ -29,3 +29,12 @@ build_deps() {
 			fail "installing ${need[*]} failed"
 	fi
 }
+
+# server_dev MAJOR names the Debian package with the server headers of
+# PostgreSQL MAJOR when Debian 12 ships that version (15); a version that
+# scripts/postgresql.sh installs comes with its headers: none.
+server_dev() {
+	case "$1" in
+	15) echo "postgresql-server-dev-$1" ;;
+	esac
+}

@@ -1,4 +1,5 @@
-# Sourced by scripts/extensions.sh and scripts/pgbouncer.sh: fetches and
+# Sourced by scripts/extensions.sh, scripts/pgbouncer.sh and
+# scripts/postgresql.sh: finds the host's Debian mirror, and fetches and
 # unpacks a pinned source package from the Debian suite named in
 # scripts/extensions.env ($DBCLOUD_EXT_SUITE), on the mirror the host
 # already uses (a deb-src line in its own file), by `apt-get source`, never
@@ -6,17 +7,29 @@
 
 DEBSRC_LIST=/etc/apt/sources.list.d/dbcloud-extensions-src.list
 
+# debian_mirror [security] prints the Debian mirror the host's own apt
+# sources name (deb.debian.org when they name none), or with "security"
+# its security archive (nothing when they name none).
+debian_mirror() {
+	local lists=() f found
+	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list; do
+		if [ -f "$f" ] && [ "$f" != "$DEBSRC_LIST" ]; then lists+=("$f"); fi
+	done
+	found=$(grep -hoE '^[^#]*https?://[^ ]+/debian(-security)?/?( |$)' "${lists[@]}" 2>/dev/null |
+		grep -oE 'https?://[^ ]+' | sed 's,/$,,' || true)
+	if [ "${1:-}" = security ]; then
+		grep -m1 -- "-security$" <<<"$found" || true
+	else
+		grep -v -- "-security$" <<<"$found" | grep -m1 . || echo http://deb.debian.org/debian
+	fi
+}
+
 # debsrc_unpack PKG VERSION DIR LOG unpacks PKG=VERSION into DIR/tree
 # (DIR must be empty), logging to LOG. apt checks the files against the
 # signed Sources index, so dpkg-source need not check them again.
 debsrc_unpack() {
-	local pkg=$1 srcver=$2 dir=$3 buildlog=$4 lists=() f mirror line
-	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list; do
-		if [ -f "$f" ] && [ "$f" != "$DEBSRC_LIST" ]; then lists+=("$f"); fi
-	done
-	mirror=$(grep -hoE '^[^#]*https?://[^ ]+/debian/?( |$)' "${lists[@]}" 2>/dev/null | grep -oE 'https?://[^ ]+' |
-		grep -v -- "-security" | head -n 1 || true)
-	mirror=${mirror:-http://deb.debian.org/debian}
+	local pkg=$1 srcver=$2 dir=$3 buildlog=$4 mirror line
+	mirror=$(debian_mirror)
 	line="deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] ${mirror%/} $DBCLOUD_EXT_SUITE main"
 	if [ "$(cat "$DEBSRC_LIST" 2>/dev/null)" != "$line" ]; then
 		echo "$line" >"$DEBSRC_LIST"

@@ -15,7 +15,10 @@
 # addons with ADDON_UNAVAILABLE. It also builds dbcloud_guard, the library
 # every instance preloads to keep tenants inside their own database
 # (scripts/guard.sh, docs/security.md); without it tenants could reach the
-# host, so a failed build fails this script. Go must be on PATH or in
+# host, so a failed build fails this script. PostgreSQL 17 is installed beside
+# 15 from Debian 13's binary packages (scripts/postgresql.sh), with their
+# TimescaleDB and pgvector, then the guard is built for it; without it
+# services run on 15 only. Go must be on PATH or in
 # /usr/local/go.
 # Safe to run again: it changes nothing that is in place.
 set -euo pipefail
@@ -53,6 +56,24 @@ fi
 if ! "$(dirname "$0")/guard.sh"; then
 	echo "dbcloud: ERROR: could not build the dbcloud_guard library (extensions/dbcloud_guard); dbcloud does not run services without it" >&2
 	exit 1
+fi
+
+# PostgreSQL 17 beside 15 (scripts/postgresql.sh), with the same
+# extensions (Debian 13's builds, which postgresql.sh installs: extensions.sh
+# finds them in place and builds only if they are not) and the guard.
+# Without it dbcloud offers 15 only: creates asking for 17 answer 400
+# naming the versions there are.
+if "$(dirname "$0")/postgresql.sh" 17; then
+	for ext in timescaledb pgvector; do
+		if ! "$(dirname "$0")/extensions.sh" "$ext" 17; then
+			echo "dbcloud: WARNING: could not build the $ext extension for PostgreSQL 17; services on 17 with its addon will answer ADDON_UNAVAILABLE" >&2
+		fi
+	done
+	if ! "$(dirname "$0")/guard.sh" 17; then
+		echo "dbcloud: WARNING: could not build dbcloud_guard for PostgreSQL 17; dbcloud offers PostgreSQL 15 only" >&2
+	fi
+else
+	echo "dbcloud: WARNING: could not install PostgreSQL 17; dbcloud offers PostgreSQL 15 only" >&2
 fi
 
 if ! command -v go >/dev/null 2>&1; then

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds and installs one PostgreSQL extension for the host's PostgreSQL 15
-# from a Debian 13 source package, when the installed one is missing or not
-# the pinned version. Usage: scripts/extensions.sh timescaledb|pgvector
+# Builds and installs one PostgreSQL extension for one of the host's
+# PostgreSQL versions (15 by default) from a Debian 13 source package, when
+# the installed one is missing or not the pinned version.
+# Usage: scripts/extensions.sh timescaledb|pgvector [MAJOR]
+# ($PG_CONFIG, if set, names the version's pg_config instead of MAJOR).
 #
 # Debian 12 ships neither TimescaleDB nor pgvector for PostgreSQL 15, and
 # Debian 13's binary packages need a newer libc, so the sources come from
@@ -28,10 +30,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=buildlib.sh
 . "$here/buildlib.sh"
 
-PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/${2:-15}/bin/pg_config}
 CACHE=${DBCLOUD_EXT_CACHE:-/var/cache/dbcloud/extensions}
+# The major version, from Debian's layout /usr/lib/postgresql/N/bin.
+major=$(basename "$(dirname "$(dirname "$PG_CONFIG")")")
 
-pkg=${1:?usage: extensions.sh timescaledb|pgvector}
+pkg=${1:?usage: extensions.sh timescaledb|pgvector [MAJOR]}
 case "$pkg" in
 timescaledb) srcver=$TIMESCALEDB_SRC_VERSION ext=timescaledb ;;
 pgvector) srcver=$PGVECTOR_SRC_VERSION ext=vector ;;
@@ -43,7 +47,7 @@ upver=${srcver#*:}
 upver=${upver%%-*}
 upver=${upver%%+*}
 
-log() { echo "dbcloud: $pkg $upver: $*" >&2; }
+log() { echo "dbcloud: $pkg $upver for PostgreSQL $major: $*" >&2; }
 
 # installed succeeds when PostgreSQL has the pinned version: the control
 # file names it as default_version and the versioned library exists.
@@ -79,7 +83,7 @@ if installed; then
 	exit 0
 fi
 
-dir="$CACHE/$pkg-$srcver"
+dir="$CACHE/$pkg-$srcver-pg$major"
 if [ -f "$dir/complete" ]; then
 	log "installing the cached build from $dir"
 	install_build
@@ -91,7 +95,8 @@ fi
 start=$(date +%s)
 mkdir -p "$dir"
 build_log "$dir/build.log"
-build_deps postgresql-server-dev-15 build-essential cmake dpkg-dev
+build_deps $(server_dev "$major") build-essential cmake dpkg-dev
+[ -x "$PG_CONFIG" ] || fail "$PG_CONFIG not found: PostgreSQL $major is not installed (scripts/postgresql.sh $major)"
 
 rm -rf "$dir/src" "$dir/root"
 mkdir -p "$dir/src"
@@ -103,15 +108,15 @@ log "building (log: $buildlog)"
 export PG_CONFIG
 case "$pkg" in
 timescaledb)
-	./bootstrap -DPG_CONFIG="$PG_CONFIG" -DAPACHE_ONLY=ON -DUSE_TELEMETRY=OFF -DSEND_TELEMETRY_DEFAULT=OFF \
+	nice -n 19 ./bootstrap -DPG_CONFIG="$PG_CONFIG" -DAPACHE_ONLY=ON -DUSE_TELEMETRY=OFF -DSEND_TELEMETRY_DEFAULT=OFF \
 		-DREGRESS_CHECKS=OFF -DTAP_CHECKS=OFF -DGENERATE_DOWNGRADE_SCRIPT=OFF -DWARNINGS_AS_ERRORS=OFF \
 		-DCMAKE_BUILD_TYPE=Release >>"$buildlog" 2>&1 || fail "cmake failed"
-	make -C build -j"$(nproc)" >>"$buildlog" 2>&1 || fail "make failed"
+	nice -n 19 make -C build -j"$(nproc)" >>"$buildlog" 2>&1 || fail "make failed"
 	make -C build install DESTDIR="$dir/root" >>"$buildlog" 2>&1 || fail "make install failed"
 	;;
 pgvector)
 	# with_llvm=no: no JIT bitcode, so clang's version need not match.
-	make -j"$(nproc)" with_llvm=no >>"$buildlog" 2>&1 || fail "make failed"
+	nice -n 19 make -j"$(nproc)" with_llvm=no >>"$buildlog" 2>&1 || fail "make failed"
 	make install with_llvm=no DESTDIR="$dir/root" >>"$buildlog" 2>&1 || fail "make install failed"
 	;;
 esac

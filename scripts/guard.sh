@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds and installs dbcloud_guard (extensions/dbcloud_guard), the library
 # every instance preloads to keep tenants inside their own database
-# (docs/security.md), against the host's PostgreSQL 15 headers with PGXS.
+# (docs/security.md), against one of the host's PostgreSQL versions (15 by
+# default) with PGXS. Usage: scripts/guard.sh [MAJOR] ($PG_CONFIG, if set,
+# names the version's pg_config instead).
 #
 # The build is kept under $DBCLOUD_EXT_CACHE/dbcloud_guard-<hash>, where the
 # hash covers the source and the server's version: a second run with the
@@ -15,12 +17,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=buildlib.sh
 . "$here/buildlib.sh"
 src="$here/../extensions/dbcloud_guard"
-PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/${1:-15}/bin/pg_config}
 CACHE=${DBCLOUD_EXT_CACHE:-/var/cache/dbcloud/extensions}
+major=$(basename "$(dirname "$(dirname "$PG_CONFIG")")")
 
-log() { echo "dbcloud: dbcloud_guard: $*" >&2; }
+log() { echo "dbcloud: dbcloud_guard for PostgreSQL $major: $*" >&2; }
 
-[ -x "$PG_CONFIG" ] || { log "$PG_CONFIG not found: PostgreSQL 15 is not installed"; exit 1; }
+[ -x "$PG_CONFIG" ] || { log "$PG_CONFIG not found: PostgreSQL $major is not installed"; exit 1; }
 hash=$({ "$PG_CONFIG" --version; cat "$src/Makefile" "$src"/*.c "$src"/*.h; } | sha256sum | cut -c1-16)
 dir="$CACHE/dbcloud_guard-$hash"
 lib="$("$PG_CONFIG" --pkglibdir)/dbcloud_guard.so"
@@ -46,10 +49,10 @@ if [ ! -f "$dir/dbcloud_guard.so" ]; then
 	rm -rf "$dir"
 	mkdir -p "$dir/src"
 	build_log "$dir/build.log"
-	build_deps postgresql-server-dev-15 build-essential
+	build_deps $(server_dev "$major") build-essential
 	cp "$src/Makefile" "$src"/*.c "$src"/*.h "$dir/src/"
 	# with_llvm=no: no JIT bitcode, so clang's version need not match.
-	make -C "$dir/src" -j2 with_llvm=no PG_CONFIG="$PG_CONFIG" >>"$buildlog" 2>&1 || fail "make failed"
+	nice -n 19 make -C "$dir/src" -j2 with_llvm=no PG_CONFIG="$PG_CONFIG" >>"$buildlog" 2>&1 || fail "make failed"
 	mv "$dir/src/dbcloud_guard.so" "$dir/dbcloud_guard.so"
 	rm -rf "$dir/src"
 	log "built in $(($(date +%s) - start)) s"

@@ -4,9 +4,11 @@ import "dbcloud"
 
 var services = define(entity[dbcloud.Service]{
 	table: "services", noun: "service",
-	key: []string{"id", "project_id"}, cols: []string{"created"}, set: []string{"created"},
-	values: func(s *dbcloud.Service) []any { return []any{s.ID, s.ProjectID, formatTime(s.Created)} },
-	scope:  func(s *dbcloud.Service) string { return dbcloud.RevisionServices(s.ProjectID) },
+	key: []string{"id", "project_id"}, cols: []string{"created", "pg_version"}, set: []string{"created", "pg_version"},
+	values: func(s *dbcloud.Service) []any {
+		return []any{s.ID, s.ProjectID, formatTime(s.Created), s.Spec.PGVersion}
+	},
+	scope: func(s *dbcloud.Service) string { return dbcloud.RevisionServices(s.ProjectID) },
 })
 
 // InsertService adds a service; ErrDuplicate if the ID exists in any project.

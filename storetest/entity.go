@@ -157,6 +157,17 @@ func testService(t *testing.T, newDB NewDB) {
 		insert(t, s, dbcloud.Tx.UpdateService, u)
 		equal(t, "FindService after update", view(t, s, find("p4", "svc-u")), u)
 	})
+	t.Run("PGVersion", func(t *testing.T) {
+		// The version a service runs is kept through updates, in its
+		// document and its column alike.
+		v := NewService("p6", "svc-v", at(1))
+		v.Spec.PGVersion, v.PGVersionFull = 15, "15.20"
+		insert(t, s, dbcloud.Tx.InsertService, v)
+		equal(t, "FindService", view(t, s, find("p6", "svc-v")), v)
+		v.Spec.PGVersion, v.PGVersionFull = 17, "17.12"
+		insert(t, s, dbcloud.Tx.UpdateService, v)
+		equal(t, "FindService after update", view(t, s, find("p6", "svc-v")), v)
+	})
 	t.Run("Delete", func(t *testing.T) {
 		d := NewService("p5", "svc-d", at(1))
 		insert(t, s, dbcloud.Tx.InsertService, d)

@@ -61,6 +61,7 @@ func NewService(projectID, id string, created time.Time) *dbcloud.Service {
 			Pooler:       true,
 			VPCID:        "1234567890",
 			Running:      true,
+			PGVersion:    17,
 		},
 		Generation: 7,
 		Fork: &dbcloud.ForkSource{
@@ -73,6 +74,7 @@ func NewService(projectID, id string, created time.Time) *dbcloud.Service {
 		Status:             dbcloud.StatusConfiguring,
 		StatusReason:       "resizing primary",
 		ObservedGeneration: 6,
+		PGVersionFull:      "17.12",
 		Endpoint:           &dbcloud.Endpoint{Host: "127.0.0.1", Port: 15432},
 		PoolerEndpoint:     &dbcloud.Endpoint{Host: "127.0.0.1", Port: 15433},
 		VPCEndpoint: &dbcloud.VPCEndpoint{

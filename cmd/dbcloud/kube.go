@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"dbcloud"
@@ -19,8 +20,11 @@ type runtimeProvisioner interface {
 type KubeConfig struct {
 	// Kubeconfig is the cluster's kubeconfig; empty inside a pod (its
 	// service account).
-	Kubeconfig   string
-	Image        string
+	Kubeconfig string
+	Image      string
+	// Images are the images of other PostgreSQL versions,
+	// comma-separated major=image pairs.
+	Images       string
 	StorageSize  string
 	StorageClass string
 	ObjectStore  string
@@ -39,6 +43,7 @@ func kubeFlags(fs interface {
 	fs.StringVar(&c.Runtime, "runtime", "local", "where services run: local (processes on this host) or kubernetes (CloudNativePG clusters; docs/kubernetes.md)")
 	fs.StringVar(&c.Kube.Kubeconfig, "kubeconfig", "", "kubeconfig of the cluster for --runtime kubernetes (empty: the pod's service account)")
 	fs.StringVar(&c.Kube.Image, "kube-image", "", "PostgreSQL image of CloudNativePG clusters (empty: CloudNativePG's default)")
+	fs.StringVar(&c.Kube.Images, "kube-images", "", "comma-separated major=image pairs: the PostgreSQL images of versions besides --kube-image's 15 that services may choose (17=dbcloud.local/postgresql:17)")
 	fs.StringVar(&c.Kube.StorageSize, "kube-storage-size", "10Gi", "volume size of each CloudNativePG instance")
 	fs.StringVar(&c.Kube.StorageClass, "kube-storage-class", "", "storage class of the volumes (empty: the cluster's default)")
 	fs.StringVar(&c.Kube.Extensions, "kube-extensions", "", "comma-separated extensions --kube-image ships, which addons may create (timescaledb, vector); none by default, so addons answer ADDON_UNAVAILABLE")
@@ -61,6 +66,10 @@ func (m *Main) kubernetesRuntime(context.Context) (runtimeProvisioner, dbcloud.N
 			exts[e] = true
 		}
 	}
+	images, err := parseImages(k.Images)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--kube-images: %w", err)
+	}
 	expose, err := kubernetes.ParseExpose(k.Expose)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--kube-expose: %w", err)
@@ -77,11 +86,28 @@ func (m *Main) kubernetesRuntime(context.Context) (runtimeProvisioner, dbcloud.N
 		annotations[strings.TrimSpace(key)] = strings.TrimSpace(value)
 	}
 	rt, err := kubernetes.NewForConfig(rc, kubernetes.Config{
-		Extensions: exts, ImageName: k.Image, StorageSize: k.StorageSize, StorageClass: k.StorageClass,
+		Extensions: exts, ImageName: k.Image, Images: images, StorageSize: k.StorageSize, StorageClass: k.StorageClass,
 		ObjectStore: k.ObjectStore, Expose: expose, ExposeAnnotations: annotations, Logger: m.Logger,
 	})
 	if err != nil {
 		return nil, nil, err
 	}
 	return rt, kubernetes.Network{}, nil
+}
+
+// parseImages reads --kube-images: "17=image,18=image".
+func parseImages(s string) (map[int]string, error) {
+	out := map[int]string{}
+	for _, kv := range strings.Split(s, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		major, image, ok := strings.Cut(kv, "=")
+		n, err := strconv.Atoi(strings.TrimSpace(major))
+		if !ok || err != nil || n < 10 || strings.TrimSpace(image) == "" {
+			return nil, fmt.Errorf("%q is not major=image", kv)
+		}
+		out[n] = strings.TrimSpace(image)
+	}
+	return out, nil
 }

@@ -446,7 +446,7 @@ func (m *Main) localRuntime(ctx context.Context) (runtimeProvisioner, dbcloud.Ne
 			"runtime_dir", runtimeDir, "node_id", c.NodeID)
 	}
 	m.runtime, err = local.New(local.Config{
-		BinDir: c.PGBinDir, DataDir: runtimeDir, Host: c.PublicHost, CA: m.ca,
+		BinDir: c.PGBinDir, BinDirs: pgbin.Installed(""), DataDir: runtimeDir, Host: c.PublicHost, CA: m.ca,
 		PoolSize: c.PoolSize, PoolMaxSize: c.PoolMaxSize, PoolMemoryShare: c.PoolMemoryShare,
 		Overcommit: c.Overcommit, Logger: m.Logger,
 		SnapshotInterval: c.SnapshotInterval, SnapshotRetention: c.SnapshotRetention,

@@ -214,6 +214,18 @@ timescaledb_grows(Oid fn)
 }
 
 /*
+ * PostgreSQL 17 gave pg_logical_emit_message a fourth argument (flush),
+ * which renamed the macros of its OIDs.
+ */
+#if PG_VERSION_NUM >= 170000
+#define F_EMIT_MESSAGE_TEXT F_PG_LOGICAL_EMIT_MESSAGE_BOOL_TEXT_TEXT_BOOL
+#define F_EMIT_MESSAGE_BYTEA F_PG_LOGICAL_EMIT_MESSAGE_BOOL_TEXT_BYTEA_BOOL
+#else
+#define F_EMIT_MESSAGE_TEXT F_PG_LOGICAL_EMIT_MESSAGE_BOOL_TEXT_TEXT
+#define F_EMIT_MESSAGE_BYTEA F_PG_LOGICAL_EMIT_MESSAGE_BOOL_TEXT_BYTEA
+#endif
+
+/*
  * guard_storage_function refuses the functions that write without a
  * statement the other checks see. WAL without bound: logical decoding
  * messages (transactional or not: the non-transactional one has no
@@ -228,8 +240,8 @@ guard_storage_function(Oid fn)
 {
 	switch (fn)
 	{
-		case F_PG_LOGICAL_EMIT_MESSAGE_BOOL_TEXT_TEXT:
-		case F_PG_LOGICAL_EMIT_MESSAGE_BOOL_TEXT_BYTEA:
+		case F_EMIT_MESSAGE_TEXT:
+		case F_EMIT_MESSAGE_BYTEA:
 			refuse_growth("pg_logical_emit_message");
 			break;
 		case F_LO_CREAT:

@@ -2,11 +2,13 @@
 package pgbin
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 )
 
 const defaultBinDir = "/usr/lib/postgresql/15/bin"
@@ -47,4 +49,55 @@ func pgVersion(binDir string) float64 {
 		return -1
 	}
 	return v
+}
+
+// debianRoot holds Debian's per-version directories, /usr/lib/postgresql/N.
+const debianRoot = "/usr/lib/postgresql"
+
+// Installed finds the binary directories of every PostgreSQL major
+// version installed in Debian's layout under root ("" is
+// /usr/lib/postgresql): N/bin with initdb and postgres, by major.
+func Installed(root string) map[int]string {
+	if root == "" {
+		root = debianRoot
+	}
+	out := map[int]string{}
+	dirs, _ := filepath.Glob(filepath.Join(root, "*", "bin"))
+	for _, dir := range dirs {
+		major, err := strconv.Atoi(filepath.Base(filepath.Dir(dir)))
+		if err != nil || major < 10 || !hasInitdb(dir) {
+			continue
+		}
+		if fi, err := os.Stat(filepath.Join(dir, "postgres")); err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		out[major] = dir
+	}
+	return out
+}
+
+// Version reports the version of the server in binDir from
+// `postgres --version` ("postgres (PostgreSQL) 17.12 (Debian ...)"): its
+// major and its full version, "17.12".
+func Version(binDir string) (major int, full string, err error) {
+	out, err := exec.Command(filepath.Join(binDir, "postgres"), "--version").Output()
+	if err != nil {
+		return 0, "", fmt.Errorf("%s --version: %w", filepath.Join(binDir, "postgres"), err)
+	}
+	return parseVersion(string(out))
+}
+
+// parseVersion reads the output of `postgres --version`.
+func parseVersion(out string) (int, string, error) {
+	fields := strings.Fields(out)
+	if len(fields) < 3 || fields[0] != "postgres" || fields[1] != "(PostgreSQL)" {
+		return 0, "", fmt.Errorf("unexpected postgres --version output %q", strings.TrimSpace(out))
+	}
+	full := fields[2]
+	num, _, _ := strings.Cut(full, ".")
+	major, err := strconv.Atoi(num)
+	if err != nil || major < 10 {
+		return 0, "", fmt.Errorf("unexpected PostgreSQL version %q", full)
+	}
+	return major, full, nil
 }

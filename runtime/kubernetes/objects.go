@@ -86,7 +86,7 @@ func (rt *Runtime) setClusterSpec(c *apiv1.Cluster, svc *dbcloud.Service, bootst
 	setHibernation(c, !svc.Spec.Running)
 	s := &c.Spec
 	s.Instances = 1 + svc.Spec.Replicas
-	rt.setCommon(s, svc.Spec.Size)
+	rt.setCommon(s, svc.Spec.Size, svc.Spec.PGVersion)
 	s.PostgresConfiguration.Synchronous = nil
 	if svc.Spec.SyncReplicas > 0 {
 		s.PostgresConfiguration.Synchronous = &apiv1.SynchronousReplicaConfiguration{
@@ -125,9 +125,9 @@ func (rt *Runtime) setClusterSpec(c *apiv1.Cluster, svc *dbcloud.Service, bootst
 }
 
 // setCommon is what a service's Cluster and a replica set's share.
-func (rt *Runtime) setCommon(s *apiv1.ClusterSpec, size dbcloud.Size) {
-	if rt.cfg.ImageName != "" {
-		s.ImageName = rt.cfg.ImageName
+func (rt *Runtime) setCommon(s *apiv1.ClusterSpec, size dbcloud.Size, major int) {
+	if img := rt.imageFor(major); img != "" {
+		s.ImageName = img
 	}
 	res, settings := resourcesFor(size)
 	s.Resources = res

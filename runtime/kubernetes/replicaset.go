@@ -42,7 +42,8 @@ func (rt *Runtime) ApplyReplicaSet(ctx context.Context, parent *dbcloud.Service,
 		c.Labels = mergeLabels(c.Labels, replicaSetLabels(set))
 		s := &c.Spec
 		s.Instances = set.Spec.Nodes
-		rt.setCommon(s, set.Spec.Size)
+		// The set streams its parent's data: the parent's version.
+		rt.setCommon(s, set.Spec.Size, parent.Spec.PGVersion)
 		s.ReplicaCluster = &apiv1.ReplicaClusterConfiguration{Enabled: ptr.To(true), Source: originSource}
 		s.ExternalClusters = []apiv1.ExternalCluster{streamingSource(ns, ClusterName(parent))}
 		if s.Bootstrap == nil {

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	apiv1 "github.com/cloudnative-pg/cloudnative-pg/api/v1"
@@ -41,9 +42,16 @@ type Config struct {
 	// NamespacePrefix names a project's namespace with the project ID
 	// appended (default "dbcloud-").
 	NamespacePrefix string
-	// ImageName is the PostgreSQL image of every Cluster; empty leaves
-	// CNPG's default.
+	// ImageName is the PostgreSQL image of the Clusters of services on
+	// ImageMajor; empty leaves CNPG's default.
 	ImageName string
+	// ImageMajor is ImageName's PostgreSQL major version (default
+	// DefaultImageMajor), which services recorded without a version run.
+	ImageMajor int
+	// Images holds the images of the other PostgreSQL versions services
+	// may choose, by major (decisions.md section 11): a service's Cluster
+	// runs its version's image.
+	Images map[int]string
 	// StorageSize is each instance's volume (default "10Gi").
 	StorageSize string
 	// StorageClass is the class of the volumes; empty uses the cluster's default.
@@ -175,8 +183,44 @@ func NewForConfig(rc *rest.Config, cfg Config) (*Runtime, error) {
 	return New(cfg)
 }
 
-// Extensions lists what the configured image ships.
-func (rt *Runtime) Extensions() map[string]bool { return rt.cfg.Extensions }
+// DefaultImageMajor is the PostgreSQL major version of ImageName when the
+// configuration does not say: what scripts/kube-images.sh builds.
+const DefaultImageMajor = 15
+
+// PGVersions lists ImageMajor and the majors of Images, each with the
+// extensions the images ship. The full versions are the images', which
+// the runtime does not read.
+func (rt *Runtime) PGVersions() []dbcloud.PGVersion {
+	majors := []int{rt.imageMajor()}
+	for major := range rt.cfg.Images {
+		if !slices.Contains(majors, major) {
+			majors = append(majors, major)
+		}
+	}
+	slices.Sort(majors)
+	out := make([]dbcloud.PGVersion, len(majors))
+	for i, major := range majors {
+		out[i] = dbcloud.PGVersion{Major: major, Extensions: rt.cfg.Extensions}
+	}
+	return out
+}
+
+func (rt *Runtime) imageMajor() int {
+	if rt.cfg.ImageMajor == 0 {
+		return DefaultImageMajor
+	}
+	return rt.cfg.ImageMajor
+}
+
+// imageFor is the image of a Cluster running PostgreSQL major: ImageName
+// for ImageMajor and for services recorded without a version; "" leaves
+// CNPG's default.
+func (rt *Runtime) imageFor(major int) string {
+	if img, ok := rt.cfg.Images[major]; ok && major != dbcloud.PGVersionUnknown {
+		return img
+	}
+	return rt.cfg.ImageName
+}
 
 // PortFree is always true: services are reached through Kubernetes
 // Services, not host ports.

@@ -113,7 +113,11 @@ func (rt *Runtime) RecoveryWindow(ctx context.Context, svc *dbcloud.Service) (db
 	}
 	w.Stopped = true
 	w.To = pitr[len(pitr)-1].Finished
-	c, err := rt.backups.LastArchivedCommit(ctx, rt.archiveDir(svc.ID), pitr[0].StartWAL, pitr[0].WALSegmentSize)
+	binDir, err := rt.binDirOf(svc)
+	if err != nil {
+		return w, err
+	}
+	c, err := rt.backups.LastArchivedCommit(ctx, binDir, rt.archiveDir(svc.ID), pitr[0].StartWAL, pitr[0].WALSegmentSize)
 	if err != nil {
 		return w, fmt.Errorf("recovery window of %s: %w", svc.ID, err)
 	}

@@ -352,7 +352,7 @@ func (rt *Runtime) restorePointInTime(ctx context.Context, svc *dbcloud.Service,
 		settings["recovery_target_time"] = target.Format("2006-01-02 15:04:05.999999-07")
 		return settings, from, nil
 	}
-	last, err := rt.backups.LastArchivedCommit(ctx, archive, base.StartWAL, base.WALSegmentSize)
+	last, err := rt.backups.LastArchivedCommit(ctx, spec.BinDir, archive, base.StartWAL, base.WALSegmentSize)
 	if err != nil {
 		return nil, "", err
 	}

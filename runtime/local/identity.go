@@ -116,7 +116,7 @@ func (rt *Runtime) ensureOwner(ctx context.Context, svc *dbcloud.Service) (*osus
 			return nil, err
 		}
 		if !exists {
-			if key, err = rt.claim(ctx, svc.ID); err != nil {
+			if key, err = rt.claim(ctx, svc); err != nil {
 				return nil, err
 			}
 		}
@@ -131,8 +131,14 @@ func (rt *Runtime) ensureOwner(ctx context.Context, svc *dbcloud.Service) (*osus
 // claim takes a prepared cluster and its identity from the pool for a new
 // service and records the identity; it returns the service's ID (its own
 // identity, to be made) when the pool has none, or the service already
-// has data (its instance directory exists).
-func (rt *Runtime) claim(ctx context.Context, id string) (string, error) {
+// has data (its instance directory exists). The cluster is of the
+// service's PostgreSQL version, from that version's pool.
+func (rt *Runtime) claim(ctx context.Context, svc *dbcloud.Service) (string, error) {
+	id := svc.ID
+	binDir, err := rt.binDirOf(svc)
+	if err != nil {
+		return "", err
+	}
 	// An entry claimed already but naming no identity (made before pool
 	// entries had one) is used as it is: finishClaim moves its cluster and
 	// Prepare gives it to dbc-<id>.
@@ -141,7 +147,7 @@ func (rt *Runtime) claim(ctx context.Context, id string) (string, error) {
 			return id, nil
 		}
 	}
-	key, ok, err := rt.instances.Claim(ctx, rt.claimDir(id))
+	key, ok, err := rt.instances.Version(binDir).Claim(ctx, rt.claimDir(id))
 	if err != nil || !ok || key == "" {
 		return id, err
 	}

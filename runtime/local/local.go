@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"dbcloud"
+	"dbcloud/internal/pgbin"
 	"dbcloud/internal/supervise"
 	"dbcloud/pglog"
 	"dbcloud/runtime/local/backup"
@@ -33,8 +34,13 @@ import (
 
 // Config says where and how the runtime runs services.
 type Config struct {
-	// BinDir holds the PostgreSQL server binaries.
+	// BinDir holds the PostgreSQL server binaries of the host's main
+	// version, which services recorded without a version run.
 	BinDir string
+	// BinDirs holds the binaries of every installed PostgreSQL version
+	// by major (pgbin.Installed); services run on the version they chose
+	// (versions.go). BinDir's version need not be in it.
+	BinDirs map[int]string
 	// DataDir holds services/<id> and the pool of prepared clusters.
 	DataDir string
 	// Host is the endpoint host: instances listen on it and their
@@ -98,8 +104,10 @@ type Runtime struct {
 	// dbcloud is not root and every service runs as dbcloud's user.
 	users *osuser.Manager
 
-	extOnce    sync.Once
-	extensions map[string]bool
+	// versions are the PostgreSQL versions services run on, oldest
+	// first, and binDirs their binaries by major (versions.go).
+	versions []dbcloud.PGVersion
+	binDirs  map[int]string
 
 	mu        sync.Mutex
 	cpu       map[string]cpuSample  // last CPU reading per service, for rates
@@ -185,11 +193,20 @@ func New(cfg Config) (*Runtime, error) {
 		users = osuser.New(osuser.DefaultPrefix, osuser.SystemTools(), cfg.Logger)
 		identities = users
 	}
-	instances, err := postgres.NewInstances(postgres.Config{
-		BinDir: cfg.BinDir, PoolDir: filepath.Join(dir, "pool"), PoolSize: cfg.PoolSize,
+	mainMajor, _, err := pgbin.Version(cfg.BinDir)
+	if err != nil {
+		return nil, fmt.Errorf("local runtime: %w", err)
+	}
+	pgCfg := postgres.Config{
+		BinDir: cfg.BinDir, PoolDir: filepath.Join(dir, "pool"), PoolSize: poolSizeOf(cfg, mainMajor),
 		PoolMaxSize: cfg.PoolMaxSize, PoolMemoryShare: cfg.PoolMemoryShare, Identities: identities,
 		Logger: cfg.Logger, Supervisor: sup, Cgroups: cgroups,
-	})
+	}
+	instances, err := postgres.NewInstances(pgCfg)
+	if err != nil {
+		return nil, err
+	}
+	versions, binDirs, err := addVersions(cfg, pgCfg, instances)
 	if err != nil {
 		return nil, err
 	}
@@ -216,6 +233,8 @@ func New(cfg Config) (*Runtime, error) {
 	return &Runtime{
 		cfg:         cfg,
 		instances:   instances,
+		versions:    versions,
+		binDirs:     binDirs,
 		poolers:     poolers,
 		proxies:     proxies,
 		backups:     backup.New(instances, cfg.BinDir, cfg.Logger),
@@ -317,8 +336,12 @@ func (rt *Runtime) instanceBase(svc *dbcloud.Service) (postgres.Spec, error) {
 	if err != nil {
 		return postgres.Spec{}, err
 	}
+	binDir, err := rt.binDirOf(svc)
+	if err != nil {
+		return postgres.Spec{}, err
+	}
 	return postgres.Spec{
-		ID: svc.ID + "-0", Dir: filepath.Join(rt.serviceDir(svc.ID), "0"), ListenAddr: listen,
+		ID: svc.ID + "-0", Dir: filepath.Join(rt.serviceDir(svc.ID), "0"), ListenAddr: listen, BinDir: binDir,
 		Port: svc.Endpoint.Port, Settings: rt.storageSettings(svc.ID, rt.cfg.StorageLimits.Of(svc.Spec.Size), sizing.WithAddons(res, svc.Spec.Addons)),
 		CPUMillis: res.CPUMillis, CPUShares: res.CPUShares, MemoryBytes: res.MemoryBytes, ArchiveDir: rt.archiveDir(svc.ID),
 		Owner: owner,
@@ -617,13 +640,6 @@ func (rt *Runtime) HostCapacity() (dbcloud.HostCapacity, error) {
 	}
 	return dbcloud.HostCapacity{CPUMillis: cpu, MemoryBytes: mem, MemAvailableBytes: avail, Overcommit: rt.cfg.Overcommit, DiskFreeBytes: disk,
 		DiskReserveBytes: rt.diskReserve, StorageLimit: rt.cfg.StorageLimits.Of}, nil
-}
-
-// Extensions lists the extensions whose control files the installed
-// PostgreSQL has, which is what CREATE EXTENSION needs.
-func (rt *Runtime) Extensions() map[string]bool {
-	rt.extOnce.Do(func() { rt.extensions = Extensions(rt.cfg.BinDir) })
-	return rt.extensions
 }
 
 // Extensions lists the extensions available to the PostgreSQL in binDir.

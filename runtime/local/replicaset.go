@@ -102,8 +102,8 @@ func (rt *Runtime) nodeSpec(set *dbcloud.Service, upstream postgres.Spec, st *re
 		ListenAddr: rt.listenAddr(), Port: st.Ports[n], Settings: settings, CertPEM: certPEM, KeyPEM: keyPEM,
 		CPUMillis: res.CPUMillis, CPUShares: res.CPUShares, MemoryBytes: res.MemoryBytes,
 		// The set reads its parent's data and reaches its parent's
-		// socket: it runs as the parent's OS user.
-		Owner: upstream.Owner,
+		// socket: it runs as the parent's OS user, and its version.
+		Owner: upstream.Owner, BinDir: upstream.BinDir,
 	}
 }
 

@@ -141,7 +141,11 @@ func (rt *Runtime) expectedRestoreLSN(ctx context.Context, svc *dbcloud.Service,
 	if !snap.Archived {
 		return end, nil
 	}
-	last, err := rt.backups.LastArchivedCommit(ctx, rt.archiveDir(svc.ID), snap.StopWAL, snap.WALSegmentSize)
+	binDir, err := rt.binDirOf(svc)
+	if err != nil {
+		return 0, err
+	}
+	last, err := rt.backups.LastArchivedCommit(ctx, binDir, rt.archiveDir(svc.ID), snap.StopWAL, snap.WALSegmentSize)
 	if err != nil {
 		return 0, err
 	}
@@ -231,7 +235,8 @@ func (rt *Runtime) restoreScratch(ctx context.Context, s postgres.Spec, snap bac
 // B-tree checks; the amcheck extension is installed where missing, which
 // only the scratch instance sees).
 func (rt *Runtime) amcheck(ctx context.Context, s postgres.Spec) error {
-	cmd := exec.CommandContext(ctx, filepath.Join(rt.cfg.BinDir, "pg_amcheck"), "--all", "--install-missing",
+	// The scratch instance's own version: instanceBase named it.
+	cmd := exec.CommandContext(ctx, filepath.Join(s.BinDir, "pg_amcheck"), "--all", "--install-missing",
 		"--host", s.RunDir(), "--port", strconv.Itoa(s.Port), "--username", "postgres", "--no-password")
 	out, err := cmd.CombinedOutput()
 	if err != nil {

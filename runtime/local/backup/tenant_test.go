@@ -38,7 +38,7 @@ func TestLastArchivedCommit_TenantFiles(t *testing.T) {
 	}
 	done := make(chan answer, 1)
 	go func() {
-		c, err := b.LastArchivedCommit(context.Background(), archive, "000000010000000000000001", 16<<20)
+		c, err := b.LastArchivedCommit(context.Background(), "", archive, "000000010000000000000001", 16<<20)
 		done <- answer{c, err}
 	}()
 	select {

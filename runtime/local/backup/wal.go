@@ -165,8 +165,13 @@ type ArchivedCommit struct {
 // pg_waldump. A point-in-time recovery can only stop at such a record, and
 // fails ("recovery ended before configured recovery target was reached")
 // when none follows the target; so for a stopped service this is the end
-// of its recovery window. It returns nil when there is none.
-func (b *Backups) LastArchivedCommit(ctx context.Context, archiveDir, from string, segSize uint64) (*ArchivedCommit, error) {
+// of its recovery window. It returns nil when there is none. binDir holds
+// the binaries of the archive's PostgreSQL version (pg_waldump reads only
+// its own version's WAL); "" is the binaries Backups was made with.
+func (b *Backups) LastArchivedCommit(ctx context.Context, binDir, archiveDir, from string, segSize uint64) (*ArchivedCommit, error) {
+	if binDir == "" {
+		binDir = b.binDir
+	}
 	start, ok := segmentPosition(from)
 	if !ok {
 		return nil, fmt.Errorf("%q is not a WAL segment", from)
@@ -202,7 +207,7 @@ func (b *Backups) LastArchivedCommit(ctx context.Context, archiveDir, from strin
 	}
 	var found *ArchivedCommit
 	for i := len(segs) - 1; i >= 0 && found == nil; i-- {
-		if found, err = segmentLastCommit(ctx, b.binDir, archiveDir, segs[i]); err != nil {
+		if found, err = segmentLastCommit(ctx, binDir, archiveDir, segs[i]); err != nil {
 			return nil, err
 		}
 	}

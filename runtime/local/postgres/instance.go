@@ -115,6 +115,10 @@ type Instances struct {
 	templateMu sync.Mutex
 	cancel     context.CancelFunc
 	loops      supervise.Group // the pool refill (pool.go)
+
+	// versions holds the Instances of the other PostgreSQL versions by
+	// their BinDir (AddVersion), each with its own pool and template.
+	versions map[string]*Instances
 }
 
 // Defaults of the pool's burst bounds.
@@ -208,6 +212,40 @@ func NewInstances(cfg Config) (*Instances, error) {
 		locks:           map[string]*sync.Mutex{},
 		refill:          make(chan struct{}, 1),
 	}, nil
+}
+
+// AddVersion makes v, whose BinDir holds another PostgreSQL version, the
+// one that makes the data directories of specs naming its BinDir, from its
+// own pool of prepared clusters (a 15 pool and a 17 pool: a cluster is
+// its version's). Open, Close and DrainPool of m reach v's pool too. Call
+// it before Open.
+func (m *Instances) AddVersion(v *Instances) {
+	if m.versions == nil {
+		m.versions = map[string]*Instances{}
+	}
+	m.versions[v.BinDir] = v
+}
+
+// version is the Instances that makes s's data directory: m, or the one
+// of s's other PostgreSQL version.
+func (m *Instances) version(s Spec) *Instances { return m.Version(s.BinDir) }
+
+// Version is the Instances of the PostgreSQL version in binDir, whose
+// pool a new service of that version claims from (Claim): m for its own
+// BinDir and for "".
+func (m *Instances) Version(binDir string) *Instances {
+	if v, ok := m.versions[binDir]; ok && binDir != m.BinDir {
+		return v
+	}
+	return m
+}
+
+// binDir is where the binaries of s's PostgreSQL version are.
+func (m *Instances) binDir(s Spec) string {
+	if s.BinDir != "" {
+		return s.BinDir
+	}
+	return m.BinDir
 }
 
 // LimitsEnforced says whether the instances' CPU and memory limits are
@@ -335,6 +373,10 @@ func (m *Instances) makeInstanceRoot(s Spec) error {
 // makeDataDir puts a fresh cluster at Dir/pgdata: from the pool if it has
 // one (it returns the name of the entry taken), else made now.
 func (m *Instances) makeDataDir(ctx context.Context, s Spec) (string, error) {
+	if v := m.version(s); v != m {
+		// initdb of the instance's own version, from its own pool.
+		return v.makeDataDir(ctx, s)
+	}
 	start := time.Now()
 	taken, err := m.takeFromPool(ctx, s.PGData())
 	if err != nil {

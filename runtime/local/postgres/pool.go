@@ -87,6 +87,11 @@ const (
 // background loop that keeps PoolSize prepared clusters in PoolDir. The loop
 // runs until Close, not until ctx ends.
 func (m *Instances) Open(ctx context.Context) error {
+	for _, v := range m.versions {
+		if err := v.Open(ctx); err != nil {
+			return err
+		}
+	}
 	if err := os.MkdirAll(m.PoolDir, 0o755); err != nil {
 		return fmt.Errorf("open pool %s: %w", m.PoolDir, err)
 	}
@@ -159,6 +164,9 @@ func (m *Instances) awaitPoolLock(ctx context.Context) *flock.Lock {
 // prepared. Running instances are left alone: they outlive the control
 // plane.
 func (m *Instances) Close() error {
+	for _, v := range m.versions {
+		v.Close()
+	}
 	m.mu.Lock()
 	cancel := m.cancel
 	m.cancel = nil
@@ -287,6 +295,11 @@ func PoolIdentityKey(name string) string { return "p-" + name }
 // process keeps the pool (a control plane still running on the
 // directory).
 func (m *Instances) DrainPool(ctx context.Context) error {
+	for _, v := range m.versions {
+		if err := v.DrainPool(ctx); err != nil {
+			return err
+		}
+	}
 	m.Close()
 	lock, ok, err := flock.TryLock(filepath.Join(m.PoolDir, poolLockFile))
 	if errors.Is(err, fs.ErrNotExist) {

@@ -22,6 +22,10 @@ type Spec struct {
 	// Dir/run (unix socket), Dir/log (server logs) and Dir/conf
 	// (postgresql.conf, pg_hba.conf, pg_ident.conf, server.crt, server.key).
 	Dir string
+	// BinDir holds the binaries of the instance's PostgreSQL version; ""
+	// is the Instances' BinDir. Another version's data directory is made
+	// by that version's Instances (AddVersion), from its own pool.
+	BinDir string
 	// ListenAddr is listen_addresses, e.g. "127.0.0.1".
 	ListenAddr string
 	Port       int

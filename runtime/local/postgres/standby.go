@@ -198,7 +198,7 @@ func (m *Instances) appendServerFile(s Spec, name, text string) error {
 // belongs to that user; it enters the source by peer identity as the
 // replication role.
 func (m *Instances) command(ctx context.Context, s Spec, name string, args ...string) error {
-	cmd := exec.CommandContext(ctx, filepath.Join(m.BinDir, name), args...)
+	cmd := exec.CommandContext(ctx, filepath.Join(m.binDir(s), name), args...)
 	cmd.Dir = "/"
 	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C", "PGCONNECT_TIMEOUT=10"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: m.Owner(s)}

@@ -158,7 +158,7 @@ func (m *Instances) nothingLeft(s Spec, cg *cgroup.Group) bool {
 // the log offset of its output.
 func (m *Instances) spawnPostmaster(dir, logPath string, args []string, s Spec, cg *cgroup.Group) (*proc.Child, int64, error) {
 	spec := proc.Spec{
-		Path: filepath.Join(m.BinDir, "postgres"), Args: args, Dir: dir,
+		Path: filepath.Join(m.binDir(s), "postgres"), Args: args, Dir: dir,
 		Env: []string{
 			"PATH=/usr/local/bin:/usr/bin:/bin",
 			"LANG=C",
