@@ -123,6 +123,29 @@ type ownerFile struct {
 // create a service and watch it become READY, copy its connection string
 // and connect with it, fork it, read its logs, approve a command-line
 // client's OAuth login, create and revoke an API key, and sign out.
+// evalUntil evaluates expr, a string-valued expression, until it gives a
+// non-empty string or within passes. An evaluation cut short by a
+// navigation is retried, so it can follow a form's submit.
+func evalUntil(within time.Duration, expr string, out *string) chromedp.Action {
+	return chromedp.ActionFunc(func(ctx context.Context) error {
+		deadline := time.Now().Add(within)
+		for {
+			err := chromedp.Evaluate(expr, out).Do(ctx)
+			if err == nil && *out != "" {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s: nothing within %s (last error %v)", expr, within, err)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	})
+}
+
 func TestBrowserConsole(t *testing.T) {
 	s := newServer(t)
 	var owner ownerFile
@@ -221,8 +244,13 @@ func TestBrowserConsole(t *testing.T) {
 		chromedp.WaitVisible("#log-search", chromedp.ByID),
 		chromedp.SendKeys("#log-search", "ready to accept connections", chromedp.ByID),
 		chromedp.Submit("#log-search", chromedp.ByID),
-		chromedp.WaitVisible("pre.logs", chromedp.ByQuery),
-		chromedp.Text("pre.logs", &logs, chromedp.ByQuery),
+		// The submit navigates, and the live tail may redraw the lines, so
+		// a node found before either can vanish: read the text from
+		// whichever page is current once it is the searched one.
+		evalUntil(20*time.Second, `(() => {
+			const p = document.querySelector("pre.logs");
+			return location.search.includes("search=") && p ? p.textContent : "";
+		})()`, &logs),
 	)
 	if !strings.Contains(logs, "ready to accept connections") {
 		t.Errorf("logs page shows %q", logs)
