@@ -204,12 +204,12 @@ func (rt *Runtime) ensureHA(ctx context.Context, svc *dbcloud.Service) (*dbcloud
 		}
 		for _, n := range st.Members { // standbys first: the primary's shutdown checkpoint reaches them
 			if n != st.Primary {
-				if err := rt.instances.Stop(ctx, rt.haSpec(svc, base, st, n), 30*time.Second); err != nil {
+				if err := rt.stopInstance(ctx, rt.haSpec(svc, base, st, n), 30*time.Second); err != nil {
 					return nil, err
 				}
 			}
 		}
-		if err := rt.instances.Stop(ctx, rt.haSpec(svc, base, st, st.Primary), 30*time.Second); err != nil {
+		if err := rt.stopInstance(ctx, rt.haSpec(svc, base, st, st.Primary), 30*time.Second); err != nil {
 			return nil, err
 		}
 		obs.Instances = haInstances(svc, st)
@@ -324,7 +324,7 @@ func (rt *Runtime) ensureStandby(ctx context.Context, svc *dbcloud.Service, base
 	_, statErr := tenantfs.Lstat(filepath.Join(spec.PGData(), "PG_VERSION"))
 	switch {
 	case slices.Contains(st.Rebuild, n):
-		if err := rt.instances.Stop(ctx, spec, 10*time.Second); err != nil {
+		if err := rt.stopInstance(ctx, spec, 10*time.Second); err != nil {
 			return err
 		}
 		if statErr != nil || rt.instances.Rewind(ctx, pspec, spec) != nil {

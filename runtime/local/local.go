@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"dbcloud"
-	"dbcloud/internal/pgbin"
 	"dbcloud/internal/supervise"
 	"dbcloud/pglog"
 	"dbcloud/runtime/local/backup"
@@ -193,12 +192,12 @@ func New(cfg Config) (*Runtime, error) {
 		users = osuser.New(osuser.DefaultPrefix, osuser.SystemTools(), cfg.Logger)
 		identities = users
 	}
-	mainMajor, _, err := pgbin.Version(cfg.BinDir)
+	mainV, err := installedVersion(cfg.BinDir)
 	if err != nil {
 		return nil, fmt.Errorf("local runtime: %w", err)
 	}
 	pgCfg := postgres.Config{
-		BinDir: cfg.BinDir, PoolDir: filepath.Join(dir, "pool"), PoolSize: poolSizeOf(cfg, mainMajor),
+		BinDir: cfg.BinDir, PoolDir: filepath.Join(dir, "pool"), PoolSize: poolSizeOf(cfg, mainV.Major),
 		PoolMaxSize: cfg.PoolMaxSize, PoolMemoryShare: cfg.PoolMemoryShare, Identities: identities,
 		Logger: cfg.Logger, Supervisor: sup, Cgroups: cgroups,
 	}
@@ -206,10 +205,7 @@ func New(cfg Config) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	versions, binDirs, err := addVersions(cfg, pgCfg, instances)
-	if err != nil {
-		return nil, err
-	}
+	versions, binDirs := addVersions(cfg, pgCfg, instances, mainV)
 	proxyExe := ""
 	if users != nil {
 		exe, err := os.Executable()
@@ -249,7 +245,7 @@ func New(cfg Config) (*Runtime, error) {
 		storageNear: map[string]bool{},
 		storage:     map[string]storageSample{},
 		quiet:       map[string]time.Time{},
-		wakes:       wakers{logger: cfg.Logger, held: map[string]*pausedService{}, released: map[string]int64{}},
+		wakes:       wakers{logger: cfg.Logger, goroutines: supervise.Group{Logger: cfg.Logger}, held: map[string]*pausedService{}, released: map[string]int64{}},
 	}, nil
 }
 
@@ -278,6 +274,7 @@ func (rt *Runtime) Open(ctx context.Context) error {
 // Close stops the background work. Instances keep running.
 func (rt *Runtime) Close() error {
 	rt.closeWatches()
+	rt.wakes.closeAll()
 	rt.sessions.closeAll(context.Background())
 	if rt.stopLogs != nil {
 		rt.stopLogs()
@@ -414,6 +411,14 @@ func (rt *Runtime) listenAddr() string {
 	return "*"
 }
 
+// stopInstance stops an instance of a service, its kept metrics session
+// first: every stop goes through here, since a session left open would
+// hold up the smart shutdown that Stop tries first.
+func (rt *Runtime) stopInstance(ctx context.Context, spec postgres.Spec, timeout time.Duration) error {
+	rt.sessions.closeInstance(ctx, spec.ID)
+	return rt.instances.Stop(ctx, spec, timeout)
+}
+
 // EnsureService makes the service's primary match its spec.
 func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*dbcloud.Observation, error) {
 	// A stop, a restart or a failover may come: the metrics session
@@ -457,7 +462,7 @@ func (rt *Runtime) ensureService(ctx context.Context, svc *dbcloud.Service) (_ *
 		if err := rt.stopPooler(ctx, svc.ID); err != nil {
 			return nil, err
 		}
-		if err := rt.instances.Stop(ctx, spec, 30*time.Second); err != nil {
+		if err := rt.stopInstance(ctx, spec, 30*time.Second); err != nil {
 			return nil, fmt.Errorf("stop %s: %w", spec.ID, err)
 		}
 		if !svc.AutoPaused() {

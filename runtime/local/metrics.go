@@ -265,6 +265,21 @@ func (ms *metricsSessions) close(ctx context.Context, id string) {
 	}
 }
 
+// closeInstance ends every kept session to the instance: before any stop
+// of it, since a smart shutdown waits for sessions.
+func (ms *metricsSessions) closeInstance(ctx context.Context, instanceID string) {
+	ms.mu.Lock()
+	kept := slices.Collect(maps.Values(ms.m))
+	ms.mu.Unlock()
+	for _, s := range kept {
+		s.mu.Lock()
+		if s.conn != nil && s.instance == instanceID {
+			s.closeLocked(ctx)
+		}
+		s.mu.Unlock()
+	}
+}
+
 // closeAll ends every kept session (the runtime closes).
 func (ms *metricsSessions) closeAll(ctx context.Context) {
 	ms.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"testing"
+	"time"
 
 	"dbcloud"
 	"dbcloud/runtime/local/internal/localtest"
@@ -108,5 +109,19 @@ func TestMetrics_KeptSession(t *testing.T) {
 	mustEnsure(t, rt, svc)
 	if pid := sessionPID(rt, svc.ID); pid != 0 {
 		t.Errorf("the stopped service keeps a metrics session (backend %d)", pid)
+	}
+	// A stop outside an ensure (a failover's fence, a fork's restart)
+	// closes it too.
+	svc.Spec.Running = true
+	mustEnsure(t, rt, svc)
+	check()
+	if sessionPID(rt, svc.ID) == 0 {
+		t.Fatal("no session kept after a sample")
+	}
+	if err := rt.stopInstance(ctx, spec, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if pid := sessionPID(rt, svc.ID); pid != 0 {
+		t.Errorf("the stopped instance keeps a metrics session (backend %d)", pid)
 	}
 }

@@ -286,7 +286,7 @@ func (rt *Runtime) ensureNode(ctx context.Context, upstream postgres.Spec, upstr
 		}
 	}
 	if statErr != nil || fresh {
-		if err := rt.instances.Stop(ctx, spec, 10*time.Second); err != nil {
+		if err := rt.stopInstance(ctx, spec, 10*time.Second); err != nil {
 			return err
 		}
 		if err := rt.instances.Clone(ctx, upstream, spec, app); err != nil {
