@@ -4,7 +4,10 @@ import (
 	"context"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,6 +37,22 @@ func (s *server) setAutoPause(id string, idle int) {
 	if (out.AutoPause != nil) != (idle != 0) {
 		s.t.Fatalf("setAutoPause %d answered auto_pause %+v", idle, out.AutoPause)
 	}
+}
+
+// countStatus counts the services of the server's project in status want.
+func (s *server) countStatus(want string) int {
+	s.t.Helper()
+	var list []service
+	if code := s.call("GET", s.services(), nil, &list); code != 200 {
+		s.t.Fatalf("list services: %d", code)
+	}
+	n := 0
+	for _, svc := range list {
+		if svc.Status == want {
+			n++
+		}
+	}
+	return n
 }
 
 // opTypes lists the types of a service's operations, oldest first, each
@@ -199,5 +218,85 @@ func TestAutoPause_WakeRefusedWhenFull(t *testing.T) {
 	t.Logf("psql saw: %s", out)
 	if got, _ := s.get(id); got.Status != "PAUSED" {
 		t.Errorf("after a refused wake: %s", got.Status)
+	}
+}
+
+// wakeBurst is how many paused services TestAutoPause_WakeBurst wakes at
+// once, and wakeBurstRoom how many of them the project's quota admits.
+const (
+	wakeBurst     = 50
+	wakeBurstRoom = 45
+)
+
+// TestAutoPause_WakeBurst: 50 clients connect at once to 50 paused
+// services. Each wake is admitted as a start is, under the project's
+// instance quota, with nothing over-admitted however the wakes interleave:
+// the 45 the quota has room for hold their clients and serve them, and
+// every other client is told why with the FATAL of a refused wake, not
+// left hanging; the refused services stay paused.
+func TestAutoPause_WakeBurst(t *testing.T) {
+	awake := 10 // services kept READY beside the paused ones
+	quota := wakeBurstRoom + awake
+	s := newServer(t, "--test-auto-pause-second", autoPauseSecond,
+		"--quota-services", strconv.Itoa(wakeBurst+awake), "--quota-instances", strconv.Itoa(wakeBurst+awake))
+	boot := key{AccessKey: s.boot.AccessKey, SecretKey: s.boot.SecretKey, ProjectID: s.boot.ProjectID}
+	made := s.createShared(boot, "paused-", wakeBurst)
+	if t.Failed() {
+		t.FailNow()
+	}
+	for _, svc := range made {
+		s.waitStatus(svc.ServiceID, "READY", readyWithin())
+		s.setAutoPause(svc.ServiceID, 60)
+	}
+	for _, svc := range made {
+		s.waitStatus(svc.ServiceID, "PAUSED", 5*time.Minute)
+	}
+	// The other services take the room above the burst's: the quota is
+	// lowered with a restart, which keeps the paused services' endpoints.
+	s.createShared(boot, "awake-", awake)
+	s.stop()
+	s.args = append(s.args, "--quota-instances", strconv.Itoa(quota)) // the last one counts
+	s.start()
+	waitFor(t, "the awake services READY", 5*time.Minute, func() bool {
+		return s.countStatus("READY") == awake
+	})
+
+	var served, refused atomic.Int32
+	var wg sync.WaitGroup
+	for _, svc := range made {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			id := svc.ServiceID
+			dsn := strings.Replace(s.dsn(svc, svc.InitialPassword), "connect_timeout=5", "connect_timeout=180", 1)
+			c, err := pgx.Connect(ctx, dsn)
+			if err != nil {
+				if strings.Contains(err.Error(), "is paused and could not be resumed") {
+					refused.Add(1)
+					return
+				}
+				t.Errorf("client of %s: %v", id, err)
+				return
+			}
+			defer c.Close(ctx)
+			var one int
+			if err := c.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
+				t.Errorf("query of %s after its wake: %d %v", id, one, err)
+				return
+			}
+			served.Add(1)
+		})
+	}
+	wg.Wait()
+	t.Logf("a burst of %d: %d served, %d refused", wakeBurst, served.Load(), refused.Load())
+	if served.Load() != wakeBurstRoom || refused.Load() != wakeBurst-wakeBurstRoom {
+		t.Errorf("served %d and refused %d of %d; want the %d the quota has room for served and the rest refused",
+			served.Load(), refused.Load(), wakeBurst, wakeBurstRoom)
+	}
+	waitFor(t, "the woken services READY", 5*time.Minute, func() bool {
+		return s.countStatus("READY") == awake+wakeBurstRoom
+	})
+	if n := s.countStatus("PAUSED"); n != wakeBurst-wakeBurstRoom {
+		t.Errorf("%d services paused after the burst, want the %d refused", n, wakeBurst-wakeBurstRoom)
 	}
 }

@@ -45,6 +45,7 @@ var kubernetesTests = map[string]bool{
 var localReasons = map[string]string{
 	"TestAutoPause_WakeOnConnect":                   "the Kubernetes runtime has no wake on connect (no dbcloud.Waker)",
 	"TestAutoPause_WakeRefusedWhenFull":             "the Kubernetes runtime has no wake on connect (no dbcloud.Waker)",
+	"TestAutoPause_WakeBurst":                       "the Kubernetes runtime has no wake on connect (no dbcloud.Waker)",
 	"TestAdmin_ServicesAndTeardown":                 "checks ports and instances on this host",
 	"TestBrowserConsole":                            "drives the console against services on loopback endpoints",
 	"TestChaos":                                     "kills postmasters and corrupts files on this host",
