@@ -118,6 +118,17 @@ type ownerFile struct {
 	OwnerPassword string `json:"owner_password"`
 }
 
+// owner reads the first owner's console sign-in from bootstrap.json.
+func (s *server) owner() ownerFile {
+	s.t.Helper()
+	var owner ownerFile
+	raw, _ := os.ReadFile(filepath.Join(s.dir, "bootstrap.json"))
+	if err := json.Unmarshal(raw, &owner); err != nil || owner.OwnerPassword == "" {
+		s.t.Fatalf("bootstrap.json has no owner sign-in: %s", raw)
+	}
+	return owner
+}
+
 // TestBrowserConsole drives the console in headless Chromium as a person
 // would: sign in with the first owner's password from bootstrap.json,
 // create a service and watch it become READY, copy its connection string
@@ -148,11 +159,7 @@ func evalUntil(within time.Duration, expr string, out *string) chromedp.Action {
 
 func TestBrowserConsole(t *testing.T) {
 	s := newServer(t)
-	var owner ownerFile
-	raw, _ := os.ReadFile(filepath.Join(s.dir, "bootstrap.json"))
-	if err := json.Unmarshal(raw, &owner); err != nil || owner.OwnerPassword == "" {
-		t.Fatalf("bootstrap.json has no owner sign-in: %s", raw)
-	}
+	owner := s.owner()
 	origin := strings.TrimSuffix(owner.ConsoleURL, "/")
 	ctx, shot := chrome(t)
 	pid := s.boot.ProjectID
