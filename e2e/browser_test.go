@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -263,15 +264,21 @@ func TestBrowserConsole(t *testing.T) {
 		t.Errorf("logs page shows %q", logs)
 	}
 	shot("logs")
+	testLogsTail(t, ctx, svcURL, conn)
 
 	// Snapshots: the first one (taken once the service is READY), the
 	// recovery window, and a fork from it.
 	s.waitSnapshot(sid, time.Time{}, 2*time.Minute)
 	var snaps string
+	// The snapshot's files are there before the service's record of it,
+	// and the tab is not live: it is read again until it shows one.
 	run(t, ctx, 30*time.Second, "the snapshots tab",
 		chromedp.Navigate(svcURL+"/snapshots"),
-		chromedp.WaitVisible(`//section[@aria-labelledby="h-snaps"]//button[text()="Fork from here"]`, chromedp.BySearch),
-		chromedp.Text("main", &snaps, chromedp.ByQuery),
+		evalUntil(25*time.Second, `(() => {
+			if ([...document.querySelectorAll('section[aria-labelledby="h-snaps"] button')].some(b => b.textContent === "Fork from here")) return document.querySelector("main").innerText;
+			if (performance.now() > 1000) location.reload();
+			return "";
+		})()`, &snaps),
 	)
 	if !strings.Contains(snaps, "Recovery window") || !strings.Contains(snaps, "Last snapshot") || strings.Contains(snaps, "Last snapshot\nnone yet") {
 		t.Errorf("the snapshots tab:\n%s", snaps)
@@ -401,6 +408,46 @@ func testLivePages(t *testing.T, ctx context.Context, s *server, origin, forkID 
 		chromedp.WaitVisible(`//div[@id="live-gone" and contains(., "deleted")]`, chromedp.BySearch),
 	)
 	kept("delete on the service page")
+}
+
+// testLogsTail: a logs page with its live tail on shows a new line
+// without a reload and without a timer of its own: a refused sign-in
+// through the endpoint makes PostgreSQL log a FATAL naming the user, and
+// the project's event stream tells the page.
+func testLogsTail(t *testing.T, ctx context.Context, svcURL, conn string) {
+	t.Helper()
+	// A repeating timer is what the test rules out: in this page none
+	// runs, so only the stream can bring the line.
+	var noTimers page.ScriptIdentifier
+	run(t, ctx, 30*time.Second, "open the logs with the live tail on",
+		chromedp.ActionFunc(func(ctx context.Context) (err error) {
+			noTimers, err = page.AddScriptToEvaluateOnNewDocument(`window.setInterval = function () { return 0; };`).Do(ctx)
+			return err
+		}),
+		chromedp.Navigate(svcURL+"/logs?tail=1"),
+		chromedp.WaitVisible(`#live-logs[data-tail]`, chromedp.ByQuery),
+		chromedp.Evaluate(`window.notReloaded = true`, nil),
+	)
+	defer run(t, ctx, 10*time.Second, "timers back", page.RemoveScriptToEvaluateOnNewDocument(noTimers))
+	u, err := url.Parse(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword("tail_probe", "wrong")
+	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if c, err := pgx.Connect(cctx, u.String()); err == nil {
+		c.Close(cctx)
+		t.Fatal("a wrong password was let in")
+	}
+	var still bool
+	run(t, ctx, time.Minute, "the refused sign-in appears in the open tail",
+		chromedp.WaitVisible(`//pre[contains(@class, "logs")]/span[contains(., "tail_probe")]`, chromedp.BySearch),
+		chromedp.Evaluate(`window.notReloaded === true`, &still),
+	)
+	if !still {
+		t.Fatal("the logs page was reloaded")
+	}
 }
 
 // testLayout: at a phone's width the service page and the list scroll
