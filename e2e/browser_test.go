@@ -172,6 +172,9 @@ func TestBrowserConsole(t *testing.T) {
 		chromedp.Navigate(origin+"/"),
 		chromedp.WaitVisible("#email", chromedp.ByID),
 		chromedp.ActionFunc(func(context.Context) error { shot("signin"); return nil }),
+	)
+	axeCheck(t, ctx, "sign-in")
+	run(t, ctx, 30*time.Second, "sign in",
 		chromedp.SendKeys("#email", owner.OwnerEmail, chromedp.ByID),
 		chromedp.SendKeys("#password", owner.OwnerPassword, chromedp.ByID),
 		chromedp.Submit("#password", chromedp.ByID),
@@ -192,6 +195,7 @@ func TestBrowserConsole(t *testing.T) {
 		}),
 		chromedp.ActionFunc(func(context.Context) error { shot("service-created"); return nil }),
 	)
+	axeCheck(t, ctx, "a new service, its password shown once")
 	if !strings.HasPrefix(conn, "postgresql://tsdbadmin:") {
 		t.Fatalf("the copy button copied %q, want the connection string with the password", conn)
 	}
@@ -307,10 +311,28 @@ func TestBrowserConsole(t *testing.T) {
 		t.Errorf("the SQL editor's result:\n%s", html)
 	}
 	shot("sql")
+	axeCheck(t, ctx, "SQL editor with a result")
 	html = sqlRun("a failing query", "SELECT 1/0", "#sql-error")
 	if !strings.Contains(html, "division by zero (SQLSTATE 22012)") || strings.Contains(html, "postgresql://dbcloud_cred_") {
 		t.Errorf("the SQL editor's error:\n%s", html)
 	}
+
+	// Every page of the console passes axe-core and holds at each width.
+	p := origin + "/p/" + pid
+	testPagesAccessible(t, ctx, shot, []consolePage{
+		{name: "services", url: p + "/services", wait: "#svc-name", shot: "services"},
+		{name: "service", url: svcURL, wait: "#conn", shot: "service"},
+		{name: "connect", url: svcURL + "/connect", wait: "#snip-psql", shot: "connect"},
+		{name: "SQL editor", url: svcURL + "/sql", wait: "#sql-query", shot: "sql"},
+		{name: "logs", url: svcURL + "/logs", wait: "#log-search", shot: "logs"},
+		{name: "snapshots", url: svcURL + "/snapshots", wait: "#h-snaps"},
+		{name: "credentials", url: svcURL + "/credentials", wait: "#cred-name"},
+		{name: "VPCs", url: p + "/vpcs", wait: "#vpc-name"},
+		{name: "API keys", url: p + "/keys", wait: "#key-name"},
+		{name: "members", url: p + "/members", wait: "#m-email"},
+		{name: "account", url: origin + "/account", wait: "#pw-current"},
+		{name: "an error page", url: origin + "/p/no-such-project/services", wait: "main .error"},
+	})
 
 	// A command-line client's OAuth login, approved in this browser.
 	testOAuthInBrowser(t, ctx, s, origin)
@@ -352,6 +374,7 @@ func TestBrowserConsole(t *testing.T) {
 	if !strings.Contains(where, "/signin") {
 		t.Errorf("after sign-out the console opened %s", where)
 	}
+	testPagesAccessible(t, ctx, shot, []consolePage{{name: "sign-in", url: origin + "/signin", wait: "#email", shot: "signin"}})
 }
 
 // testLivePages: open pages follow the project's event stream. Changes
@@ -532,6 +555,7 @@ func testOAuthInBrowser(t *testing.T, ctx context.Context, s *server, origin str
 		chromedp.WaitVisible(`button[value="approve"]`, chromedp.ByQuery),
 		chromedp.Text("main .card p strong", &client, chromedp.ByQuery),
 	)
+	axeCheck(t, ctx, "the OAuth approval")
 	if !strings.Contains(client, "Tiger CLI") {
 		t.Errorf("the approval page names %q, want the client", client)
 	}
@@ -539,6 +563,7 @@ func testOAuthInBrowser(t *testing.T, ctx context.Context, s *server, origin str
 		chromedp.Click(`button[value="approve"]`, chromedp.ByQuery),
 		chromedp.WaitVisible(`//h1[contains(., "You are signed in")]`, chromedp.BySearch),
 	)
+	axeCheck(t, ctx, "the OAuth success page")
 	var tok *oauth2.Token
 	select {
 	case tok = <-tokens:
