@@ -99,36 +99,44 @@ type consolePage struct {
 	name, url, wait, shot string
 }
 
-// testPagesAccessible opens each page, runs axe-core in it, and checks
-// that at every screen width it scrolls no wider than the window. With
-// DBCLOUD_SCREENSHOTS set (make screenshots) the pages that have a shot
-// name are also captured at each width, as NAME-WIDTH.png.
+// testPagesAccessible opens each page and checks it at every width
+// (pageAtWidths).
 func testPagesAccessible(t *testing.T, ctx context.Context, shot func(string), pages []consolePage) {
 	t.Helper()
-	defer run(t, ctx, 10*time.Second, "back to 1280 px", chromedp.EmulateViewport(1280, 900))
-	shots := os.Getenv("DBCLOUD_SCREENSHOTS") != ""
 	for _, p := range pages {
 		run(t, ctx, 30*time.Second, "open "+p.name,
 			chromedp.EmulateViewport(1280, 900),
 			chromedp.Navigate(p.url),
 			chromedp.WaitVisible(p.wait, chromedp.ByQuery),
 		)
-		for _, w := range screenWidths {
-			var wide int64
-			run(t, ctx, 30*time.Second, fmt.Sprintf("%s at %d px", p.name, w),
-				chromedp.EmulateViewport(w, screenHeight(w)),
-				chromedp.WaitVisible(p.wait, chromedp.ByQuery),
-				chromedp.Evaluate(`document.documentElement.scrollWidth`, &wide),
-			)
-			if wide > w {
-				t.Errorf("%s at %d px is %d px wide", p.name, w, wide)
-			}
-			// What is reachable by keyboard depends on what scrolls, so
-			// the checker runs at each width.
-			axeCheck(t, ctx, fmt.Sprintf("%s at %d px", p.name, w))
-			if shots && p.shot != "" {
-				shot(fmt.Sprintf("%s-%d", p.shot, w))
-			}
+		pageAtWidths(t, ctx, shot, p)
+	}
+}
+
+// pageAtWidths checks the page the browser shows at each screen width:
+// it scrolls no wider than the window, and axe-core finds nothing serious
+// or critical. With DBCLOUD_SCREENSHOTS set (make screenshots) a page with
+// a shot name is also captured at each width, as NAME-WIDTH.png. It
+// leaves the window at 1280 px.
+func pageAtWidths(t *testing.T, ctx context.Context, shot func(string), p consolePage) {
+	t.Helper()
+	defer run(t, ctx, 10*time.Second, "back to 1280 px", chromedp.EmulateViewport(1280, 900))
+	shots := os.Getenv("DBCLOUD_SCREENSHOTS") != ""
+	for _, w := range screenWidths {
+		var wide int64
+		run(t, ctx, 30*time.Second, fmt.Sprintf("%s at %d px", p.name, w),
+			chromedp.EmulateViewport(w, screenHeight(w)),
+			chromedp.WaitVisible(p.wait, chromedp.ByQuery),
+			chromedp.Evaluate(`document.documentElement.scrollWidth`, &wide),
+		)
+		if wide > w {
+			t.Errorf("%s at %d px is %d px wide", p.name, w, wide)
+		}
+		// What is reachable by keyboard depends on what scrolls, so the
+		// checker runs at each width.
+		axeCheck(t, ctx, fmt.Sprintf("%s at %d px", p.name, w))
+		if shots && p.shot != "" {
+			shot(fmt.Sprintf("%s-%d", p.shot, w))
 		}
 	}
 }
