@@ -333,6 +333,16 @@ func TestBrowserConsole(t *testing.T) {
 		{name: "account", url: origin + "/account", wait: "#pw-current"},
 		{name: "an error page", url: origin + "/p/no-such-project/services", wait: "main .error"},
 	})
+	// A form's errors, beside their fields.
+	run(t, ctx, 30*time.Second, "a refused password change",
+		chromedp.Navigate(origin+"/account"),
+		chromedp.SendKeys("#pw-current", "not-the-password", chromedp.ByID),
+		chromedp.SendKeys("#pw-new", "a-new-password-long-enough", chromedp.ByID),
+		chromedp.SendKeys("#pw-again", "a-new-password-long-enough", chromedp.ByID),
+		chromedp.Submit("#pw-current", chromedp.ByID),
+		chromedp.WaitVisible("#err-current", chromedp.ByID),
+	)
+	pageAtWidths(t, ctx, shot, consolePage{name: "a form with its errors", wait: "#err-current"})
 
 	// A command-line client's OAuth login, approved in this browser.
 	testOAuthInBrowser(t, ctx, s, origin)
