@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -118,6 +119,17 @@ type ownerFile struct {
 	OwnerPassword string `json:"owner_password"`
 }
 
+// owner reads the first owner's console sign-in from bootstrap.json.
+func (s *server) owner() ownerFile {
+	s.t.Helper()
+	var owner ownerFile
+	raw, _ := os.ReadFile(filepath.Join(s.dir, "bootstrap.json"))
+	if err := json.Unmarshal(raw, &owner); err != nil || owner.OwnerPassword == "" {
+		s.t.Fatalf("bootstrap.json has no owner sign-in: %s", raw)
+	}
+	return owner
+}
+
 // TestBrowserConsole drives the console in headless Chromium as a person
 // would: sign in with the first owner's password from bootstrap.json,
 // create a service and watch it become READY, copy its connection string
@@ -148,11 +160,7 @@ func evalUntil(within time.Duration, expr string, out *string) chromedp.Action {
 
 func TestBrowserConsole(t *testing.T) {
 	s := newServer(t)
-	var owner ownerFile
-	raw, _ := os.ReadFile(filepath.Join(s.dir, "bootstrap.json"))
-	if err := json.Unmarshal(raw, &owner); err != nil || owner.OwnerPassword == "" {
-		t.Fatalf("bootstrap.json has no owner sign-in: %s", raw)
-	}
+	owner := s.owner()
 	origin := strings.TrimSuffix(owner.ConsoleURL, "/")
 	ctx, shot := chrome(t)
 	pid := s.boot.ProjectID
@@ -164,6 +172,9 @@ func TestBrowserConsole(t *testing.T) {
 		chromedp.Navigate(origin+"/"),
 		chromedp.WaitVisible("#email", chromedp.ByID),
 		chromedp.ActionFunc(func(context.Context) error { shot("signin"); return nil }),
+	)
+	pageAtWidths(t, ctx, shot, consolePage{name: "sign-in", wait: "#email", shot: "signin"})
+	run(t, ctx, 30*time.Second, "sign in",
 		chromedp.SendKeys("#email", owner.OwnerEmail, chromedp.ByID),
 		chromedp.SendKeys("#password", owner.OwnerPassword, chromedp.ByID),
 		chromedp.Submit("#password", chromedp.ByID),
@@ -184,6 +195,7 @@ func TestBrowserConsole(t *testing.T) {
 		}),
 		chromedp.ActionFunc(func(context.Context) error { shot("service-created"); return nil }),
 	)
+	pageAtWidths(t, ctx, shot, consolePage{name: "a new service, its password shown once", wait: "#secret-conn"})
 	if !strings.HasPrefix(conn, "postgresql://tsdbadmin:") {
 		t.Fatalf("the copy button copied %q, want the connection string with the password", conn)
 	}
@@ -256,15 +268,21 @@ func TestBrowserConsole(t *testing.T) {
 		t.Errorf("logs page shows %q", logs)
 	}
 	shot("logs")
+	testLogsTail(t, ctx, svcURL, conn)
 
 	// Snapshots: the first one (taken once the service is READY), the
 	// recovery window, and a fork from it.
 	s.waitSnapshot(sid, time.Time{}, 2*time.Minute)
 	var snaps string
+	// The snapshot's files are there before the service's record of it,
+	// and the tab is not live: it is read again until it shows one.
 	run(t, ctx, 30*time.Second, "the snapshots tab",
 		chromedp.Navigate(svcURL+"/snapshots"),
-		chromedp.WaitVisible(`//section[@aria-labelledby="h-snaps"]//button[text()="Fork from here"]`, chromedp.BySearch),
-		chromedp.Text("main", &snaps, chromedp.ByQuery),
+		evalUntil(25*time.Second, `(() => {
+			if ([...document.querySelectorAll('section[aria-labelledby="h-snaps"] button')].some(b => b.textContent === "Fork from here")) return document.querySelector("main").innerText;
+			if (performance.now() > 1000) location.reload();
+			return "";
+		})()`, &snaps),
 	)
 	if !strings.Contains(snaps, "Recovery window") || !strings.Contains(snaps, "Last snapshot") || strings.Contains(snaps, "Last snapshot\nnone yet") {
 		t.Errorf("the snapshots tab:\n%s", snaps)
@@ -293,10 +311,38 @@ func TestBrowserConsole(t *testing.T) {
 		t.Errorf("the SQL editor's result:\n%s", html)
 	}
 	shot("sql")
+	pageAtWidths(t, ctx, shot, consolePage{name: "SQL editor with a result", wait: "#sql-result"})
 	html = sqlRun("a failing query", "SELECT 1/0", "#sql-error")
 	if !strings.Contains(html, "division by zero (SQLSTATE 22012)") || strings.Contains(html, "postgresql://dbcloud_cred_") {
 		t.Errorf("the SQL editor's error:\n%s", html)
 	}
+
+	// Every page of the console passes axe-core and holds at each width.
+	p := origin + "/p/" + pid
+	testPagesAccessible(t, ctx, shot, []consolePage{
+		{name: "services", url: p + "/services", wait: "#svc-name", shot: "services"},
+		{name: "service", url: svcURL, wait: "#conn", shot: "service"},
+		{name: "connect", url: svcURL + "/connect", wait: "#snip-psql", shot: "connect"},
+		{name: "SQL editor", url: svcURL + "/sql", wait: "#sql-query", shot: "sql"},
+		{name: "logs", url: svcURL + "/logs", wait: "#log-search", shot: "logs"},
+		{name: "snapshots", url: svcURL + "/snapshots", wait: "#h-snaps"},
+		{name: "credentials", url: svcURL + "/credentials", wait: "#cred-name"},
+		{name: "VPCs", url: p + "/vpcs", wait: "#vpc-name"},
+		{name: "API keys", url: p + "/keys", wait: "#key-name"},
+		{name: "members", url: p + "/members", wait: "#m-email"},
+		{name: "account", url: origin + "/account", wait: "#pw-current"},
+		{name: "an error page", url: origin + "/p/no-such-project/services", wait: "main .error"},
+	})
+	// A form's errors, beside their fields.
+	run(t, ctx, 30*time.Second, "a refused password change",
+		chromedp.Navigate(origin+"/account"),
+		chromedp.SendKeys("#pw-current", "not-the-password", chromedp.ByID),
+		chromedp.SendKeys("#pw-new", "a-new-password-long-enough", chromedp.ByID),
+		chromedp.SendKeys("#pw-again", "a-new-password-long-enough", chromedp.ByID),
+		chromedp.Submit("#pw-current", chromedp.ByID),
+		chromedp.WaitVisible("#err-current", chromedp.ByID),
+	)
+	pageAtWidths(t, ctx, shot, consolePage{name: "a form with its errors", wait: "#err-current"})
 
 	// A command-line client's OAuth login, approved in this browser.
 	testOAuthInBrowser(t, ctx, s, origin)
@@ -396,6 +442,46 @@ func testLivePages(t *testing.T, ctx context.Context, s *server, origin, forkID 
 	kept("delete on the service page")
 }
 
+// testLogsTail: a logs page with its live tail on shows a new line
+// without a reload and without a timer of its own: a refused sign-in
+// through the endpoint makes PostgreSQL log a FATAL naming the user, and
+// the project's event stream tells the page.
+func testLogsTail(t *testing.T, ctx context.Context, svcURL, conn string) {
+	t.Helper()
+	// A repeating timer is what the test rules out: in this page none
+	// runs, so only the stream can bring the line.
+	var noTimers page.ScriptIdentifier
+	run(t, ctx, 30*time.Second, "open the logs with the live tail on",
+		chromedp.ActionFunc(func(ctx context.Context) (err error) {
+			noTimers, err = page.AddScriptToEvaluateOnNewDocument(`window.setInterval = function () { return 0; };`).Do(ctx)
+			return err
+		}),
+		chromedp.Navigate(svcURL+"/logs?tail=1"),
+		chromedp.WaitVisible(`#live-logs[data-tail]`, chromedp.ByQuery),
+		chromedp.Evaluate(`window.notReloaded = true`, nil),
+	)
+	defer run(t, ctx, 10*time.Second, "timers back", page.RemoveScriptToEvaluateOnNewDocument(noTimers))
+	u, err := url.Parse(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword("tail_probe", "wrong")
+	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if c, err := pgx.Connect(cctx, u.String()); err == nil {
+		c.Close(cctx)
+		t.Fatal("a wrong password was let in")
+	}
+	var still bool
+	run(t, ctx, time.Minute, "the refused sign-in appears in the open tail",
+		chromedp.WaitVisible(`//pre[contains(@class, "logs")]/span[contains(., "tail_probe")]`, chromedp.BySearch),
+		chromedp.Evaluate(`window.notReloaded === true`, &still),
+	)
+	if !still {
+		t.Fatal("the logs page was reloaded")
+	}
+}
+
 // testLayout: at a phone's width the service page and the list scroll
 // no wider than the window (tables scroll in their boxes), and at laptop
 // widths the header is one row.
@@ -478,6 +564,7 @@ func testOAuthInBrowser(t *testing.T, ctx context.Context, s *server, origin str
 		chromedp.WaitVisible(`button[value="approve"]`, chromedp.ByQuery),
 		chromedp.Text("main .card p strong", &client, chromedp.ByQuery),
 	)
+	pageAtWidths(t, ctx, func(string) {}, consolePage{name: "the OAuth approval", wait: `button[value="approve"]`})
 	if !strings.Contains(client, "Tiger CLI") {
 		t.Errorf("the approval page names %q, want the client", client)
 	}
@@ -485,6 +572,7 @@ func testOAuthInBrowser(t *testing.T, ctx context.Context, s *server, origin str
 		chromedp.Click(`button[value="approve"]`, chromedp.ByQuery),
 		chromedp.WaitVisible(`//h1[contains(., "You are signed in")]`, chromedp.BySearch),
 	)
+	pageAtWidths(t, ctx, func(string) {}, consolePage{name: "the OAuth success page", wait: "h1"})
 	var tok *oauth2.Token
 	select {
 	case tok = <-tokens:

@@ -37,6 +37,7 @@ func onKubernetes() bool { return *e2eRuntime == "kubernetes" }
 var kubernetesTests = map[string]bool{
 	"TestRuntime_ServiceLifecycle": true,
 	"TestTigerCLILogin":            true,
+	"TestReadme_TigerCLI":          true,
 	// Starts its own kube-apiserver, whatever the run's runtime.
 	"TestRuntime_KubernetesControlPlane": true,
 }
