@@ -64,6 +64,9 @@ func TestConsoleInvitation(t *testing.T) {
 		t.Fatalf("accept: %d at %s, want the project's services, signed in as a developer\n%s", res.StatusCode, res.Request.URL, page)
 	}
 
+	if _, page := b.get(members); !strings.Contains(page, "Grace Hopper") || strings.Contains(page, "invitation of grace@example.com") {
+		t.Errorf("the members page after the join lists no member Grace, or her invitation as pending:\n%s", page)
+	}
 	gone := func(who *browser, u, want string, status int) {
 		t.Helper()
 		res, page := who.get(u)

@@ -148,12 +148,7 @@ func evalUntil(within time.Duration, expr string, out *string) chromedp.Action {
 
 func TestBrowserConsole(t *testing.T) {
 	s := newServer(t)
-	var owner ownerFile
-	raw, _ := os.ReadFile(filepath.Join(s.dir, "bootstrap.json"))
-	if err := json.Unmarshal(raw, &owner); err != nil || owner.OwnerPassword == "" {
-		t.Fatalf("bootstrap.json has no owner sign-in: %s", raw)
-	}
-	origin := strings.TrimSuffix(owner.ConsoleURL, "/")
+	owner, origin := consoleOwner(t, s)
 	ctx, shot := chrome(t)
 	pid := s.boot.ProjectID
 
