@@ -27,9 +27,15 @@ func consoleOwner(t *testing.T, s *server) (ownerFile, string) {
 
 // chooseProject picks an entry of the header's project switch as a person
 // does: the value changes and the select says so, with no click after.
+// It waits for the console's script (deferred, it marks the page "js")
+// first: a change before it runs is one no script saw.
 func chooseProject(value string) chromedp.Action {
-	return chromedp.Evaluate(`(() => { const s = document.getElementById("project-switch");
-		s.value = `+jsString(value)+`; s.dispatchEvent(new Event("change", {bubbles: true})); return true; })()`, nil)
+	var ready string
+	return chromedp.Tasks{
+		evalUntil(20*time.Second, `document.documentElement.classList.contains("js") ? "yes" : ""`, &ready),
+		chromedp.Evaluate(`(() => { const s = document.getElementById("project-switch");
+			s.value = `+jsString(value)+`; s.dispatchEvent(new Event("change", {bubbles: true})); return true; })()`, nil),
+	}
 }
 
 func jsString(s string) string {
@@ -127,6 +133,9 @@ func TestBrowserPeople(t *testing.T) {
 		chromedp.SendKeys("#inv-email", "grace@example.com", chromedp.ByID),
 		chromedp.SetValue("#inv-role", "developer", chromedp.ByID),
 		chromedp.Submit("#inv-email", chromedp.ByID),
+		// The link's page once loaded whole: a node found while the
+		// redirect still commits may be gone when clicked.
+		evalUntil(20*time.Second, `document.readyState === "complete" && document.querySelector('[data-copy="secret-invite-link"]') ? "yes" : ""`, &where),
 		chromedp.WaitVisible(`[data-copy="secret-invite-link"]`, chromedp.ByQuery),
 		chromedp.Click(`[data-copy="secret-invite-link"]`, chromedp.ByQuery),
 		chromedp.WaitVisible(`//button[@data-copy="secret-invite-link" and text()="Copied"]`, chromedp.BySearch),
@@ -179,4 +188,6 @@ func TestBrowserPeople(t *testing.T) {
 		evalUntil(20*time.Second, `(() => { const m = document.querySelector("main");
 			return m && m.textContent.includes("Grace Hopper") && !document.querySelector('form[action*="/invitations/"]') ? m.textContent : ""; })()`, &members),
 	)
+	// The pages this test added to hold at phone and laptop widths.
+	testLayout(t, ctx, origin+"/p/"+pid+"/members", origin+"/p/"+pid+"/keys", origin+"/projects/new", link)
 }
