@@ -130,11 +130,6 @@ func (s *server) owner() ownerFile {
 	return owner
 }
 
-// TestBrowserConsole drives the console in headless Chromium as a person
-// would: sign in with the first owner's password from bootstrap.json,
-// create a service and watch it become READY, copy its connection string
-// and connect with it, fork it, read its logs, approve a command-line
-// client's OAuth login, create and revoke an API key, and sign out.
 // evalUntil evaluates expr, a string-valued expression, until it gives a
 // non-empty string or within passes. An evaluation cut short by a
 // navigation is retried, so it can follow a form's submit.
@@ -158,10 +153,14 @@ func evalUntil(within time.Duration, expr string, out *string) chromedp.Action {
 	})
 }
 
+// TestBrowserConsole drives the console in headless Chromium as a person
+// would: sign in with the first owner's password from bootstrap.json,
+// create a service and watch it become READY, copy its connection string
+// and connect with it, fork it, read its logs, approve a command-line
+// client's OAuth login, create and revoke an API key, and sign out.
 func TestBrowserConsole(t *testing.T) {
 	s := newServer(t)
-	owner := s.owner()
-	origin := strings.TrimSuffix(owner.ConsoleURL, "/")
+	owner, origin := consoleOwner(t, s)
 	ctx, shot := chrome(t)
 	pid := s.boot.ProjectID
 
@@ -331,6 +330,7 @@ func TestBrowserConsole(t *testing.T) {
 		{name: "API keys", url: p + "/keys", wait: "#key-name"},
 		{name: "members", url: p + "/members", wait: "#m-email"},
 		{name: "account", url: origin + "/account", wait: "#pw-current"},
+		{name: "new project", url: origin + "/projects/new", wait: "#project-name"},
 		{name: "an error page", url: origin + "/p/no-such-project/services", wait: "main .error"},
 	})
 	// A form's errors, beside their fields.

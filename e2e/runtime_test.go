@@ -49,6 +49,7 @@ var localReasons = map[string]string{
 	"TestAutoPause_WakeBurst":                       "the Kubernetes runtime has no wake on connect (no dbcloud.Waker)",
 	"TestAdmin_ServicesAndTeardown":                 "checks ports and instances on this host",
 	"TestBrowserConsole":                            "drives the console against services on loopback endpoints",
+	"TestBrowserPeople":                             "drives the console in Chromium on this host",
 	"TestChaos":                                     "kills postmasters and corrupts files on this host",
 	"TestChaos_DiskFull":                            "fills a disk image mounted on this host",
 	"TestChaos_Long":                                "fills a disk image mounted on this host and kills host processes under two control planes",
