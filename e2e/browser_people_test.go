@@ -147,9 +147,12 @@ func TestBrowserPeople(t *testing.T) {
 	// context, "no browser is open"), opens it and joins.
 	gctx, _ := chrome(t)
 	var who string
-	run(t, gctx, 30*time.Second, "open the link and join",
+	run(t, gctx, 30*time.Second, "open the link",
 		chromedp.Navigate(link),
 		chromedp.WaitVisible("#inv-password", chromedp.ByID),
+	)
+	pageAtWidths(t, gctx, shot, consolePage{name: "an invitation", wait: "#inv-password"})
+	run(t, gctx, 30*time.Second, "join",
 		chromedp.SendKeys("#inv-name", "Grace Hopper", chromedp.ByID),
 		chromedp.SendKeys("#inv-password", "a long enough password", chromedp.ByID),
 		chromedp.SendKeys("#inv-again", "a long enough password", chromedp.ByID),
