@@ -1,0 +1,172 @@
+package e2e
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// upgradeWithin bounds one IN_PLACE upgrade of a small service on a busy
+// machine: a rehearsal (copy, pg_upgrade --check, pg_upgrade, a query per
+// database), a snapshot, pg_upgrade of the service and a standby copied
+// again.
+const upgradeWithin = 6 * time.Minute
+
+// TestUpgrade_InPlace upgrades a PostgreSQL 15 service with rows, an extra
+// role, a TimescaleDB hypertable, a pgvector index and an HA standby to 17
+// in place (decisions.md section 11), with a restart of dbcloud right after
+// the upgrade was accepted: it completes anyway. Afterwards the server
+// says 17 and so does the metadata, every row and index is there, the old
+// passwords work, the standby streams from the new primary, and the event
+// stream has the upgrade's steps under its operation.
+func TestUpgrade_InPlace(t *testing.T) {
+	t.Parallel()
+	requirePGVersion(t, 17)
+	requireVersionExtension(t, 17, "timescaledb")
+	requireVersionExtension(t, 17, "vector")
+	s := newServer(t)
+	ctx := context.Background()
+	var created versionedService
+	body := map[string]any{"name": "up15", "pg_version": 15, "addons": []string{"time-series", "ai"}, "replica_count": 1}
+	if code := s.call("POST", s.services(), body, &created); code != 202 {
+		t.Fatalf("create on 15: %d %s", code, created.Message)
+	}
+	svc := s.waitStatus(created.ServiceID, "READY", 3*time.Minute)
+	pw := created.InitialPassword
+	db := s.mustConnect(svc, pw)
+	if _, err := db.Exec(ctx, `CREATE TABLE m (t timestamptz NOT NULL, v bigint);
+		SELECT create_hypertable('m', by_range('t', INTERVAL '1 day'));
+		INSERT INTO m SELECT now() - i * INTERVAL '1 hour', i FROM generate_series(1, 500) i;
+		CREATE TABLE items (id int PRIMARY KEY, embedding vector(3) NOT NULL);
+		INSERT INTO items SELECT i, ARRAY[i, i % 7, i % 13]::vector FROM generate_series(1, 300) i;
+		CREATE INDEX items_hnsw ON items USING hnsw (embedding vector_l2_ops);
+		CREATE TABLE kv (k text PRIMARY KEY, v text);
+		CREATE INDEX kv_v ON kv (v);
+		INSERT INTO kv SELECT 'k' || i, md5(i::text) FROM generate_series(1, 1000) i;
+		CREATE ROLE app LOGIN PASSWORD 'app-secret-1'`); err != nil {
+		t.Fatalf("data on 15: %v", err)
+	}
+	const facts = `SELECT (SELECT count(*) FROM m)::text UNION ALL SELECT (SELECT sum(v) FROM m)::text
+		UNION ALL SELECT (SELECT count(*) FROM items)::text UNION ALL SELECT (SELECT count(*) FROM kv)::text
+		UNION ALL SELECT (SELECT string_agg(indexname, ',' ORDER BY indexname) FROM pg_indexes WHERE tablename IN ('items', 'kv'))`
+	before := queryValues(t, db, facts)
+	db.Close(ctx)
+
+	var accepted versionedService
+	if code := s.call("POST", s.services()+"/"+svc.ServiceID+"/upgrade", map[string]any{"pg_version": 17, "method": "IN_PLACE"}, &accepted); code != 202 || accepted.Status != "UPGRADING" {
+		t.Fatalf("upgrade: %d %s %s %s", code, accepted.Status, accepted.Code, accepted.Message)
+	}
+	// Accepted is durable: a restart of dbcloud does not lose it.
+	s.restart()
+	svc = s.waitStatus(svc.ServiceID, "READY", upgradeWithin)
+	var got versionedService
+	if code := s.call("GET", s.services()+"/"+svc.ServiceID, nil, &got); code != 200 || got.Metadata.PGVersion != 17 || !strings.HasPrefix(got.Metadata.PGVersionFull, "17.") {
+		t.Fatalf("after the upgrade: %d, metadata %+v, reason %q", code, got.Metadata, got.StatusReason)
+	}
+	if got.Endpoint != svc.Endpoint || got.Endpoint != created.Endpoint {
+		t.Errorf("endpoint moved: %+v, was %+v", got.Endpoint, created.Endpoint)
+	}
+	db = s.mustConnect(svc, pw)
+	if v := queryValues(t, db, `SHOW server_version`); len(v) != 1 || !strings.HasPrefix(v[0], "17.") {
+		t.Errorf("server_version %q after the upgrade, want 17", v)
+	}
+	if after := queryValues(t, db, facts); !slices.Equal(after, before) {
+		t.Errorf("rows and indexes: %q after the upgrade, %q before", after, before)
+	}
+	if got := queryValues(t, db, `SELECT id::text FROM (SELECT id FROM items ORDER BY embedding <-> '[5,5,5]' LIMIT 1) n`); len(got) != 1 {
+		t.Errorf("nearest neighbour after the upgrade: %q", got)
+	}
+	app := svc
+	appDSN := strings.Replace(s.dsn(app, "app-secret-1"), "tsdbadmin:", "app:", 1)
+	if c, err := pgx.Connect(ctx, appDSN); err != nil {
+		t.Errorf("the extra role's password after the upgrade: %v", err)
+	} else {
+		c.Close(ctx)
+	}
+	// The standby is copied again from the new primary and streams.
+	deadline := time.Now().Add(2 * time.Minute)
+	for queryValues(t, db, `SELECT count(*)::text FROM pg_stat_replication`)[0] == "0" {
+		if time.Now().After(deadline) {
+			t.Fatal("no standby streams from the upgraded primary")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	var op *opJSON
+	for _, o := range s.operations(svc.ServiceID) {
+		if o.Type == "upgrade_service" {
+			op = &o
+			break
+		}
+	}
+	if op == nil || op.State != "succeeded" {
+		t.Fatalf("upgrade operation: %+v", op)
+	}
+	evctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	stream, closeStream := s.events(evctx, "0")
+	defer closeStream()
+	var steps []string
+	readUntil(t, stream, 0, func(e streamEvent) bool {
+		if e.Type == "service.upgrade_step" && e.OperationID == op.ID {
+			steps = append(steps, e.Status)
+		}
+		return e.Type == "operation.finished" && e.OperationID == op.ID
+	})
+	for _, want := range []string{"rehearsal_check", "rehearsal_upgrade", "rehearsal_verify", "snapshot", "stop", "pg_upgrade", "start", "extensions", "analyze"} {
+		if !slices.Contains(steps, want) {
+			t.Errorf("step %s missing from the upgrade's events %q", want, steps)
+		}
+	}
+}
+
+// TestUpgrade_RehearsalFails upgrades a 15 service whose table has a
+// column of a reg* type, which pg_upgrade refuses: the rehearsal fails, so
+// the service itself is never touched; it is READY on 15 with its data,
+// the reason names what pg_upgrade refused, and the operation failed.
+func TestUpgrade_RehearsalFails(t *testing.T) {
+	t.Parallel()
+	requirePGVersion(t, 17)
+	s := newServer(t)
+	ctx := context.Background()
+	svc, pw := s.createOn(t, 15, nil)
+	db := s.mustConnect(svc.service, pw)
+	if _, err := db.Exec(ctx, `CREATE TABLE f (id int PRIMARY KEY, fn regproc);
+		INSERT INTO f SELECT i, 'now'::regproc FROM generate_series(1, 50) i`); err != nil {
+		t.Fatalf("reg* column: %v", err)
+	}
+	db.Close(ctx)
+	var accepted service
+	if code := s.call("POST", s.services()+"/"+svc.ServiceID+"/upgrade", map[string]any{"pg_version": 17}, &accepted); code != 202 || accepted.Status != "UPGRADING" {
+		t.Fatalf("upgrade: %d %s %s", code, accepted.Status, accepted.Message)
+	}
+	// UPGRADING first, then READY again: waitStatus alone could see the
+	// READY of before the engine took it up.
+	back := s.waitStatus(svc.ServiceID, "READY", upgradeWithin)
+	for back.StatusReason == "" {
+		back = s.waitStatus(svc.ServiceID, "READY", upgradeWithin)
+	}
+	if !strings.Contains(back.StatusReason, "reg*") || !strings.Contains(back.StatusReason, "PostgreSQL 15") {
+		t.Errorf("status_reason %q: want what pg_upgrade refused (reg*) and that it runs 15", back.StatusReason)
+	}
+	db = s.mustConnect(back, pw)
+	if v := queryValues(t, db, `SHOW server_version`); len(v) != 1 || !strings.HasPrefix(v[0], "15.") {
+		t.Errorf("server_version %q after the failed rehearsal, want 15", v)
+	}
+	if got := queryValues(t, db, `SELECT count(*)::text FROM f`); !slices.Equal(got, []string{"50"}) {
+		t.Errorf("rows after the failed rehearsal: %q", got)
+	}
+	var op *opJSON
+	for _, o := range s.operations(svc.ServiceID) {
+		if o.Type == "upgrade_service" {
+			op = &o
+			break
+		}
+	}
+	if op == nil || op.State != "failed" || !strings.Contains(op.Reason, "reg*") {
+		t.Errorf("upgrade operation: %+v", op)
+	}
+}
