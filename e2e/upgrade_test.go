@@ -17,11 +17,13 @@ import (
 const upgradeWithin = 6 * time.Minute
 
 // TestUpgrade_InPlace upgrades a PostgreSQL 15 service with rows, an extra
-// role, a TimescaleDB hypertable, a pgvector index and an HA standby to 17
+// role, a TimescaleDB hypertable, a pgvector index, an HA standby and a
+// read replica set to 17
 // in place (decisions.md section 11), with a restart of dbcloud right after
 // the upgrade was accepted: it completes anyway. Afterwards the server
 // says 17 and so does the metadata, every row and index is there, the old
-// passwords work, the standby streams from the new primary, and the event
+// passwords work, the standby streams from the new primary, the read
+// replica set serves 17 with the rows, and the event
 // stream has the upgrade's steps under its operation.
 func TestUpgrade_InPlace(t *testing.T) {
 	t.Parallel()
@@ -31,7 +33,8 @@ func TestUpgrade_InPlace(t *testing.T) {
 	s := newServer(t)
 	ctx := context.Background()
 	var created versionedService
-	body := map[string]any{"name": "up15", "pg_version": 15, "addons": []string{"time-series", "ai"}, "replica_count": 1}
+	body := map[string]any{"name": "up15", "pg_version": 15, "addons": []string{"time-series", "ai"}, "replica_count": 1,
+		"environment_tag": "PROD"}
 	if code := s.call("POST", s.services(), body, &created); code != 202 {
 		t.Fatalf("create on 15: %d %s", code, created.Message)
 	}
@@ -55,6 +58,11 @@ func TestUpgrade_InPlace(t *testing.T) {
 		UNION ALL SELECT (SELECT string_agg(indexname, ',' ORDER BY indexname) FROM pg_indexes WHERE tablename IN ('items', 'kv'))`
 	before := queryValues(t, db, facts)
 	db.Close(ctx)
+	var set replicaSet
+	if code := s.call("POST", s.replicaSets(svc.ServiceID), map[string]any{"name": "r", "cpu_millis": 500, "memory_gbs": 2, "nodes": 1}, &set); code != 202 {
+		t.Fatalf("create replica set: %d %s", code, set.Message)
+	}
+	set = s.waitReplicaSet(svc.ServiceID, set.ID, "active", 3*time.Minute)
 
 	var accepted versionedService
 	if code := s.call("POST", s.services()+"/"+svc.ServiceID+"/upgrade", map[string]any{"pg_version": 17, "method": "IN_PLACE"}, &accepted); code != 202 || accepted.Status != "UPGRADING" {
@@ -95,6 +103,26 @@ func TestUpgrade_InPlace(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	// The read replica set is copied again from the new primary.
+	reader := svc
+	reader.Endpoint = *set.Endpoint
+	deadline = time.Now().Add(3 * time.Minute)
+	for {
+		var version string
+		var rows int
+		c, err := s.connect(ctx, reader, pw)
+		if err == nil {
+			err = c.QueryRow(ctx, `SELECT current_setting('server_version'), (SELECT count(*) FROM kv)::int`).Scan(&version, &rows)
+			c.Close(ctx)
+		}
+		if err == nil && strings.HasPrefix(version, "17.") && rows == 1000 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the read replica set after the upgrade: version %q, %d rows, %v", version, rows, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	var op *opJSON
 	for _, o := range s.operations(svc.ServiceID) {
 		if o.Type == "upgrade_service" {
@@ -113,6 +141,9 @@ func TestUpgrade_InPlace(t *testing.T) {
 	readUntil(t, stream, 0, func(e streamEvent) bool {
 		if e.Type == "service.upgrade_step" && e.OperationID == op.ID {
 			steps = append(steps, e.Status)
+			if e.Status == "extensions" && strings.Contains(e.Reason, "not updated") {
+				t.Errorf("extensions step: %s", e.Reason)
+			}
 		}
 		return e.Type == "operation.finished" && e.OperationID == op.ID
 	})
