@@ -44,6 +44,15 @@ func (c *Cloud) UpgradeService(ctx context.Context, projectID, id string, in Upg
 		if err := checkUpgradeTarget(s, target, c.Runtime.PGVersions()); err != nil {
 			return "", err
 		}
+		// A fork still being made reads this service's snapshots and
+		// WAL, which the upgrade sets aside for the new version's.
+		if f, err := copyingFork(tx, s); err != nil || f != nil {
+			if err != nil {
+				return "", err
+			}
+			return "", dbcloud.CodedErrorf(dbcloud.KindConflict, dbcloud.CodeOperationInProgress,
+				"Fork %s is still copying this service's data; upgrade it when the fork is READY.", f.ID)
+		}
 		s.UpgradeTo = target.Major
 		s.StatusReason = ""
 		dbcloud.Upgrade.Apply(s)

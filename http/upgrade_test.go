@@ -15,7 +15,8 @@ type noUpgrades struct{ dbcloud.Runtime }
 // stores answers 202 with the service UPGRADING, and refuses a version
 // that is not newer or unknown (400 listing versions), an addon without a
 // build on the target (409 VERSION_UNAVAILABLE naming its extension), a
-// second change while one is in flight (409 OPERATION_IN_PROGRESS), the
+// second change while one is in flight or while a fork copies the service
+// (409 OPERATION_IN_PROGRESS), the
 // methods not offered yet (400) and a runtime that cannot upgrade (409).
 func TestUpgrade_Refusals(t *testing.T) {
 	forEachStore(t, func(t *testing.T, kind string) {
@@ -56,6 +57,15 @@ func TestUpgrade_Refusals(t *testing.T) {
 			t.Errorf("a runtime without upgrades: %s", res.Body)
 		}
 		e.cloud.Runtime = e.runtime
+
+		var fork service
+		e.want(202, "", req{Method: "POST", Path: e.pa() + "/services/" + svc.ServiceID + "/forkService",
+			Body: map[string]any{"fork_strategy": "LAST_SNAPSHOT"}}).decode(t, &fork)
+		res = e.want(409, dbcloud.CodeOperationInProgress, req{Method: "POST", Path: path, Body: map[string]any{"pg_version": 17}})
+		if !strings.Contains(string(res.Body), fork.ServiceID) {
+			t.Errorf("an upgrade while a fork copies: %s", res.Body)
+		}
+		e.settle(fork.ServiceID, dbcloud.StatusReady)
 
 		var up service
 		e.want(202, "", req{Method: "POST", Path: path, Body: map[string]any{"pg_version": 17}}).decode(t, &up)
