@@ -264,7 +264,7 @@ func (u *upgradeRun) writeConf(pgdata string) error {
 func (u *upgradeRun) pgUpgrade(ctx context.Context, oldData, newData, mode string) error {
 	out, err := u.run(ctx, u.toBin, "pg_upgrade", mode, "-b", u.fromBin, "-B", u.toBin, "-d", oldData, "-D", newData,
 		"-U", "postgres", "-s", filepath.Join(u.work, "sock"), "-p", strconv.Itoa(upgradePort), "-P", strconv.Itoa(upgradePort+1),
-		"-j", "1")
+		"-j", "2")
 	if err != nil {
 		u.rt.cfg.Logger.Error("pg_upgrade failed", "service", u.svc.ID, "mode", mode, "output", lastLines(out, 40))
 		return &dbcloud.UpgradeFailed{Step: "pg_upgrade " + mode, Reason: pgUpgradeReason(out)}

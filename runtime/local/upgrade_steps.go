@@ -134,6 +134,19 @@ func (u *upgradeRun) upgradeService(ctx context.Context) error {
 		return err
 	}
 	defer os.RemoveAll(u.work)
+	// Everything that does not need the service stopped comes first, so
+	// the downtime is pg_upgrade's alone: the new cluster made, and a
+	// checkpoint that leaves the shutdown little to write.
+	pgdata, newData := u.spec.PGData(), u.newData()
+	if err := os.RemoveAll(newData); err != nil {
+		return err
+	}
+	if err := u.initCluster(ctx, newData); err != nil {
+		return err
+	}
+	if err := u.rt.instances.Exec(ctx, u.spec, "postgres", "CHECKPOINT"); err != nil {
+		return err
+	}
 	if err := u.marker("upgrading"); err != nil {
 		return err
 	}
@@ -141,23 +154,15 @@ func (u *upgradeRun) upgradeService(ctx context.Context) error {
 		return err
 	}
 	u.done("stop", "the service's servers are stopped")
-	pgdata, newData := u.spec.PGData(), u.newData()
-	if err := os.RemoveAll(newData); err != nil {
-		return err
-	}
 	if err := u.writeConf(pgdata); err != nil {
-		return err
-	}
-	if err := u.initCluster(ctx, newData); err != nil {
 		return err
 	}
 	mode := "--link"
 	if u.rt.volumes != nil && u.rt.volumes.Filesystem().Reflink {
 		mode = "--clone"
 	}
-	if err := u.pgUpgrade(ctx, pgdata, newData, "--check"); err != nil {
-		return err
-	}
+	// pg_upgrade runs its consistency checks again before it changes
+	// anything: what changed since the rehearsal is checked too.
 	if err := u.pgUpgrade(ctx, pgdata, newData, mode); err != nil {
 		return err
 	}
