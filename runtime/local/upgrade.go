@@ -161,6 +161,9 @@ func dataVersion(pgdata string) (int, error) {
 func (u *upgradeRun) run(ctx context.Context, binDir, name string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, name), args...)
 	cmd.Dir = u.work
+	if _, err := os.Stat(u.work); err != nil {
+		cmd.Dir = "/"
+	}
 	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C", "LC_ALL=C", "PGCONNECT_TIMEOUT=10"}
 	if u.owner != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: u.owner}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"dbcloud"
@@ -229,6 +230,19 @@ func (u *upgradeRun) standbys() []postgres.Spec {
 // PG_VERSION first).
 func (u *upgradeRun) undoInterrupted(ctx context.Context) error {
 	pgdata := u.spec.PGData()
+	// A pg_upgrade killed with dbcloud leaves the servers it started
+	// running: on the copies, on the new cluster and on the service's
+	// own data (with pg_upgrade's settings, not the service's).
+	for _, dir := range []string{filepath.Join(u.work, "old"), filepath.Join(u.work, "new"), u.newData()} {
+		if err := u.stopStray(ctx, dir); err != nil {
+			return err
+		}
+	}
+	if _, err := os.Stat(filepath.Join(u.rt.serviceDir(u.svc.ID), upgradeMarker)); err == nil {
+		if err := u.rt.instances.Stop(ctx, u.spec, 30*time.Second); err != nil {
+			return err
+		}
+	}
 	if _, err := tenantfs.Lstat(filepath.Join(pgdata, "PG_VERSION")); errors.Is(err, fs.ErrNotExist) {
 		if _, oerr := os.Stat(u.oldData()); oerr == nil {
 			_ = u.rt.instances.Stop(ctx, u.spec, 30*time.Second)
@@ -253,6 +267,23 @@ func (u *upgradeRun) undoInterrupted(ctx context.Context) error {
 	}
 	_ = os.RemoveAll(u.work)
 	return atomicfile.SyncDir(u.spec.Dir)
+}
+
+// stopStray stops a postmaster that serves pgdata, which only an
+// interrupted upgrade leaves (immediate: the data is thrown away or
+// pg_upgrade runs again from the start).
+func (u *upgradeRun) stopStray(ctx context.Context, pgdata string) error {
+	pf, err := postgres.ReadPidFile(pgdata)
+	if err != nil || syscall.Kill(pf.PID, 0) != nil {
+		return nil
+	}
+	v, err := dataVersion(pgdata)
+	bin, ok := u.rt.binDirs[v]
+	if err != nil || !ok {
+		return fmt.Errorf("a server of unknown version runs on %s", pgdata)
+	}
+	_, err = u.run(ctx, bin, "pg_ctl", "-D", pgdata, "-w", "-t", "60", "-m", "immediate", "stop")
+	return err
 }
 
 // finish starts the primary on the new version and completes what
