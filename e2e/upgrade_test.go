@@ -17,7 +17,7 @@ import (
 const upgradeWithin = 6 * time.Minute
 
 // TestUpgrade_InPlace upgrades a PostgreSQL 15 service with rows, an extra
-// role, a TimescaleDB hypertable, a pgvector index, an HA standby and a
+// role, a TimescaleDB hypertable, a pgvector index, a synchronous HA standby and a
 // read replica set to 17
 // in place (decisions.md section 11), with a restart of dbcloud right after
 // the upgrade was accepted: it completes anyway. Afterwards the server
@@ -37,6 +37,12 @@ func TestUpgrade_InPlace(t *testing.T) {
 		"environment_tag": "PROD"}
 	if code := s.call("POST", s.services(), body, &created); code != 202 {
 		t.Fatalf("create on 15: %d %s", code, created.Message)
+	}
+	s.waitStatus(created.ServiceID, "READY", 3*time.Minute)
+	// The standby synchronous: what the upgrade writes before it is
+	// copied again must not wait for it.
+	if code := s.call("POST", s.services()+"/"+created.ServiceID+"/setHA", map[string]int{"replica_count": 1, "sync_replica_count": 1}, nil); code != 202 {
+		t.Fatalf("setHA: %d", code)
 	}
 	svc := s.waitStatus(created.ServiceID, "READY", 3*time.Minute)
 	pw := created.InitialPassword

@@ -354,7 +354,7 @@ func (u *upgradeRun) updateExtensions(ctx context.Context, spec postgres.Spec) (
 			return n, failed, err
 		}
 		for _, e := range exts {
-			if err := u.rt.instances.Exec(ctx, spec, db, "ALTER EXTENSION "+postgres.QuoteIdent(e)+" UPDATE"); err != nil {
+			if err := u.updateExtension(ctx, spec, db, e); err != nil {
 				u.rt.cfg.Logger.Warn("extension not updated after upgrade", "service", u.svc.ID, "database", db, "extension", e, "error", err)
 				failed = append(failed, e+" in "+db)
 				continue
@@ -363,6 +363,19 @@ func (u *upgradeRun) updateExtensions(ctx context.Context, spec postgres.Spec) (
 		}
 	}
 	return n, failed, nil
+}
+
+// updateExtension updates one extension, first in a session of its own,
+// committing locally: the synchronous standbys are copied again only
+// after the upgrade, by the ensure.
+func (u *upgradeRun) updateExtension(ctx context.Context, spec postgres.Spec, db, ext string) error {
+	conn, err := u.rt.instances.ConnectWith(ctx, spec, db, map[string]string{"synchronous_commit": "local"})
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	_, err = conn.Exec(ctx, "ALTER EXTENSION "+postgres.QuoteIdent(ext)+" UPDATE")
+	return err
 }
 
 // queryStrings reads one text column from a session of its own.
