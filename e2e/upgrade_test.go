@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -163,7 +164,8 @@ func TestUpgrade_InPlace(t *testing.T) {
 // TestUpgrade_RehearsalFails upgrades a 15 service whose table has a
 // column of a reg* type, which pg_upgrade refuses: the rehearsal fails, so
 // the service itself is never touched; it is READY on 15 with its data,
-// the reason names what pg_upgrade refused, and the operation failed.
+// the reason names what pg_upgrade refused, the operation failed, and
+// pg_upgrade's output is in the service's log.
 func TestUpgrade_RehearsalFails(t *testing.T) {
 	t.Parallel()
 	requirePGVersion(t, 17)
@@ -203,4 +205,7 @@ func TestUpgrade_RehearsalFails(t *testing.T) {
 	if op == nil || op.State != "failed" || !strings.Contains(op.Reason, "reg*") {
 		t.Errorf("upgrade operation: %+v", op)
 	}
+	// What pg_upgrade said is in the service's own log.
+	s.waitLogs(svc.ServiceID, url.Values{"search": {"pg_upgrade: Checking for"}}, 1)
+	s.waitLogs(svc.ServiceID, url.Values{"search": {"failed at pg_upgrade --check"}, "severities": {"ERROR"}}, 1)
 }
