@@ -1,6 +1,7 @@
 package http_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -73,7 +74,23 @@ func TestUpgrade_Refusals(t *testing.T) {
 			t.Errorf("accepted upgrade: status %s, pg_version %d; want UPGRADING on 15 until it is done", up.Status, up.Metadata.PGVersion)
 		}
 		e.want(409, dbcloud.CodeOperationInProgress, req{Method: "POST", Path: path, Body: map[string]any{"pg_version": 17}})
-		e.want(409, dbcloud.CodeOperationInProgress, req{Method: "POST", Path: e.pa() + "/services/" + svc.ServiceID + "/resize",
-			Body: map[string]any{"cpu_millis": "500", "memory_gbs": "2"}})
+		// Not even as a correction of an upgrade that keeps failing.
+		err := e.cloud.Store.Update(context.Background(), func(tx dbcloud.Tx) error {
+			ops, err := tx.ListOperations(dbcloud.OperationFilter{ResourceID: svc.ServiceID, Pending: true})
+			for _, op := range ops {
+				op.Attempts = 2
+				if err == nil {
+					err = tx.UpdateOperation(op)
+				}
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, change := range []string{"resize", "stop"} {
+			e.want(409, dbcloud.CodeOperationInProgress, req{Method: "POST", Path: e.pa() + "/services/" + svc.ServiceID + "/" + change,
+				Body: map[string]any{"cpu_millis": "500", "memory_gbs": "2"}})
+		}
 	})
 }
