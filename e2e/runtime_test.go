@@ -47,6 +47,7 @@ var localReasons = map[string]string{
 	"TestAutoPause_WakeRefusedWhenFull":             "the Kubernetes runtime has no wake on connect (no dbcloud.Waker)",
 	"TestAdmin_ServicesAndTeardown":                 "checks ports and instances on this host",
 	"TestUpgrade_InPlace":                           "the Kubernetes runtime has no in-place upgrade (no dbcloud.Upgrader)",
+	"TestUpgrade_KilledMidway":                      "the Kubernetes runtime has no in-place upgrade (no dbcloud.Upgrader)",
 	"TestUpgrade_RehearsalFails":                    "the Kubernetes runtime has no in-place upgrade (no dbcloud.Upgrader)",
 	"TestBrowserConsole":                            "drives the console against services on loopback endpoints",
 	"TestChaos":                                     "kills postmasters and corrupts files on this host",

@@ -209,3 +209,45 @@ func TestUpgrade_RehearsalFails(t *testing.T) {
 	s.waitLogs(svc.ServiceID, url.Values{"search": {"pg_upgrade: Checking for"}}, 1)
 	s.waitLogs(svc.ServiceID, url.Values{"search": {"failed at pg_upgrade --check"}, "severities": {"ERROR"}}, 1)
 }
+
+// TestUpgrade_KilledMidway kills dbcloud (SIGKILL) as soon as the service
+// itself is stopped for its upgrade, while pg_upgrade runs: after the
+// restart the upgrade is undone from what is on disk and made again, and
+// the service ends READY on 17 with its rows.
+func TestUpgrade_KilledMidway(t *testing.T) {
+	t.Parallel()
+	requirePGVersion(t, 17)
+	s := newServer(t)
+	ctx := context.Background()
+	svc, pw := s.createOn(t, 15, nil)
+	db := s.mustConnect(svc.service, pw)
+	if _, err := db.Exec(ctx, `CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t SELECT i, md5(i::text) FROM generate_series(1, 5000) i`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close(ctx)
+	evctx, cancel := context.WithTimeout(ctx, upgradeWithin)
+	defer cancel()
+	stream, closeStream := s.events(evctx, "0")
+	var accepted service
+	if code := s.call("POST", s.services()+"/"+svc.ServiceID+"/upgrade", map[string]any{"pg_version": 17}, &accepted); code != 202 {
+		t.Fatalf("upgrade: %d %s", code, accepted.Message)
+	}
+	readUntil(t, stream, 0, func(e streamEvent) bool {
+		return e.Type == "service.upgrade_step" && e.ResourceID == svc.ServiceID && e.Status == "stop"
+	})
+	closeStream()
+	s.kill()
+	s.start()
+	back := s.waitStatus(svc.ServiceID, "READY", upgradeWithin)
+	var got versionedService
+	if code := s.call("GET", s.services()+"/"+svc.ServiceID, nil, &got); code != 200 || got.Metadata.PGVersion != 17 || back.StatusReason != "" {
+		t.Fatalf("after the restart: %d, metadata %+v, reason %q", code, got.Metadata, back.StatusReason)
+	}
+	db = s.mustConnect(back, pw)
+	if v := queryValues(t, db, `SHOW server_version`); len(v) != 1 || !strings.HasPrefix(v[0], "17.") {
+		t.Errorf("server_version %q, want 17", v)
+	}
+	if got := queryValues(t, db, `SELECT count(*)::text FROM t`); !slices.Equal(got, []string{"5000"}) {
+		t.Errorf("rows after the interrupted upgrade: %q", got)
+	}
+}

@@ -165,9 +165,9 @@ func (u *upgradeRun) run(ctx context.Context, binDir, name string, args ...strin
 		cmd.Dir = "/"
 	}
 	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C", "LC_ALL=C", "PGCONNECT_TIMEOUT=10"}
-	if u.owner != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: u.owner}
-	}
+	// pg_upgrade dies with dbcloud: the next attempt undoes what it left
+	// (undoInterrupted), which one still running would race.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: u.owner, Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.CombinedOutput()
 	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		if l = strings.TrimRight(l, " "); l != "" {

@@ -239,6 +239,7 @@ func (u *upgradeRun) undoInterrupted(ctx context.Context) error {
 		}
 	}
 	if _, err := os.Stat(filepath.Join(u.rt.serviceDir(u.svc.ID), upgradeMarker)); err == nil {
+		u.rt.cfg.Logger.Warn("upgrade: putting the old data back", "service", u.svc.ID, "from", u.from.Major, "to", u.to.Major)
 		if err := u.rt.instances.Stop(ctx, u.spec, 30*time.Second); err != nil {
 			return err
 		}
@@ -282,6 +283,7 @@ func (u *upgradeRun) stopStray(ctx context.Context, pgdata string) error {
 	if err != nil || !ok {
 		return fmt.Errorf("a server of unknown version runs on %s", pgdata)
 	}
+	u.rt.cfg.Logger.Warn("upgrade: stopping a server an interrupted attempt left", "service", u.svc.ID, "pgdata", pgdata, "pid", pf.PID)
 	_, err = u.run(ctx, bin, "pg_ctl", "-D", pgdata, "-w", "-t", "60", "-m", "immediate", "stop")
 	return err
 }
