@@ -127,6 +127,9 @@ type Capabilities struct {
 	// on a connection; without it auto-paused services wake only by
 	// startService.
 	Waker Waker
+	// Upgrader upgrades a service's PostgreSQL major version in place;
+	// without it upgrades are refused.
+	Upgrader Upgrader
 }
 
 // CapabilitiesOf reports the optional capabilities of rt.
@@ -141,6 +144,7 @@ func CapabilitiesOf(rt any) Capabilities {
 	c.Credentials, _ = rt.(Credentials)
 	c.Failures, _ = rt.(FailureWatcher)
 	c.Waker, _ = rt.(Waker)
+	c.Upgrader, _ = rt.(Upgrader)
 	return c
 }
 

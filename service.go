@@ -196,6 +196,10 @@ type Service struct {
 	// binaries ("17.12") when the service was made; "" for a service
 	// made before versions were recorded.
 	PGVersionFull string `json:"pg_version_full,omitempty"`
+	// UpgradeTo is the major version an accepted upgrade moves the
+	// service to; 0 when none is under way. Spec.PGVersion stays the
+	// version its data is on until the engine has made the upgrade real.
+	UpgradeTo int `json:"upgrade_to,omitempty"`
 	// Instances lists the running instances, primary first, as last observed.
 	Instances []Instance `json:"instances,omitempty"`
 }

@@ -237,7 +237,7 @@ func (e *Engine) kindOf(t dbcloud.OperationType) string {
 	switch t {
 	case dbcloud.OpCreateService, dbcloud.OpDeleteService, dbcloud.OpStartService, dbcloud.OpStopService,
 		dbcloud.OpResizeService, dbcloud.OpSetHA, dbcloud.OpSetPooler, dbcloud.OpAttachVPC, dbcloud.OpDetachVPC,
-		dbcloud.OpAutoPause, dbcloud.OpWake:
+		dbcloud.OpAutoPause, dbcloud.OpWake, dbcloud.OpUpgradeService:
 		return "service"
 	case dbcloud.OpCreatePeering, dbcloud.OpDeletePeering:
 		return "peering"

@@ -59,6 +59,11 @@ func (e *Engine) reconcileService(ctx context.Context, svc *dbcloud.Service, id 
 		}
 		return obs, err
 	}
+	if svc.UpgradeTo != 0 {
+		if done, err := e.upgrade(ctx, svc, ensure); done || err != nil {
+			return err
+		}
+	}
 	return settle(ctx, e, serviceKind, svc, ensure, func(s *dbcloud.Service, obs *dbcloud.Observation, gen int64) {
 		s.ObservedGeneration = max(s.ObservedGeneration, gen)
 		s.Instances = obs.Instances

@@ -149,6 +149,7 @@ var (
 	_ dbcloud.Capacity              = (*Runtime)(nil)
 	_ dbcloud.FailureWatcher        = (*Runtime)(nil)
 	_ dbcloud.Waker                 = (*Runtime)(nil)
+	_ dbcloud.Upgrader              = (*Runtime)(nil)
 )
 
 // New returns a local runtime; Open starts filling its pool.
