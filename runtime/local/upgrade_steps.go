@@ -192,12 +192,12 @@ func (u *upgradeRun) oldData() string {
 func (u *upgradeRun) stopService(ctx context.Context) error {
 	u.rt.sessions.close(ctx, u.svc.ID)
 	for _, s := range u.standbys() {
-		if err := u.rt.instances.Stop(ctx, s, 30*time.Second); err != nil {
+		if err := u.rt.stopInstance(ctx, s, 30*time.Second); err != nil {
 			return err
 		}
 	}
 	u.rt.unwatchPrimary(u.svc.ID)
-	return u.rt.instances.Stop(ctx, u.spec, 60*time.Second)
+	return u.rt.stopInstance(ctx, u.spec, 60*time.Second)
 }
 
 // standbys are the specs of the service's HA standbys (none without HA).
@@ -240,13 +240,13 @@ func (u *upgradeRun) undoInterrupted(ctx context.Context) error {
 	}
 	if _, err := os.Stat(filepath.Join(u.rt.serviceDir(u.svc.ID), upgradeMarker)); err == nil {
 		u.rt.cfg.Logger.Warn("upgrade: putting the old data back", "service", u.svc.ID, "from", u.from.Major, "to", u.to.Major)
-		if err := u.rt.instances.Stop(ctx, u.spec, 30*time.Second); err != nil {
+		if err := u.rt.stopInstance(ctx, u.spec, 30*time.Second); err != nil {
 			return err
 		}
 	}
 	if _, err := tenantfs.Lstat(filepath.Join(pgdata, "PG_VERSION")); errors.Is(err, fs.ErrNotExist) {
 		if _, oerr := os.Stat(u.oldData()); oerr == nil {
-			_ = u.rt.instances.Stop(ctx, u.spec, 30*time.Second)
+			_ = u.rt.stopInstance(ctx, u.spec, 30*time.Second)
 			if err := os.RemoveAll(pgdata); err != nil {
 				return err
 			}
@@ -298,7 +298,7 @@ func (u *upgradeRun) finish(ctx context.Context) error {
 	spec.BinDir = u.toBin
 	if err := u.rt.instances.Ensure(ctx, spec); err != nil {
 		if _, oerr := os.Stat(u.oldData()); oerr == nil {
-			_ = u.rt.instances.Stop(ctx, spec, 30*time.Second)
+			_ = u.rt.stopInstance(ctx, spec, 30*time.Second)
 			if rerr := os.Rename(spec.PGData(), u.newData()); rerr == nil {
 				return u.failed(ctx, "start", &dbcloud.UpgradeFailed{Step: "start", Reason: "the upgraded primary did not start on PostgreSQL " + strconv.Itoa(u.to.Major)})
 			}
@@ -319,7 +319,7 @@ func (u *upgradeRun) finish(ctx context.Context) error {
 		return err
 	}
 	for _, s := range u.standbys() {
-		if err := u.rt.instances.Stop(ctx, s, 30*time.Second); err != nil {
+		if err := u.rt.stopInstance(ctx, s, 30*time.Second); err != nil {
 			return err
 		}
 		if err := os.RemoveAll(s.PGData()); err != nil {
