@@ -36,6 +36,9 @@ func onKubernetes() bool { return *e2eRuntime == "kubernetes" }
 // they use only the API and connections to the endpoints it reports.
 var kubernetesTests = map[string]bool{
 	"TestRuntime_ServiceLifecycle": true,
+	"TestRuntime_Resize":           true,
+	"TestRuntime_LogsAndMetrics":   true,
+	"TestRuntime_HAFailover":       true,
 	"TestTigerCLILogin":            true,
 	// Starts its own kube-apiserver, whatever the run's runtime.
 	"TestRuntime_KubernetesControlPlane": true,
@@ -157,15 +160,18 @@ func readyWithin() time.Duration {
 
 // TestRuntime_ServiceLifecycle is the lifecycle through the API only, so
 // it runs on every runtime: create, connect at the endpoint the API
-// reports, change the password, stop and start with the data kept, delete.
+// reports, change the password, stop and start with the data kept, delete
+// (on Kubernetes, leaving nothing of the service in its namespace).
 func TestRuntime_ServiceLifecycle(t *testing.T) {
 	s := newServer(t)
+	began := time.Now()
 	created := s.create(map[string]any{"name": "portable"})
 	id, pw := created.ServiceID, created.InitialPassword
 	if created.Endpoint.Port == 0 {
 		t.Fatalf("no endpoint in the create response: %+v", created)
 	}
 	svc := s.waitStatus(id, "READY", readyWithin())
+	t.Logf("create to READY: %.1f s", time.Since(began).Seconds())
 	ctx := context.Background()
 	c := s.mustConnect(svc, pw)
 	if _, err := c.Exec(ctx, "CREATE TABLE kept (v text); INSERT INTO kept VALUES ('before stop')"); err != nil {
@@ -183,14 +189,18 @@ func TestRuntime_ServiceLifecycle(t *testing.T) {
 		t.Fatal("the old password still works after updatePassword's 204")
 	}
 
+	began = time.Now()
 	if code := s.call("POST", s.services()+"/"+id+"/stop", nil, nil); code != 202 {
 		t.Fatalf("stop: %d", code)
 	}
 	s.waitStatus(id, "PAUSED", readyWithin())
+	t.Logf("stop to PAUSED: %.1f s", time.Since(began).Seconds())
+	began = time.Now()
 	if code := s.call("POST", s.services()+"/"+id+"/start", nil, nil); code != 202 {
 		t.Fatalf("start: %d", code)
 	}
 	svc = s.waitStatus(id, "READY", readyWithin())
+	t.Logf("start to READY: %.1f s", time.Since(began).Seconds())
 	var v string
 	c = s.mustConnect(svc, newPW)
 	if err := c.QueryRow(ctx, "SELECT v FROM kept").Scan(&v); err != nil || v != "before stop" {
@@ -202,6 +212,9 @@ func TestRuntime_ServiceLifecycle(t *testing.T) {
 		t.Fatalf("delete: %d", code)
 	}
 	s.waitGone(id, readyWithin())
+	if onKubernetes() {
+		s.checkNothingLeft(kubeClient(t), id, 2*time.Minute)
+	}
 }
 
 // TestRuntimeTables: every test of the suite is either one that runs on
