@@ -48,14 +48,6 @@ func (rt *Runtime) storageReadOnly(id string) bool {
 func (rt *Runtime) storageSettings(serviceID string, limit int64, settings map[string]string) map[string]string {
 	if rt.volumes.Filesystem().Reflink {
 		settings["recovery_init_sync_method"] = "syncfs"
-		// A copy-on-write filesystem writes every block anew whatever
-		// was there, so neither zero-filling a new WAL segment nor
-		// recycling an old one saves anything (PostgreSQL's manual says
-		// as much): without them a new segment is a sparse file that
-		// holds only the WAL written, where a zero-filled one takes 16
-		// MiB of a paused service's disk however little it wrote.
-		settings["wal_init_zero"] = "off"
-		settings["wal_recycle"] = "off"
 	}
 	if rt.storageReadOnly(serviceID) {
 		settings["dbcloud_guard.storage_read_only"] = "on"
