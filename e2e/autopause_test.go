@@ -237,7 +237,8 @@ const (
 func TestAutoPause_WakeBurst(t *testing.T) {
 	awake := 10 // services kept READY beside the paused ones
 	quota := wakeBurstRoom + awake
-	s := newServer(t, "--test-auto-pause-second", autoPauseSecond,
+	lo, hi := portSpan(t, wakeBurst+awake+20)
+	s := newServer(t, "--test-auto-pause-second", autoPauseSecond, "--port-min", strconv.Itoa(lo), "--port-max", strconv.Itoa(hi),
 		"--quota-services", strconv.Itoa(wakeBurst+awake), "--quota-instances", strconv.Itoa(wakeBurst+awake))
 	boot := key{AccessKey: s.boot.AccessKey, SecretKey: s.boot.SecretKey, ProjectID: s.boot.ProjectID}
 	made := s.createShared(boot, "paused-", wakeBurst)
