@@ -279,6 +279,26 @@ func TestBrowserConsole(t *testing.T) {
 	shot("logs")
 	testLogsTail(t, ctx, svcURL, conn)
 
+	// Charts: a range chosen by its link, both axes labelled, and each
+	// point's value on hover (its SVG title), once the first samples are in.
+	var chart string
+	run(t, ctx, 3*time.Minute, "the service's charts over 24 h",
+		chromedp.Navigate(svcURL),
+		chromedp.Click(`//nav[@aria-label="Metrics range"]/a[text()="24h"]`, chromedp.BySearch),
+		evalUntil(2*time.Minute, `(() => {
+			if (!location.search.includes("range=24h")) return "";
+			const f = document.querySelector("figure.chart svg");
+			const cur = document.querySelector('nav.ranges a[aria-current="true"]');
+			const dot = f && f.querySelector("circle title");
+			// No samples yet: look again once this page has been up 2 s.
+			if (!dot || !cur) { if (performance.now() > 2000) location.reload(); return ""; }
+			return cur.textContent + "|" + f.querySelectorAll(".axis text").length + "|" + dot.textContent;
+		})()`, &chart),
+	)
+	if parts := strings.Split(chart, "|"); len(parts) != 3 || parts[0] != "24h" || parts[1] == "0" || parts[2] == "" {
+		t.Errorf("the charts over 24 h: range, axis labels, a point's value = %q", chart)
+	}
+
 	// Snapshots: the first one (taken once the service is READY), the
 	// recovery window, and a fork from it.
 	s.waitSnapshot(sid, time.Time{}, 2*time.Minute)
