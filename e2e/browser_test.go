@@ -201,6 +201,16 @@ func TestBrowserConsole(t *testing.T) {
 	var sid string
 	run(t, ctx, 10*time.Second, "read the service id",
 		chromedp.Evaluate(`document.querySelector("[data-service-id]").dataset.serviceId`, &sid))
+	// A reload of the page the create redirected to sends no form again.
+	run(t, ctx, 30*time.Second, "reload after the create",
+		chromedp.Reload(),
+		chromedp.WaitVisible("[data-service-id]", chromedp.ByQuery),
+	)
+	var listed []service
+	s.call("GET", s.services(), nil, &listed)
+	if len(listed) != 1 {
+		t.Fatalf("after a create and a reload the project has %d services, want 1", len(listed))
+	}
 
 	// Watch it become READY on the services list (the status cells update
 	// themselves).
@@ -269,6 +279,26 @@ func TestBrowserConsole(t *testing.T) {
 	shot("logs")
 	testLogsTail(t, ctx, svcURL, conn)
 
+	// Charts: a range chosen by its link, both axes labelled, and each
+	// point's value on hover (its SVG title), once the first samples are in.
+	var chart string
+	run(t, ctx, 3*time.Minute, "the service's charts over 24 h",
+		chromedp.Navigate(svcURL),
+		chromedp.Click(`//nav[@aria-label="Metrics range"]/a[text()="24h"]`, chromedp.BySearch),
+		evalUntil(2*time.Minute, `(() => {
+			if (!location.search.includes("range=24h")) return "";
+			const f = document.querySelector("figure.chart svg");
+			const cur = document.querySelector('nav.ranges a[aria-current="true"]');
+			const dot = f && f.querySelector("circle title");
+			// No samples yet: look again once this page has been up 2 s.
+			if (!dot || !cur) { if (performance.now() > 2000) location.reload(); return ""; }
+			return cur.textContent + "|" + f.querySelectorAll(".axis text").length + "|" + dot.textContent;
+		})()`, &chart),
+	)
+	if parts := strings.Split(chart, "|"); len(parts) != 3 || parts[0] != "24h" || parts[1] == "0" || parts[2] == "" {
+		t.Errorf("the charts over 24 h: range, axis labels, a point's value = %q", chart)
+	}
+
 	// Snapshots: the first one (taken once the service is READY), the
 	// recovery window, and a fork from it.
 	s.waitSnapshot(sid, time.Time{}, 2*time.Minute)
@@ -314,6 +344,10 @@ func TestBrowserConsole(t *testing.T) {
 	html = sqlRun("a failing query", "SELECT 1/0", "#sql-error")
 	if !strings.Contains(html, "division by zero (SQLSTATE 22012)") || strings.Contains(html, "postgresql://dbcloud_cred_") {
 		t.Errorf("the SQL editor's error:\n%s", html)
+	}
+	testViewerSQL(t, s, origin, svcURL)
+	if html := sqlRun("the viewer's table", "SELECT count(*) AS n FROM pg_class WHERE relname = 'viewer_t'", "#sql-result"); !strings.Contains(html, "<td>0</td>") {
+		t.Errorf("a viewer's CREATE TABLE made a table:\n%s", html)
 	}
 
 	// Every page of the console passes axe-core and holds at each width.
@@ -383,6 +417,48 @@ func TestBrowserConsole(t *testing.T) {
 	)
 	if !strings.Contains(where, "/signin") {
 		t.Errorf("after sign-out the console opened %s", where)
+	}
+}
+
+// testViewerSQL: a viewer, signed in in a browser of their own, reads
+// through the SQL editor (a READ_ONLY credential) and cannot write.
+func testViewerSQL(t *testing.T, s *server, origin, svcURL string) {
+	t.Helper()
+	var viewer struct{ Password string }
+	if err := json.Unmarshal(s.admin("user", "create", "--email", "vera@example.com", "--name", "Vera",
+		"--project", s.boot.ProjectID, "--role", "viewer", "--json"), &viewer); err != nil || viewer.Password == "" {
+		t.Fatalf("make a viewer: %v", err)
+	}
+	vctx, _ := chrome(t)
+	run(t, vctx, 30*time.Second, "the viewer signs in",
+		chromedp.Navigate(origin+"/"),
+		chromedp.WaitVisible("#email", chromedp.ByID),
+		chromedp.SendKeys("#email", "vera@example.com", chromedp.ByID),
+		chromedp.SendKeys("#password", viewer.Password, chromedp.ByID),
+		chromedp.Submit("#password", chromedp.ByID),
+		chromedp.WaitVisible("main", chromedp.ByQuery),
+	)
+	query := func(what, q, wait string) string {
+		t.Helper()
+		var html string
+		run(t, vctx, 60*time.Second, what,
+			chromedp.Navigate(svcURL+"/sql"),
+			chromedp.WaitVisible("#sql-query", chromedp.ByID),
+			chromedp.SetValue("#sql-query", q, chromedp.ByID),
+			chromedp.Submit("#sql-query", chromedp.ByID),
+			chromedp.WaitVisible(wait, chromedp.ByQuery),
+			chromedp.OuterHTML("main", &html, chromedp.ByQuery),
+		)
+		return html
+	}
+	// (browser_t is the owner's credential's until that expires, as
+	// decisions.md section 12 says, so the viewer reads the catalogue.)
+	if html := query("the viewer reads", "SELECT relname FROM pg_class WHERE relname = 'browser_t'", "#sql-result"); !strings.Contains(html, "<td>browser_t</td>") {
+		t.Errorf("the viewer's read:\n%s", html)
+	}
+	html := query("the viewer tries to write", "CREATE TABLE viewer_t (x int)", "#sql-error")
+	if !strings.Contains(html, "read-only transaction (SQLSTATE 25006)") && !strings.Contains(html, "(SQLSTATE 42501)") {
+		t.Errorf("the viewer's write was not refused as PostgreSQL refuses it:\n%s", html)
 	}
 }
 
