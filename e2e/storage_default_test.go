@@ -68,7 +68,7 @@ func TestStorageLimit_DefaultFilesystem(t *testing.T) {
 		}
 		committed += tag.RowsAffected()
 		before := used
-		used = storageMB(s.waitStorage(a.ServiceID, 30*time.Second, "storage_mb grows", func(st storageStatus) bool { return storageMB(st) > before }))
+		used = storageMB(s.waitStorage(a.ServiceID, storageSettles, "storage_mb grows", func(st storageStatus) bool { return storageMB(st) > before }))
 	}
 
 	// Every other way to add to the service. Each must fail; the first

@@ -35,6 +35,11 @@ func (s *server) waitStorage(id string, within time.Duration, what string, ok fu
 	}
 }
 
+// storageSettles is how long a write may take to show in storage_mb: a
+// btrfs volume's accounting follows its transaction commit (30 s apart)
+// and the next health check's measurement.
+const storageSettles = 45 * time.Second
+
 func storageMB(st storageStatus) int64 {
 	if st.Metrics == nil {
 		return 0
@@ -83,7 +88,7 @@ func TestStorageLimit(t *testing.T) {
 			t.Fatalf("write at %d of %d MB: %v (SQLSTATE %s), want 25006 before the quota", used, limitMB, err, state)
 		}
 		before := used
-		used = storageMB(s.waitStorage(a.ServiceID, 30*time.Second, "storage_mb grows", func(st storageStatus) bool { return storageMB(st) > before }))
+		used = storageMB(s.waitStorage(a.ServiceID, storageSettles, "storage_mb grows", func(st storageStatus) bool { return storageMB(st) > before }))
 	}
 	st := s.waitStorage(a.ServiceID, 30*time.Second, "READY, saying it is at its storage limit and how to get out", func(st storageStatus) bool {
 		return st.Status == "READY" && strings.Contains(st.StatusReason, "storage limit") && strings.Contains(st.StatusReason, "resize")
