@@ -262,10 +262,15 @@ func TestAutoPause_WakeBurst(t *testing.T) {
 		return s.countStatus("READY") == awake
 	})
 
+	// Each served client keeps its session open until the counts are
+	// read: a woken service with no client pauses again after its idle
+	// time (a second or so under the test's clock).
 	var served, refused atomic.Int32
-	var wg sync.WaitGroup
+	var answered, closed sync.WaitGroup
+	release := make(chan struct{})
 	for _, svc := range made {
-		wg.Go(func() {
+		answered.Add(1)
+		closed.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			id := svc.ServiceID
@@ -274,21 +279,26 @@ func TestAutoPause_WakeBurst(t *testing.T) {
 			if err != nil {
 				if strings.Contains(err.Error(), "is paused and could not be resumed") {
 					refused.Add(1)
-					return
+				} else {
+					t.Errorf("client of %s: %v", id, err)
 				}
-				t.Errorf("client of %s: %v", id, err)
+				answered.Done()
 				return
 			}
-			defer c.Close(ctx)
+			defer c.Close(context.Background())
 			var one int
 			if err := c.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
 				t.Errorf("query of %s after its wake: %d %v", id, one, err)
-				return
+			} else {
+				served.Add(1)
 			}
-			served.Add(1)
+			answered.Done()
+			<-release
 		})
 	}
-	wg.Wait()
+	answered.Wait()
+	defer closed.Wait()
+	defer close(release)
 	t.Logf("a burst of %d: %d served, %d refused", wakeBurst, served.Load(), refused.Load())
 	if served.Load() != wakeBurstRoom || refused.Load() != wakeBurst-wakeBurstRoom {
 		t.Errorf("served %d and refused %d of %d; want the %d the quota has room for served and the rest refused",

@@ -14,8 +14,10 @@ import (
 // healthLoop checks every service that should be running and every read
 // replica set that has no work pending: a primary (or node) that died is
 // shown UNSTABLE (error) and restarted at once, and usage is written to the
-// store every MetricsInterval.
+// store every MetricsInterval. The first round runs at once: after a restart the paused services'
+// endpoints are held again before clients notice they are not.
 func (e *Engine) healthLoop(ctx context.Context) {
+	e.healthRound(ctx)
 	every(ctx, e.HealthInterval, func() { e.healthRound(ctx) })
 }
 
@@ -28,6 +30,11 @@ func (e *Engine) healthRound(ctx context.Context) {
 		}
 		return
 	}
+	// Paused services' endpoints first: holding them is a listen each,
+	// while the checks below can take seconds at many services, and after
+	// a restart a client of a paused service is refused until its
+	// endpoint is held again.
+	e.holdPaused(ctx, w.paused)
 	due := e.metricsDue(w.services)
 	var measured []measurement
 	for _, svc := range w.services {
@@ -38,7 +45,6 @@ func (e *Engine) healthRound(ctx context.Context) {
 		})
 	}
 	e.forgetIdle(w.services)
-	e.holdPaused(ctx, w.paused)
 	e.recordMetrics(ctx, measured)
 	var samples []dbcloud.SeriesSample
 	for _, m := range measured {
