@@ -114,7 +114,8 @@ func testPagesAccessible(t *testing.T, ctx context.Context, shot func(string), p
 }
 
 // pageAtWidths checks the page the browser shows at each screen width:
-// it scrolls no wider than the window, and axe-core finds nothing serious
+// it scrolls no wider than the window (tables scroll in their boxes), the
+// header is one row at laptop widths, and axe-core finds nothing serious
 // or critical. With DBCLOUD_SCREENSHOTS set (make screenshots) a page with
 // a shot name is also captured at each width, as NAME-WIDTH.png. It
 // leaves the window at 1280 px.
@@ -131,6 +132,17 @@ func pageAtWidths(t *testing.T, ctx context.Context, shot func(string), p consol
 		)
 		if wide > w {
 			t.Errorf("%s at %d px is %d px wide", p.name, w, wide)
+		}
+		if w >= 1280 {
+			var oneRow bool
+			run(t, ctx, 30*time.Second, fmt.Sprintf("the header of %s at %d px", p.name, w),
+				chromedp.Evaluate(`(() => { const h = document.querySelector("header.top"); if (!h) return true;
+					const r = [...h.children].filter(c => c.offsetParent !== null).map(c => c.getBoundingClientRect());
+					return Math.max(...r.map(x => x.top)) < Math.min(...r.map(x => x.bottom)); })()`, &oneRow),
+			)
+			if !oneRow {
+				t.Errorf("%s: the header wraps at %d px", p.name, w)
+			}
 		}
 		// What is reachable by keyboard depends on what scrolls, so the
 		// checker runs at each width.
