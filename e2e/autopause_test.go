@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -218,6 +219,64 @@ func TestAutoPause_WakeRefusedWhenFull(t *testing.T) {
 	t.Logf("psql saw: %s", out)
 	if got, _ := s.get(id); got.Status != "PAUSED" {
 		t.Errorf("after a refused wake: %s", got.Status)
+	}
+}
+
+// TestAutoPause_WakeDiskFull: a wake that fails because the disk under
+// the service is full (an ext4 image of the test's own, filled as an
+// unprivileged writer would) closes the client's connection with the
+// FATAL of a failed wake saying so, not a hang; the service stays PAUSED
+// with nothing pending, its endpoints still wake it (a second client is
+// told the same, not refused by the kernel), and once space is freed the
+// next connection wakes it and is served.
+func TestAutoPause_WakeDiskFull(t *testing.T) {
+	dir := mountImage(t, "ext4", "8G")
+	s := newServerIn(t, dir, "--test-auto-pause-second", autoPauseSecond, "--pool-size", "1", "--storage-image-gib", "0",
+		"--storage-shared-mib", "1024", "--storage-mib-per-memory-gib", "256")
+	svc := s.create(map[string]any{"name": "full", "cpu_millis": "shared", "memory_gbs": "shared"})
+	id, pw := svc.ServiceID, svc.InitialPassword
+	svc = s.waitStatus(id, "READY", readyWithin())
+	s.setAutoPause(id, 60)
+	s.waitStatus(id, "PAUSED", 2*time.Minute)
+	filler := fillDisk(t, dir, "filler")
+	dsn := strings.Replace(s.dsn(svc, pw), "connect_timeout=5", "connect_timeout=60", 1)
+
+	refusedWake := func(attempt int) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, dsn)
+		if err == nil {
+			c.Close(ctx)
+			t.Fatalf("client %d: a service on a full disk woke", attempt)
+		}
+		if msg := err.Error(); !strings.Contains(msg, "FATAL") || !strings.Contains(msg, "is paused and could not be resumed") || !strings.Contains(msg, "disk") {
+			t.Fatalf("client %d was told %q, want the FATAL of a wake that failed for a full disk", attempt, err)
+		}
+		t.Logf("client %d saw: %v", attempt, err)
+		// Refused by admission or failed in its start, the wake leaves
+		// nothing pending and the service paused.
+		waitFor(t, "the service paused again, nothing pending", 2*time.Minute, func() bool {
+			got, _ := s.get(id)
+			ops := s.operations(id)
+			return got.Status == "PAUSED" && len(ops) > 0 && ops[0].State != "pending"
+		})
+	}
+	refusedWake(1)
+	// Its endpoints are held again: a second client wakes it again, and
+	// is told the same.
+	refusedWake(2)
+	if pms := s.postmasters(id); len(pms) != 0 {
+		t.Fatalf("postmasters %v of a service paused on a full disk", pms)
+	}
+
+	if err := os.RemoveAll(filler); err != nil {
+		t.Fatal(err)
+	}
+	selectOne(t, dsn)
+	s.waitStatus(id, "READY", time.Minute)
+	if ops := s.operations(id); ops[0].Type != "wake" || ops[0].State != "succeeded" {
+		t.Errorf("last operation %s %s, want the wake succeeded", ops[0].Type, ops[0].State)
 	}
 }
 

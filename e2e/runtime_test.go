@@ -49,6 +49,7 @@ var localReasons = map[string]string{
 	"TestAutoPause_WakeOnConnect":                   "the Kubernetes runtime has no wake on connect (no dbcloud.Waker)",
 	"TestAutoPause_WakeRefusedWhenFull":             "the Kubernetes runtime has no wake on connect (no dbcloud.Waker)",
 	"TestAutoPause_WakeBurst":                       "the Kubernetes runtime has no wake on connect (no dbcloud.Waker)",
+	"TestAutoPause_WakeDiskFull":                    "fills a disk image mounted on this host",
 	"TestAdmin_ServicesAndTeardown":                 "checks ports and instances on this host",
 	"TestUpgrade_InPlace":                           "the Kubernetes runtime has no in-place upgrade (no dbcloud.Upgrader)",
 	"TestUpgrade_KilledMidway":                      "the Kubernetes runtime has no in-place upgrade (no dbcloud.Upgrader)",

@@ -64,6 +64,16 @@ func (e *Engine) reconcileService(ctx context.Context, svc *dbcloud.Service, id 
 			return err
 		}
 	}
+	if woken, err := e.waking(ctx, svc); err != nil {
+		return err
+	} else if woken {
+		// A wake that fails is undone, not retried (wakeFailed).
+		obs, err := ensure()
+		if err != nil {
+			return e.wakeFailed(ctx, svc, err)
+		}
+		ensure = func() (*dbcloud.Observation, error) { return obs, nil }
+	}
 	return settle(ctx, e, serviceKind, svc, ensure, func(s *dbcloud.Service, obs *dbcloud.Observation, gen int64) {
 		s.ObservedGeneration = max(s.ObservedGeneration, gen)
 		s.Instances = obs.Instances

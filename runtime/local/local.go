@@ -442,7 +442,7 @@ func (rt *Runtime) ensureService(ctx context.Context, svc *dbcloud.Service) (_ *
 		held = rt.releaseWake(svc.ID, svc.Generation)
 		defer func() {
 			if err != nil {
-				held.fail(wakeReason(userError(err)))
+				held.fail(wakeFailure(err))
 			}
 		}()
 	}

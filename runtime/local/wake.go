@@ -15,6 +15,7 @@ import (
 	"dbcloud"
 	"dbcloud/internal/supervise"
 	"dbcloud/runtime/local/internal/proc"
+	"dbcloud/runtime/local/postgres"
 	"dbcloud/runtime/local/proxy"
 )
 
@@ -281,6 +282,19 @@ func wakeReason(err error) string {
 		return de.Message
 	}
 	return "the service could not be started; the operator's logs have the details"
+}
+
+// wakeFailure is what the clients held by a wake whose start failed are
+// told: what a status reason would say, except that a paused service does
+// not start by itself once its disk has room again: the engine pauses it
+// again, and the next connection wakes it.
+func wakeFailure(err error) string {
+	var full *postgres.DiskFullError
+	if errors.As(err, &full) {
+		return fmt.Sprintf("The disk holding this service's data is full (%d MiB free); connect again once space is freed (delete other services' data or snapshots, or ask the operator to free disk space).",
+			full.FreeBytes>>20)
+	}
+	return wakeReason(userError(err))
 }
 
 // serveHeld splices a held client to its service once the wake has its

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -11,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"dbcloud"
 	"dbcloud/internal/supervise"
+	"dbcloud/runtime/local/postgres"
 )
 
 // TestWake_HandlerPanicRefusesClient: a panic while a wake is asked for
@@ -86,4 +89,20 @@ func startupRefusal(t *testing.T, addr string) string {
 		t.Fatal(err)
 	}
 	return string(fields)
+}
+
+// TestWakeFailure_DiskFull: the client held by a wake whose instance could
+// not start for a full disk is told so, and that connecting again once
+// space is freed wakes it, not that the service starts by itself (a
+// paused service does not); other failures read as a status reason does.
+func TestWakeFailure_DiskFull(t *testing.T) {
+	full := fmt.Errorf("start instance s-0: %w", &postgres.DiskFullError{Dir: "/data", FreeBytes: 10 << 20})
+	msg := wakeFailure(full)
+	if !strings.Contains(msg, "disk holding this service's data is full (10 MiB free)") || !strings.Contains(msg, "connect again once space is freed") ||
+		strings.Contains(msg, "by itself") {
+		t.Errorf("a wake failed for a full disk told the client %q", msg)
+	}
+	if got, want := wakeFailure(dbcloud.Errorf(dbcloud.KindConflict, "No room.")), "No room."; got != want {
+		t.Errorf("a wake failed with a domain error told the client %q, want %q", got, want)
+	}
 }

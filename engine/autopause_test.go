@@ -1,0 +1,83 @@
+package engine_test
+
+import (
+	"testing"
+	"time"
+
+	"dbcloud"
+	"dbcloud/cloud"
+)
+
+// TestEngine_WakeFailedPausesAgain: a wake whose start fails (the
+// instance's disk full) is not retried into a start nobody waits for: the
+// service goes back to PAUSED, still auto-paused, with the wake failed and
+// nothing pending, and the runtime was asked to hold it paused again under
+// a newer generation (so that it takes its endpoints back); the next wake
+// succeeds.
+func TestEngine_WakeFailedPausesAgain(t *testing.T) {
+	f := newFixture(t)
+	f.engine(t, "a")
+	v, err := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: "db"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := v.Service.ID
+	f.waitStatus(t, id, dbcloud.StatusReady)
+	if _, err := f.cloud.SetAutoPause(f.ctx, f.pid, id, 60); err != nil {
+		t.Fatal(err)
+	}
+	// Paused by its idle clock, as the engine's autoPause records it.
+	now := time.Now()
+	if err := f.store.Update(t.Context(), func(tx dbcloud.Tx) error {
+		s, err := tx.FindService(f.pid, id)
+		if err != nil {
+			return err
+		}
+		s.Spec.Running, s.PausedAt = false, &now
+		s.Status = dbcloud.StatusPaused
+		s.Generation++
+		s.ObservedGeneration = s.Generation
+		return tx.UpdateService(s)
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	full := dbcloud.Errorf(dbcloud.KindUnavailable, "The disk holding this service's data is full.")
+	f.prov.mu.Lock()
+	f.prov.fail[id] = []error{full}
+	f.prov.mu.Unlock()
+	if err := f.cloud.WakeService(t.Context(), f.pid, id); err != nil {
+		t.Fatal(err)
+	}
+	got := f.waitFor(t, id, "PAUSED with nothing pending after the failed wake", func(v *cloud.ServiceView, err error) bool {
+		return err == nil && v.Service.Status == dbcloud.StatusPaused && len(f.pending(t, id)) == 0
+	})
+	if !got.Service.AutoPaused() {
+		t.Errorf("after a failed wake: running %v paused_at %v, want auto-paused", got.Service.Spec.Running, got.Service.PausedAt)
+	}
+	var wake *dbcloud.Operation
+	f.store.View(t.Context(), func(tx dbcloud.Tx) error {
+		ops, err := tx.ListOperations(dbcloud.OperationFilter{ResourceID: id})
+		for _, op := range ops {
+			if op.Type == dbcloud.OpWake {
+				wake = op
+			}
+		}
+		return err
+	})
+	if wake == nil || wake.Type != dbcloud.OpWake || wake.State != dbcloud.OpFailed || wake.Error != full.Message {
+		t.Errorf("last operation %+v, want the wake failed with the disk's reason", wake)
+	}
+	f.prov.mu.Lock()
+	last, running := f.prov.last[id], f.prov.running[id]
+	f.prov.mu.Unlock()
+	if running || !last.AutoPaused() || last.Generation != got.Service.Generation {
+		t.Errorf("the runtime was last asked for running %v auto-paused %v at generation %d (service at %d); want it held paused at the service's generation",
+			running, last.AutoPaused(), last.Generation, got.Service.Generation)
+	}
+
+	if err := f.cloud.WakeService(t.Context(), f.pid, id); err != nil {
+		t.Fatal(err)
+	}
+	f.waitStatus(t, id, dbcloud.StatusReady)
+}
