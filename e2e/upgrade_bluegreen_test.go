@@ -21,9 +21,15 @@ type writer struct {
 	mu      sync.Mutex
 	acked   []int64
 	commits []time.Time
-	ended   []*pgconn.PgError
+	ended   []endedSession
 	cancel  context.CancelFunc
 	done    sync.WaitGroup
+}
+
+// endedSession is an error that ended one of the writer's sessions.
+type endedSession struct {
+	err *pgconn.PgError
+	at  time.Time
 }
 
 // startWriter starts a writer into table w (n bigint, made by the caller).
@@ -46,7 +52,7 @@ func startWriter(s *server, svc service, pw string) *writer {
 					var pe *pgconn.PgError
 					if errors.As(err, &pe) {
 						w.mu.Lock()
-						w.ended = append(w.ended, pe)
+						w.ended = append(w.ended, endedSession{pe, time.Now()})
 						w.mu.Unlock()
 					}
 					break
@@ -89,13 +95,14 @@ func (w *writer) stop() []int64 {
 	return w.acked
 }
 
-// longestGap is the longest time between two commits after since.
-func (w *writer) longestGap(since time.Time) time.Duration {
+// longestGap is the longest time between two commits that ends after
+// from and begins before to.
+func (w *writer) longestGap(from, to time.Time) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var gap time.Duration
 	for i := 1; i < len(w.commits); i++ {
-		if w.commits[i].After(since) {
+		if w.commits[i].After(from) && w.commits[i-1].Before(to) {
 			gap = max(gap, w.commits[i].Sub(w.commits[i-1]))
 		}
 	}
@@ -121,6 +128,8 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 	db := s.mustConnect(svc.service, pw)
 	if _, err := db.Exec(ctx, `CREATE TABLE w (id bigserial PRIMARY KEY, n bigint NOT NULL, at timestamptz NOT NULL DEFAULT now());
 		CREATE TABLE keyless (v int);
+		CREATE SEQUENCE counter;
+		SELECT nextval('counter') FROM generate_series(1, 5);
 		INSERT INTO keyless SELECT generate_series(1, 100);
 		CREATE ROLE app LOGIN PASSWORD 'app-secret-1'`); err != nil {
 		t.Fatal(err)
@@ -141,6 +150,7 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 	// A schema change once the schema is copied, before the switch, is
 	// refused on 15; one that lands after the switch is on 17.
 	var steps []string
+	stepAt := map[string]time.Time{}
 	seen := readUntil(t, stream, 0, func(e streamEvent) bool {
 		if e.Type == "service.upgrade_step" && e.ResourceID == svc.ServiceID {
 			steps = append(steps, e.Status)
@@ -167,11 +177,12 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 	readUntil(t, stream, seen[len(seen)-1].ID, func(e streamEvent) bool {
 		if e.Type == "service.upgrade_step" && e.ResourceID == svc.ServiceID {
 			steps = append(steps, e.Status)
+			stepAt[e.Status] = e.Time
 		}
 		return e.Type == "operation.finished" && e.ResourceID == svc.ServiceID
 	})
 	acked := w.stop()
-	t.Logf("%d rows acknowledged; longest gap between commits %v; steps %q", len(acked), w.longestGap(time.Time{}).Round(time.Millisecond), steps)
+	t.Logf("%d rows acknowledged; longest gap between commits %v; steps %q", len(acked), w.longestGap(time.Time{}, time.Now()).Round(time.Millisecond), steps)
 
 	var got versionedService
 	if code := s.call("GET", s.services()+"/"+svc.ServiceID, nil, &got); code != 200 || got.Metadata.PGVersion != 17 || back.StatusReason != "" {
@@ -201,8 +212,11 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 	if v := queryValues(t, db, `SELECT count(*)::text FROM keyless`); !slices.Equal(v, []string{"100"}) {
 		t.Errorf("rows of the table without a key on 17: %q", v)
 	}
+	if v := queryValues(t, db, `SELECT nextval('counter')::text`); !slices.Equal(v, []string{"6"}) {
+		t.Errorf("a sequence's next value on 17: %q, want 6 (copied at the switch)", v)
+	}
 	if _, err := db.Exec(ctx, "INSERT INTO w (n) VALUES (-1)"); err != nil {
-		t.Errorf("a write on 17 (its sequence copied): %v", err)
+		t.Errorf("a write on 17: %v", err)
 	}
 	db.Close(ctx)
 	appDSN := strings.Replace(s.dsn(got.service, "app-secret-1"), "tsdbadmin:", "app:", 1)
@@ -211,12 +225,17 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 	} else {
 		c.Close(ctx)
 	}
+	// The session open at the switch (after the copy, before the
+	// endpoint moved) was ended by the server, with a reason.
 	sawSwitch := false
 	for _, e := range w.ended {
-		sawSwitch = sawSwitch || (e.Code == "57P01" && e.Severity == "FATAL")
+		if e.err.Code == "23505" {
+			t.Errorf("the writer hit a duplicate key: %v", e.err)
+		}
+		sawSwitch = sawSwitch || (e.err.Code == "57P01" && e.err.Severity == "FATAL" && e.at.After(stepAt["copy"]) && e.at.Before(stepAt["switch"]))
 	}
 	if !sawSwitch {
-		t.Errorf("the writer's session at the switch was not ended with FATAL 57P01: %v", w.ended)
+		t.Errorf("the writer's session at the switch (%v to %v) was not ended with FATAL 57P01: %v", stepAt["copy"], stepAt["switch"], w.ended)
 	}
 	for _, want := range []string{"new_cluster", "schema", "copy", "caught_up", "switch", "kept"} {
 		if !slices.Contains(steps, want) {
