@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -325,5 +327,21 @@ func TestUpgrade_BlueGreenKilledMidway(t *testing.T) {
 	}
 	if _, err := db.Exec(ctx, "CREATE TABLE after_upgrade (v int)"); err != nil {
 		t.Errorf("DDL after the upgrade: %v", err)
+	}
+	// The interrupted attempt's new cluster is gone: the service has the
+	// kept old cluster and the one it runs on, no third.
+	localOnly(t, "reads the service's instance directories on this host")
+	entries, err := os.ReadDir(filepath.Join(s.runtimeDir(), "services", svc.ServiceID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var instances []string
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err == nil && e.IsDir() {
+			instances = append(instances, e.Name())
+		}
+	}
+	if len(instances) != 2 {
+		t.Errorf("instance directories %q after the interrupted upgrade, want the kept one and the new one", instances)
 	}
 }
