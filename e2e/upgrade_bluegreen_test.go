@@ -159,7 +159,9 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 		}
 		return e.Type == "service.upgrade_step" && e.ResourceID == svc.ServiceID && e.Status == "schema"
 	})
-	if ddl, err := s.connect(ctx, svc.service, pw); err == nil {
+	if ddl, err := s.connect(ctx, svc.service, pw); err != nil {
+		t.Errorf("connect during the copy: %v", err)
+	} else {
 		var version string
 		_, err := ddl.Exec(ctx, "CREATE TABLE during_copy (v int)")
 		ddl.QueryRow(ctx, "SHOW server_version").Scan(&version)
@@ -284,7 +286,8 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 }
 
 // TestUpgrade_BlueGreenKilledMidway kills dbcloud (SIGKILL) while a
-// BLUE_GREEN upgrade copies into the new cluster: after the restart the
+// BLUE_GREEN upgrade has made the new cluster and its schema (as its
+// subscriptions are made): after the restart the
 // attempt is undone from bluegreen.json (the new cluster removed, the old
 // one cleaned) and made again, and the service ends READY on 17 with its
 // rows, its DDL no longer refused.
@@ -307,7 +310,7 @@ func TestUpgrade_BlueGreenKilledMidway(t *testing.T) {
 		t.Fatalf("upgrade: %d %s", code, accepted.Message)
 	}
 	readUntil(t, stream, 0, func(e streamEvent) bool {
-		return e.Type == "service.upgrade_step" && e.ResourceID == svc.ServiceID && e.Status == "new_cluster"
+		return e.Type == "service.upgrade_step" && e.ResourceID == svc.ServiceID && e.Status == "schema"
 	})
 	closeStream()
 	s.kill()

@@ -161,10 +161,12 @@ func (b *bgRun) ha() (*haState, error) {
 	return &haState{Primary: 0, Members: []int{0}, instancePorts: newInstancePorts()}, nil
 }
 
-// blueSpec is the old cluster's spec, as the primary it was.
-func (b *bgRun) blueSpec(ha *haState, st *bgState) postgres.Spec {
+// blueSpec is the old cluster's spec, as the primary it was; logical
+// while it may hold the upgrade's logical slots, which a server with a
+// lower wal_level refuses to start with.
+func (b *bgRun) blueSpec(ha *haState, st *bgState, logical bool) postgres.Spec {
 	h := *ha
-	h.Primary, h.Members, h.Sync, h.SyncCount = st.Blue, []int{st.Blue}, nil, 0
+	h.Primary, h.Members, h.Sync, h.SyncCount, h.Logical = st.Blue, []int{st.Blue}, nil, 0, logical
 	s := b.rt.haSpec(b.svc, b.base, &h, st.Blue)
 	s.BinDir = b.rt.binDirs[st.From]
 	return s
@@ -223,7 +225,7 @@ func (b *bgRun) copy(ctx context.Context) (*bgState, error) {
 		return nil, err
 	}
 	st := &bgState{From: b.from.Major, To: b.to.Major, Phase: bgCopying, Blue: ha.Primary}
-	blue := b.blueSpec(ha, st)
+	blue := b.blueSpec(ha, st, true)
 	if err := b.refuseTimescale(ctx, blue); err != nil {
 		return nil, err
 	}
@@ -277,7 +279,7 @@ func (b *bgRun) switchOver(ctx context.Context, st *bgState) error {
 	if err != nil {
 		return err
 	}
-	blue, green := b.blueSpec(ha, st), b.greenSpec(ha, st, false)
+	blue, green := b.blueSpec(ha, st, true), b.greenSpec(ha, st, false)
 	// The pooler connects to blue itself, not through the proxy: it
 	// stops, and the ensure after the upgrade starts it on green.
 	if err := b.rt.stopPooler(ctx, b.svc.ID); err != nil {
@@ -318,7 +320,7 @@ func (b *bgRun) finishSwitch(ctx context.Context, st *bgState) error {
 	if err != nil || ha == nil {
 		return fmt.Errorf("blue/green upgrade of %s: no HA state to switch: %w", b.svc.ID, err)
 	}
-	blue, green := b.blueSpec(ha, st), b.greenSpec(ha, st, false)
+	blue, green := b.blueSpec(ha, st, true), b.greenSpec(ha, st, false)
 	if ha.Primary != st.Green {
 		ha.Ports[st.Green] = st.GreenPort
 		ha.Primary, ha.Members, ha.Sync, ha.SyncCount, ha.Logical, ha.Rebuild = st.Green, []int{st.Green}, nil, 0, false, nil
@@ -417,11 +419,7 @@ func (b *bgRun) undo(ctx context.Context, st *bgState) error {
 		return err
 	}
 	_ = os.RemoveAll(b.greenArchive(st))
-	ha.Logical = false
-	if err := b.rt.saveHA(b.svc.ID, ha); err != nil {
-		return err
-	}
-	blue := b.blueSpec(ha, st)
+	blue := b.blueSpec(ha, st, true)
 	if err := b.rt.instances.Ensure(ctx, blue); err != nil {
 		return err
 	}
@@ -431,6 +429,12 @@ func (b *bgRun) undo(ctx context.Context, st *bgState) error {
 		}
 	}
 	if err := b.cleanBlue(ctx, blue, st); err != nil {
+		return err
+	}
+	// Only now, with the slots gone, may the primary go back to
+	// wal_level replica (the ensure that follows restarts it).
+	ha.Logical = false
+	if err := b.rt.saveHA(b.svc.ID, ha); err != nil {
 		return err
 	}
 	return os.Remove(b.rt.bgPath(b.svc.ID))
@@ -454,7 +458,7 @@ func (rt *Runtime) RollBackUpgrade(ctx context.Context, svc *dbcloud.Service, st
 	if err != nil || ha == nil {
 		return "", fmt.Errorf("rollback of %s: no HA state: %w", svc.ID, err)
 	}
-	blue, green := b.blueSpec(ha, st), b.greenSpec(ha, st, true)
+	blue, green := b.blueSpec(ha, st, false), b.greenSpec(ha, st, true)
 	if st.Phase == bgKept {
 		if _, err := dataVersion(blue.PGData()); err != nil {
 			return "", &dbcloud.UpgradeFailed{Step: "rollback", Reason: "the old cluster is no longer on this host"}
