@@ -66,6 +66,9 @@ type bgState struct {
 	// the upgrade gave REPLICA IDENTITY FULL (an UPDATE of them is
 	// refused under a publication otherwise), to put back.
 	FullIdentity map[string][]string `json:"full_identity,omitempty"`
+	// RolledBack says a ROLLBACK has put the old version's archive and
+	// snapshots back: a second pass must not swap them again.
+	RolledBack bool `json:"rolled_back,omitempty"`
 }
 
 func (rt *Runtime) bgPath(id string) string { return filepath.Join(rt.serviceDir(id), blueGreenFile) }
@@ -479,11 +482,17 @@ func (rt *Runtime) RollBackUpgrade(ctx context.Context, svc *dbcloud.Service, st
 		return "", err
 	}
 	b.done("stop", "the PostgreSQL "+strconv.Itoa(st.To)+" cluster is stopped; what was written to it is dropped")
-	if err := b.swapArchives(st, st.To, rt.archiveDir(svc.ID)+"-pg"+strconv.Itoa(st.From)); err != nil {
-		return "", err
-	}
-	if err := swapAside(backup.SnapshotsDir(rt.serviceDir(svc.ID)), st.To, st.From); err != nil {
-		return "", err
+	if !st.RolledBack {
+		if err := b.swapArchives(st, st.To, rt.archiveDir(svc.ID)+"-pg"+strconv.Itoa(st.From)); err != nil {
+			return "", err
+		}
+		if err := swapAside(backup.SnapshotsDir(rt.serviceDir(svc.ID)), st.To, st.From); err != nil {
+			return "", err
+		}
+		st.RolledBack = true
+		if err := rt.saveBG(svc.ID, st); err != nil {
+			return "", err
+		}
 	}
 	ha.Primary, ha.Members, ha.Logical = st.Blue, []int{st.Blue}, false
 	if err := rt.saveHA(svc.ID, ha); err != nil {
