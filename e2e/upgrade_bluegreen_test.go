@@ -162,6 +162,10 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 	if ddl, err := s.connect(ctx, svc.service, pw); err != nil {
 		t.Errorf("connect during the copy: %v", err)
 	} else {
+		// A password changed during the copy is the one that works after.
+		if _, err := ddl.Exec(ctx, "ALTER ROLE app PASSWORD 'app-secret-2'"); err != nil {
+			t.Errorf("a password change during the copy: %v", err)
+		}
 		var version string
 		_, err := ddl.Exec(ctx, "CREATE TABLE during_copy (v int)")
 		ddl.QueryRow(ctx, "SHOW server_version").Scan(&version)
@@ -223,9 +227,9 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 		t.Errorf("a write on 17: %v", err)
 	}
 	db.Close(ctx)
-	appDSN := strings.Replace(s.dsn(got.service, "app-secret-1"), "tsdbadmin:", "app:", 1)
+	appDSN := strings.Replace(s.dsn(got.service, "app-secret-2"), "tsdbadmin:", "app:", 1)
 	if c, err := pgx.Connect(ctx, appDSN); err != nil {
-		t.Errorf("the extra role's password on 17: %v", err)
+		t.Errorf("the extra role's password, changed during the copy, on 17: %v", err)
 	} else {
 		c.Close(ctx)
 	}

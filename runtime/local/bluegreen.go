@@ -306,6 +306,9 @@ func (b *bgRun) switchOver(ctx context.Context, st *bgState) error {
 	if err != nil {
 		return err
 	}
+	if _, err := b.copyPasswords(ctx, blue, green); err != nil {
+		return err
+	}
 	st.Phase = bgSwitched
 	if err := b.rt.saveBG(b.svc.ID, st); err != nil {
 		return err

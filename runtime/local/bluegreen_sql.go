@@ -348,6 +348,18 @@ func (b *bgRun) copySequences(ctx context.Context, blue, green postgres.Spec) (i
 	return n, b.execEach(ctx, green, "postgres", false, "SELECT pg_current_xact_id()")
 }
 
+// copyPasswords sets every role's password verifier on green to blue's:
+// a password changed during the copy (ALTER ROLE is no DDL an event
+// trigger sees) is the one that works after the switch.
+func (b *bgRun) copyPasswords(ctx context.Context, blue, green postgres.Spec) (int, error) {
+	stmts, err := b.rt.queryStrings(ctx, blue, "postgres", `SELECT format('DO $x$ BEGIN IF EXISTS (SELECT FROM pg_roles WHERE rolname = %L) THEN ALTER ROLE %I PASSWORD %L; END IF; END $x$',
+	rolname, rolname, rolpassword) FROM pg_authid WHERE rolpassword IS NOT NULL AND rolname <> '`+bgName+`'`)
+	if err != nil {
+		return 0, err
+	}
+	return len(stmts), b.execEach(ctx, green, "postgres", false, stmts...)
+}
+
 // cleanGreen drops the subscriptions, leaving blue's slots to cleanBlue
 // (blue may be stopped by then).
 func (b *bgRun) cleanGreen(ctx context.Context, green postgres.Spec) error {
