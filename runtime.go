@@ -130,6 +130,9 @@ type Capabilities struct {
 	// Upgrader upgrades a service's PostgreSQL major version in place;
 	// without it upgrades are refused.
 	Upgrader Upgrader
+	// BlueGreen upgrades onto a new cluster and rolls back to the old
+	// one; without it BLUE_GREEN and ROLLBACK are refused.
+	BlueGreen BlueGreenUpgrader
 }
 
 // CapabilitiesOf reports the optional capabilities of rt.
@@ -145,6 +148,7 @@ func CapabilitiesOf(rt any) Capabilities {
 	c.Failures, _ = rt.(FailureWatcher)
 	c.Waker, _ = rt.(Waker)
 	c.Upgrader, _ = rt.(Upgrader)
+	c.BlueGreen, _ = rt.(BlueGreenUpgrader)
 	return c
 }
 

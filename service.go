@@ -200,6 +200,11 @@ type Service struct {
 	// service to; 0 when none is under way. Spec.PGVersion stays the
 	// version its data is on until the engine has made the upgrade real.
 	UpgradeTo int `json:"upgrade_to,omitempty"`
+	// UpgradeMethod is how the accepted upgrade is made ("" is IN_PLACE).
+	UpgradeMethod UpgradeMethod `json:"upgrade_method,omitempty"`
+	// KeptCluster is the old cluster a BLUE_GREEN switch left stopped, as
+	// the way back until it expires; nil when there is none.
+	KeptCluster *KeptCluster `json:"kept_cluster,omitempty"`
 	// Instances lists the running instances, primary first, as last observed.
 	Instances []Instance `json:"instances,omitempty"`
 }

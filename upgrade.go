@@ -3,14 +3,15 @@ package dbcloud
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // UpgradeMethod is how a service moves to a newer PostgreSQL major
 // version (decisions.md section 11).
 type UpgradeMethod string
 
-// Upgrade methods. IN_PLACE is the one dbcloud offers so far; BLUE_GREEN
-// and ROLLBACK are named by the contract and refused until they are built.
+// Upgrade methods: ROLLBACK returns to the cluster a BLUE_GREEN switch
+// left stopped (KeptCluster).
 const (
 	UpgradeInPlace  UpgradeMethod = "IN_PLACE"
 	UpgradeBlueGrn  UpgradeMethod = "BLUE_GREEN"
@@ -64,4 +65,38 @@ type UpgradeFailed struct {
 
 func (e *UpgradeFailed) Error() string {
 	return fmt.Sprintf("upgrade failed at %s: %s", e.Step, e.Reason)
+}
+
+// KeepOldClusterFor is how long a BLUE_GREEN upgrade keeps the old
+// cluster, stopped, as the way back (ROLLBACK).
+const KeepOldClusterFor = 24 * time.Hour
+
+// KeptCluster is the old cluster a BLUE_GREEN switch left stopped: a
+// ROLLBACK to PGVersion before Until returns to it, with its data as it
+// was at the switch.
+type KeptCluster struct {
+	PGVersion     int       `json:"pg_version"`
+	PGVersionFull string    `json:"pg_version_full,omitempty"`
+	Until         time.Time `json:"until"`
+}
+
+// BlueGreenUpgrader is the optional capability of a runtime that upgrades
+// a service's major version onto a new cluster filled by logical
+// replication, and goes back to the old one. Without it BLUE_GREEN and
+// ROLLBACK are refused with a 4xx that names the runtime.
+type BlueGreenUpgrader interface {
+	// UpgradeBlueGreen makes a cluster on svc.UpgradeTo beside the
+	// service, fills it by logical replication, and switches the
+	// endpoint to it with writes paused until it has every acknowledged
+	// one; the old cluster is left stopped. It returns the full version
+	// now running; on a failure before the switch the service serves
+	// on its old cluster again and the error is an *UpgradeFailed.
+	// Idempotent: after a crash of dbcloud it finishes a switch that was
+	// made, or undoes one that was not and starts over.
+	UpgradeBlueGreen(ctx context.Context, svc *Service, step func(UpgradeStep)) (full string, err error)
+	// RollBackUpgrade returns the service to its kept old cluster
+	// (svc.KeptCluster), dropping what the new one holds. Idempotent.
+	RollBackUpgrade(ctx context.Context, svc *Service, step func(UpgradeStep)) (full string, err error)
+	// RemoveKeptCluster removes the old cluster a switch kept; idempotent.
+	RemoveKeptCluster(ctx context.Context, svc *Service) error
 }

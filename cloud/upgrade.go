@@ -4,6 +4,8 @@ import (
 	"context"
 	"path"
 	"reflect"
+	"strconv"
+	"time"
 
 	"dbcloud"
 )
@@ -23,7 +25,11 @@ func (c *Cloud) UpgradeService(ctx context.Context, projectID, id string, in Upg
 	if err := c.authorizeWrite(ctx, projectID); err != nil {
 		return nil, err
 	}
-	if err := c.checkUpgradeMethod(in.Method); err != nil {
+	method := in.Method
+	if method == "" {
+		method = dbcloud.UpgradeInPlace
+	}
+	if err := c.checkUpgradeMethod(method); err != nil {
 		return nil, err
 	}
 	if in.PGVersion == nil {
@@ -41,7 +47,8 @@ func (c *Cloud) UpgradeService(ctx context.Context, projectID, id string, in Upg
 		if err := dbcloud.Upgrade.Check(s); err != nil {
 			return "", err
 		}
-		if err := checkUpgradeTarget(s, target, c.Runtime.PGVersions()); err != nil {
+		reason, err := c.checkMethodTarget(tx, s, method, target)
+		if err != nil {
 			return "", err
 		}
 		// A fork still being made reads this service's snapshots and
@@ -53,27 +60,91 @@ func (c *Cloud) UpgradeService(ctx context.Context, projectID, id string, in Upg
 			return "", dbcloud.CodedErrorf(dbcloud.KindConflict, dbcloud.CodeOperationInProgress,
 				"Fork %s is still copying this service's data; upgrade it when the fork is READY.", f.ID)
 		}
-		s.UpgradeTo = target.Major
-		s.StatusReason = ""
+		s.UpgradeTo, s.UpgradeMethod = target.Major, method
+		s.StatusReason = reason
 		dbcloud.Upgrade.Apply(s)
 		return dbcloud.OpUpgradeService, nil
 	})
 }
 
-// checkUpgradeMethod refuses the methods dbcloud does not offer yet, and
-// any upgrade on a runtime that cannot make one.
+// checkUpgradeMethod refuses what is not an upgrade method, and a method
+// the runtime cannot make.
 func (c *Cloud) checkUpgradeMethod(m dbcloud.UpgradeMethod) error {
+	caps := dbcloud.CapabilitiesOf(c.Runtime)
 	switch m {
-	case "", dbcloud.UpgradeInPlace:
+	case dbcloud.UpgradeInPlace:
+		if caps.Upgrader == nil {
+			return dbcloud.Errorf(dbcloud.KindConflict, "This installation's %s runtime does not upgrade services in place yet.", runtimeName(c.Runtime))
+		}
 	case dbcloud.UpgradeBlueGrn, dbcloud.UpgradeRollback:
-		return dbcloud.Errorf(dbcloud.KindInvalid, "method %s is not offered yet; upgrade with IN_PLACE.", m)
+		if caps.BlueGreen == nil {
+			return dbcloud.Errorf(dbcloud.KindConflict, "This installation's %s runtime does not offer %s upgrades yet.", runtimeName(c.Runtime), m)
+		}
 	default:
-		return dbcloud.Errorf(dbcloud.KindInvalid, "method %q is not an upgrade method; use IN_PLACE.", m)
-	}
-	if dbcloud.CapabilitiesOf(c.Runtime).Upgrader == nil {
-		return dbcloud.Errorf(dbcloud.KindConflict, "This installation's %s runtime does not upgrade services in place yet.", runtimeName(c.Runtime))
+		return dbcloud.Errorf(dbcloud.KindInvalid, "method %q is not an upgrade method; use IN_PLACE, BLUE_GREEN or ROLLBACK.", m)
 	}
 	return nil
+}
+
+// checkMethodTarget checks the target version against what the method
+// can do for this service; it returns the status_reason the service
+// shows while it upgrades (what a ROLLBACK loses).
+func (c *Cloud) checkMethodTarget(tx dbcloud.Tx, s *dbcloud.Service, m dbcloud.UpgradeMethod, target dbcloud.PGVersion) (string, error) {
+	if m == dbcloud.UpgradeRollback {
+		return checkRollback(s, target, c.now())
+	}
+	if err := checkUpgradeTarget(s, target, c.Runtime.PGVersions()); err != nil {
+		return "", err
+	}
+	if m == dbcloud.UpgradeBlueGrn {
+		sets, err := tx.ListReplicaSets(s.ProjectID, s.ID)
+		if err != nil {
+			return "", err
+		}
+		return "", checkBlueGreen(s, len(sets))
+	}
+	return "", nil
+}
+
+// checkBlueGreen refuses what logical replication cannot carry to the new
+// cluster: TimescaleDB's hypertables (their chunks replicate as plain
+// tables, without the hypertable), and standbys, which would have to be
+// made again from the new cluster while it is already serving.
+func checkBlueGreen(s *dbcloud.Service, replicaSets int) error {
+	for _, a := range s.Spec.Addons {
+		if a.Extension() == "timescaledb" {
+			return dbcloud.Errorf(dbcloud.KindConflict,
+				"The service uses the extension timescaledb (addon %s): hypertables do not replicate logically, so BLUE_GREEN cannot move them. Upgrade it with IN_PLACE.", a)
+		}
+	}
+	if s.Spec.Replicas > 0 {
+		return dbcloud.Errorf(dbcloud.KindConflict,
+			"The service has %d HA replicas, which BLUE_GREEN does not move. Upgrade it with IN_PLACE (its standbys follow), or remove the replicas first.", s.Spec.Replicas)
+	}
+	if replicaSets > 0 {
+		return dbcloud.Errorf(dbcloud.KindConflict,
+			"The service has %d read replica sets, which BLUE_GREEN does not move. Upgrade it with IN_PLACE (they are copied again), or delete them first.", replicaSets)
+	}
+	return nil
+}
+
+// checkRollback accepts a ROLLBACK to the version of the cluster a
+// BLUE_GREEN switch kept, while it is kept; the reason it returns says
+// what is lost.
+func checkRollback(s *dbcloud.Service, target dbcloud.PGVersion, now time.Time) (string, error) {
+	k := s.KeptCluster
+	if k == nil {
+		return "", dbcloud.Errorf(dbcloud.KindConflict,
+			"The service has no old cluster to roll back to: ROLLBACK returns, within %d hours, to the cluster a BLUE_GREEN upgrade switched from.", int(dbcloud.KeepOldClusterFor.Hours()))
+	}
+	if !now.Before(k.Until) {
+		return "", dbcloud.Errorf(dbcloud.KindConflict,
+			"The PostgreSQL %d cluster this service switched from was kept until %s and is removed; ROLLBACK is no longer possible.", k.PGVersion, k.Until.UTC().Format(time.RFC3339))
+	}
+	if target.Major != k.PGVersion {
+		return "", dbcloud.Errorf(dbcloud.KindInvalid, "ROLLBACK returns to PostgreSQL %d, the version the service switched from; pg_version %d is not it.", k.PGVersion, target.Major)
+	}
+	return "Rolling back to the PostgreSQL " + strconv.Itoa(k.PGVersion) + " cluster as it was at the switch: what was written after the switch is lost.", nil
 }
 
 // checkUpgradeTarget refuses a version that is not newer than the

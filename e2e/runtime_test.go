@@ -51,6 +51,8 @@ var localReasons = map[string]string{
 	"TestAutoPause_WakeBurst":                       "the Kubernetes runtime has no wake on connect (no dbcloud.Waker)",
 	"TestAutoPause_WakeDiskFull":                    "fills a disk image mounted on this host",
 	"TestAdmin_ServicesAndTeardown":                 "checks ports and instances on this host",
+	"TestUpgrade_BlueGreen":                         "the Kubernetes runtime has no blue/green upgrade (no dbcloud.BlueGreenUpgrader)",
+	"TestUpgrade_BlueGreenKilledMidway":             "the Kubernetes runtime has no blue/green upgrade (no dbcloud.BlueGreenUpgrader)",
 	"TestUpgrade_InPlace":                           "the Kubernetes runtime has no in-place upgrade (no dbcloud.Upgrader)",
 	"TestUpgrade_KilledMidway":                      "the Kubernetes runtime has no in-place upgrade (no dbcloud.Upgrader)",
 	"TestUpgrade_RehearsalFails":                    "the Kubernetes runtime has no in-place upgrade (no dbcloud.Upgrader)",

@@ -24,17 +24,17 @@ func (e *Engine) upgrade(ctx context.Context, svc *dbcloud.Service, ensure func(
 	if !pending {
 		// Superseded (a delete, a correction): nothing asks for it now.
 		return false, e.updateService(ctx, svc, func(s *dbcloud.Service) bool {
-			s.UpgradeTo = 0
+			s.UpgradeTo, s.UpgradeMethod = 0, ""
 			return true
 		}, nil)
 	}
-	up := dbcloud.CapabilitiesOf(e.Provisioner).Upgrader
-	if up == nil {
-		return true, e.upgradeFailed(ctx, svc, ensure, &dbcloud.UpgradeFailed{Step: "accept", Reason: "this runtime does not upgrade services in place"})
+	from, to, method := svc.Spec.PGVersion, svc.UpgradeTo, svc.UpgradeMethod
+	run, err := e.upgradeMethod(svc)
+	if err != nil {
+		return true, e.upgradeFailed(ctx, svc, ensure, err.(*dbcloud.UpgradeFailed))
 	}
-	from, to := svc.Spec.PGVersion, svc.UpgradeTo
-	e.Logger.Info("upgrade", "service", svc.ID, "from", from, "to", to, "operation", opID)
-	full, err := up.UpgradeInPlace(ctx, svc, func(st dbcloud.UpgradeStep) { e.upgradeStep(ctx, svc, opID, st) })
+	e.Logger.Info("upgrade", "service", svc.ID, "from", from, "to", to, "method", method, "operation", opID)
+	full, err := run(ctx, svc, func(st dbcloud.UpgradeStep) { e.upgradeStep(ctx, svc, opID, st) })
 	var failure *dbcloud.UpgradeFailed
 	if errors.As(err, &failure) {
 		e.Logger.Warn("upgrade failed; the service is back on its old version", "service", svc.ID, "from", from, "to", to, "step", failure.Step, "reason", failure.Reason)
@@ -43,9 +43,57 @@ func (e *Engine) upgrade(ctx context.Context, svc *dbcloud.Service, ensure func(
 	if err != nil {
 		return true, failed(ctx, e, serviceKind, svc, err)
 	}
-	e.Logger.Info("upgraded", "service", svc.ID, "from", from, "to", to, "pg_version_full", full)
+	e.Logger.Info("upgraded", "service", svc.ID, "from", from, "to", to, "method", method, "pg_version_full", full)
+	fromFull, now := svc.PGVersionFull, e.now()
 	return false, e.updateService(ctx, svc, func(s *dbcloud.Service) bool {
-		s.Spec.PGVersion, s.PGVersionFull, s.UpgradeTo = to, full, 0
+		switch method {
+		case dbcloud.UpgradeBlueGrn:
+			s.KeptCluster = &dbcloud.KeptCluster{PGVersion: from, PGVersionFull: fromFull, Until: now.Add(dbcloud.KeepOldClusterFor)}
+		case dbcloud.UpgradeRollback:
+			s.KeptCluster = nil
+		}
+		s.Spec.PGVersion, s.PGVersionFull, s.UpgradeTo, s.UpgradeMethod = to, full, 0, ""
+		return true
+	}, nil)
+}
+
+// upgradeMethod is the runtime's call that makes the service's upgrade,
+// or the *UpgradeFailed of a runtime that cannot make it.
+func (e *Engine) upgradeMethod(svc *dbcloud.Service) (func(context.Context, *dbcloud.Service, func(dbcloud.UpgradeStep)) (string, error), error) {
+	caps := dbcloud.CapabilitiesOf(e.Provisioner)
+	switch svc.UpgradeMethod {
+	case dbcloud.UpgradeBlueGrn, dbcloud.UpgradeRollback:
+		if caps.BlueGreen == nil {
+			return nil, &dbcloud.UpgradeFailed{Step: "accept", Reason: "this runtime does not make " + string(svc.UpgradeMethod) + " upgrades"}
+		}
+		if svc.UpgradeMethod == dbcloud.UpgradeRollback {
+			return caps.BlueGreen.RollBackUpgrade, nil
+		}
+		return caps.BlueGreen.UpgradeBlueGreen, nil
+	}
+	if caps.Upgrader == nil {
+		return nil, &dbcloud.UpgradeFailed{Step: "accept", Reason: "this runtime does not upgrade services in place"}
+	}
+	return caps.Upgrader.UpgradeInPlace, nil
+}
+
+// removeExpiredCluster removes the old cluster a BLUE_GREEN switch kept
+// once its time is up, level-triggered: the service's record says it is
+// kept until the runtime has removed it.
+func (e *Engine) removeExpiredCluster(ctx context.Context, svc *dbcloud.Service) error {
+	k := svc.KeptCluster
+	if k == nil || e.now().Before(k.Until) || svc.UpgradeTo != 0 {
+		return nil
+	}
+	bg := dbcloud.CapabilitiesOf(e.Provisioner).BlueGreen
+	if bg != nil {
+		if err := bg.RemoveKeptCluster(ctx, svc); err != nil {
+			return err
+		}
+	}
+	e.Logger.Info("old cluster removed: its time for a rollback is up", "service", svc.ID, "pg_version", k.PGVersion, "until", k.Until)
+	return e.updateService(ctx, svc, func(s *dbcloud.Service) bool {
+		s.KeptCluster = nil
 		return true
 	}, nil)
 }
@@ -70,7 +118,7 @@ func (e *Engine) pendingUpgrade(ctx context.Context, id string) (opID string, ok
 func (e *Engine) upgradeFailed(ctx context.Context, svc *dbcloud.Service, ensure func() (*dbcloud.Observation, error), failure *dbcloud.UpgradeFailed) error {
 	to := svc.UpgradeTo
 	if err := e.updateService(ctx, svc, func(s *dbcloud.Service) bool {
-		s.UpgradeTo = 0
+		s.UpgradeTo, s.UpgradeMethod = 0, ""
 		return true
 	}, nil); err != nil {
 		return err

@@ -128,3 +128,117 @@ func TestEngine_Upgrade(t *testing.T) {
 		t.Error("no upgrade step among the events")
 	}
 }
+
+// blueGreener is the test provisioner with the BlueGreenUpgrader
+// capability (and a Maintainer, so the engine's backup round runs): it
+// counts its calls.
+type blueGreener struct {
+	*provisioner
+	mu                  sync.Mutex
+	upgrades, rollbacks int
+	removed             []string
+}
+
+// blueGreenRuntime is upgradeRuntime offering BLUE_GREEN and ROLLBACK.
+type blueGreenRuntime struct{ upgradeRuntime }
+
+func (blueGreenRuntime) UpgradeBlueGreen(context.Context, *dbcloud.Service, func(dbcloud.UpgradeStep)) (string, error) {
+	panic("the domain never upgrades")
+}
+
+func (blueGreenRuntime) RollBackUpgrade(context.Context, *dbcloud.Service, func(dbcloud.UpgradeStep)) (string, error) {
+	panic("the domain never rolls back")
+}
+
+func (blueGreenRuntime) RemoveKeptCluster(context.Context, *dbcloud.Service) error {
+	panic("the domain never removes clusters")
+}
+
+func (b *blueGreener) UpgradeBlueGreen(_ context.Context, s *dbcloud.Service, step func(dbcloud.UpgradeStep)) (string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.upgrades++
+	step(dbcloud.UpgradeStep{Name: "switch", Detail: "switched"})
+	return "17.12", nil
+}
+
+func (b *blueGreener) RollBackUpgrade(_ context.Context, s *dbcloud.Service, step func(dbcloud.UpgradeStep)) (string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.rollbacks++
+	return "15.20", nil
+}
+
+func (b *blueGreener) RemoveKeptCluster(_ context.Context, s *dbcloud.Service) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.removed = append(b.removed, s.ID)
+	return nil
+}
+
+func (b *blueGreener) MaintainBackups(context.Context, *dbcloud.Service) error { return nil }
+
+// TestEngine_UpgradeBlueGreen: a BLUE_GREEN upgrade is made through the
+// runtime's BlueGreenUpgrader and leaves the service on 17 with its old
+// cluster kept for 24 hours; a ROLLBACK returns it to 15 and forgets the
+// kept cluster; a kept cluster whose time is up is removed by the engine
+// on its own, and the service no longer offers a rollback.
+func TestEngine_UpgradeBlueGreen(t *testing.T) {
+	f := newFixture(t)
+	f.cloud.Runtime = blueGreenRuntime{}
+	bg := &blueGreener{provisioner: f.prov}
+	var clock sync.Mutex
+	now := time.Now()
+	e := engine.New(f.store, bg, "a", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	e.PollInterval, e.HealthInterval, e.MetricsInterval, e.BackupInterval = 20*time.Millisecond, 20*time.Millisecond, 20*time.Millisecond, 20*time.Millisecond
+	e.Now = func() time.Time { clock.Lock(); defer clock.Unlock(); return now }
+	if err := e.Open(); err != nil {
+		t.Fatal(err)
+	}
+	f.cloud.Notify = e.Notify
+	t.Cleanup(func() { e.Close() })
+	v15, v17 := 15, 17
+	v, err := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: "bg", PGVersion: &v15})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := v.Service.ID
+	f.waitStatus(t, id, dbcloud.StatusReady)
+	if _, err := f.cloud.UpgradeService(f.ctx, f.pid, id, cloud.UpgradeRequest{PGVersion: &v17, Method: dbcloud.UpgradeBlueGrn}); err != nil {
+		t.Fatal(err)
+	}
+	got := f.waitFor(t, id, "READY on 17", func(v *cloud.ServiceView, err error) bool {
+		return err == nil && v.Service.Status == dbcloud.StatusReady && v.Service.Spec.PGVersion == 17
+	}).Service
+	if k := got.KeptCluster; k == nil || k.PGVersion != 15 || !k.Until.Equal(now.UTC().Add(dbcloud.KeepOldClusterFor)) || got.UpgradeMethod != "" {
+		t.Fatalf("after BLUE_GREEN: kept %+v, method %q", got.KeptCluster, got.UpgradeMethod)
+	}
+	if _, err := f.cloud.UpgradeService(f.ctx, f.pid, id, cloud.UpgradeRequest{PGVersion: &v15, Method: dbcloud.UpgradeRollback}); err != nil {
+		t.Fatal(err)
+	}
+	got = f.waitFor(t, id, "READY on 15", func(v *cloud.ServiceView, err error) bool {
+		return err == nil && v.Service.Status == dbcloud.StatusReady && v.Service.Spec.PGVersion == 15
+	}).Service
+	if got.KeptCluster != nil || got.PGVersionFull != "15.20" {
+		t.Fatalf("after ROLLBACK: kept %+v, full %q", got.KeptCluster, got.PGVersionFull)
+	}
+
+	// Upgrade again, then let the day pass.
+	if _, err := f.cloud.UpgradeService(f.ctx, f.pid, id, cloud.UpgradeRequest{PGVersion: &v17, Method: dbcloud.UpgradeBlueGrn}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor(t, id, "READY on 17 again", func(v *cloud.ServiceView, err error) bool {
+		return err == nil && v.Service.Status == dbcloud.StatusReady && v.Service.KeptCluster != nil
+	})
+	clock.Lock()
+	now = now.Add(dbcloud.KeepOldClusterFor + time.Minute)
+	clock.Unlock()
+	f.waitFor(t, id, "the kept cluster removed", func(v *cloud.ServiceView, err error) bool {
+		return err == nil && v.Service.KeptCluster == nil
+	})
+	bg.mu.Lock()
+	defer bg.mu.Unlock()
+	if bg.upgrades != 2 || bg.rollbacks != 1 || len(bg.removed) != 1 || bg.removed[0] != id {
+		t.Errorf("runtime calls: %d upgrades, %d rollbacks, removed %v", bg.upgrades, bg.rollbacks, bg.removed)
+	}
+}

@@ -139,6 +139,20 @@ func (r *testRuntime) UpgradeInPlace(context.Context, *dbcloud.Service, func(dbc
 	return "", errors.New("not in API tests")
 }
 
+// The test runtime is a BlueGreenUpgrader too; without an engine these
+// tests never call it.
+func (r *testRuntime) UpgradeBlueGreen(context.Context, *dbcloud.Service, func(dbcloud.UpgradeStep)) (string, error) {
+	return "", errors.New("not in API tests")
+}
+
+func (r *testRuntime) RollBackUpgrade(context.Context, *dbcloud.Service, func(dbcloud.UpgradeStep)) (string, error) {
+	return "", errors.New("not in API tests")
+}
+
+func (r *testRuntime) RemoveKeptCluster(context.Context, *dbcloud.Service) error {
+	return errors.New("not in API tests")
+}
+
 func (r *testRuntime) PortFree(p int) bool {
 	if r.portFree != nil {
 		return r.portFree(p)

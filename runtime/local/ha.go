@@ -53,6 +53,9 @@ type haState struct {
 	// Rebuild are members whose data may have diverged from the primary's
 	// (a former primary): they are rewound or copied before they start.
 	Rebuild []int `json:"rebuild,omitempty"`
+	// Logical makes the primary write logical WAL (wal_level logical):
+	// a BLUE_GREEN upgrade replicates from it to the new cluster.
+	Logical bool `json:"logical,omitempty"`
 }
 
 func (rt *Runtime) haPath(serviceID string) string {
@@ -106,6 +109,9 @@ func (rt *Runtime) haSpec(svc *dbcloud.Service, base postgres.Spec, st *haState,
 	s.Settings["wal_log_hints"] = "on" // pg_rewind of a former primary
 	s.Settings["hot_standby"] = "on"
 	if n == st.Primary {
+		if st.Logical {
+			s.Settings["wal_level"] = "logical"
+		}
 		if st.SyncCount > 0 && len(st.Sync) > 0 {
 			names := make([]string, len(st.Sync))
 			for i, m := range st.Sync {
