@@ -106,6 +106,7 @@ var localReasons = map[string]string{
 	"TestSnapshots_ListAndEvents":                   "the local runtime's snapshots",
 	"TestStorageLimit":                              "a disk image on this host (--storage-image-gib)",
 	"TestStorageLimit_DefaultFilesystem":            "measures a service's volume on this host's default filesystem",
+	"TestStoragePool_CreatesTakeEntries":            "a disk image on this host (--storage-image-gib) and its server's log",
 	"TestVPC_AttachDetach":                          "VPC endpoints are loopback addresses of this host (kubernetes answers UNSUPPORTED)",
 	"TestVPC_Peerings":                              "VPC peering on this host (kubernetes answers UNSUPPORTED)",
 }

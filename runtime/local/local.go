@@ -200,7 +200,7 @@ func New(cfg Config) (*Runtime, error) {
 	pgCfg := postgres.Config{
 		BinDir: cfg.BinDir, PoolDir: filepath.Join(dir, "pool"), PoolSize: poolSizeOf(cfg, mainV.Major),
 		PoolMaxSize: cfg.PoolMaxSize, PoolMemoryShare: cfg.PoolMemoryShare, Identities: identities,
-		Logger: cfg.Logger, Supervisor: sup, Cgroups: cgroups,
+		Volumes: volumes, Logger: cfg.Logger, Supervisor: sup, Cgroups: cgroups,
 	}
 	instances, err := postgres.NewInstances(pgCfg)
 	if err != nil {
@@ -350,8 +350,12 @@ func (rt *Runtime) instanceBase(svc *dbcloud.Service) (postgres.Spec, error) {
 // certificate in the spec.
 func (rt *Runtime) preparedBase(ctx context.Context, svc *dbcloud.Service) (postgres.Spec, error) {
 	// The volume first, so that a cluster claimed from the pool is
-	// renamed into it; then the service's OS identity: everything below
-	// is its.
+	// renamed into it, unless the pool's entries are volumes: then a new
+	// service's volume is one, claimed whole, and limited here after. Then
+	// the service's OS identity: everything below is its.
+	if err := rt.claimVolume(ctx, svc); err != nil {
+		return postgres.Spec{}, err
+	}
 	if err := rt.makeServiceVolume(ctx, svc, rt.serviceDir(svc.ID)); err != nil {
 		return postgres.Spec{}, err
 	}
