@@ -13,9 +13,9 @@ type UpgradeMethod string
 // Upgrade methods: ROLLBACK returns to the cluster a BLUE_GREEN switch
 // left stopped (KeptCluster).
 const (
-	UpgradeInPlace  UpgradeMethod = "IN_PLACE"
-	UpgradeBlueGrn  UpgradeMethod = "BLUE_GREEN"
-	UpgradeRollback UpgradeMethod = "ROLLBACK"
+	UpgradeInPlace   UpgradeMethod = "IN_PLACE"
+	UpgradeBlueGreen UpgradeMethod = "BLUE_GREEN"
+	UpgradeRollback  UpgradeMethod = "ROLLBACK"
 )
 
 // CodeVersionUnavailable is the 409 of an upgrade to a version that has

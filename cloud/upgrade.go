@@ -76,7 +76,7 @@ func (c *Cloud) checkUpgradeMethod(m dbcloud.UpgradeMethod) error {
 		if caps.Upgrader == nil {
 			return dbcloud.Errorf(dbcloud.KindConflict, "This installation's %s runtime does not upgrade services in place yet.", runtimeName(c.Runtime))
 		}
-	case dbcloud.UpgradeBlueGrn, dbcloud.UpgradeRollback:
+	case dbcloud.UpgradeBlueGreen, dbcloud.UpgradeRollback:
 		if caps.BlueGreen == nil {
 			return dbcloud.Errorf(dbcloud.KindConflict, "This installation's %s runtime does not offer %s upgrades yet.", runtimeName(c.Runtime), m)
 		}
@@ -96,7 +96,7 @@ func (c *Cloud) checkMethodTarget(tx dbcloud.Tx, s *dbcloud.Service, m dbcloud.U
 	if err := checkUpgradeTarget(s, target, c.Runtime.PGVersions()); err != nil {
 		return "", err
 	}
-	if m == dbcloud.UpgradeBlueGrn {
+	if m == dbcloud.UpgradeBlueGreen {
 		sets, err := tx.ListReplicaSets(s.ProjectID, s.ID)
 		if err != nil {
 			return "", err

@@ -29,9 +29,9 @@ func (e *Engine) upgrade(ctx context.Context, svc *dbcloud.Service, ensure func(
 		}, nil)
 	}
 	from, to, method := svc.Spec.PGVersion, svc.UpgradeTo, svc.UpgradeMethod
-	run, err := e.upgradeMethod(svc)
-	if err != nil {
-		return true, e.upgradeFailed(ctx, svc, ensure, err.(*dbcloud.UpgradeFailed))
+	run, refused := e.upgradeMethod(svc)
+	if refused != nil {
+		return true, e.upgradeFailed(ctx, svc, ensure, refused)
 	}
 	e.Logger.Info("upgrade", "service", svc.ID, "from", from, "to", to, "method", method, "operation", opID)
 	full, err := run(ctx, svc, func(st dbcloud.UpgradeStep) { e.upgradeStep(ctx, svc, opID, st) })
@@ -47,7 +47,7 @@ func (e *Engine) upgrade(ctx context.Context, svc *dbcloud.Service, ensure func(
 	fromFull, now := svc.PGVersionFull, e.now()
 	return false, e.updateService(ctx, svc, func(s *dbcloud.Service) bool {
 		switch method {
-		case dbcloud.UpgradeBlueGrn:
+		case dbcloud.UpgradeBlueGreen:
 			s.KeptCluster = &dbcloud.KeptCluster{PGVersion: from, PGVersionFull: fromFull, Until: now.Add(dbcloud.KeepOldClusterFor)}
 		case dbcloud.UpgradeRollback:
 			s.KeptCluster = nil
@@ -59,10 +59,10 @@ func (e *Engine) upgrade(ctx context.Context, svc *dbcloud.Service, ensure func(
 
 // upgradeMethod is the runtime's call that makes the service's upgrade,
 // or the *UpgradeFailed of a runtime that cannot make it.
-func (e *Engine) upgradeMethod(svc *dbcloud.Service) (func(context.Context, *dbcloud.Service, func(dbcloud.UpgradeStep)) (string, error), error) {
+func (e *Engine) upgradeMethod(svc *dbcloud.Service) (func(context.Context, *dbcloud.Service, func(dbcloud.UpgradeStep)) (string, error), *dbcloud.UpgradeFailed) {
 	caps := dbcloud.CapabilitiesOf(e.Provisioner)
 	switch svc.UpgradeMethod {
-	case dbcloud.UpgradeBlueGrn, dbcloud.UpgradeRollback:
+	case dbcloud.UpgradeBlueGreen, dbcloud.UpgradeRollback:
 		if caps.BlueGreen == nil {
 			return nil, &dbcloud.UpgradeFailed{Step: "accept", Reason: "this runtime does not make " + string(svc.UpgradeMethod) + " upgrades"}
 		}

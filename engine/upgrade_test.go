@@ -204,7 +204,7 @@ func TestEngine_UpgradeBlueGreen(t *testing.T) {
 	}
 	id := v.Service.ID
 	f.waitStatus(t, id, dbcloud.StatusReady)
-	if _, err := f.cloud.UpgradeService(f.ctx, f.pid, id, cloud.UpgradeRequest{PGVersion: &v17, Method: dbcloud.UpgradeBlueGrn}); err != nil {
+	if _, err := f.cloud.UpgradeService(f.ctx, f.pid, id, cloud.UpgradeRequest{PGVersion: &v17, Method: dbcloud.UpgradeBlueGreen}); err != nil {
 		t.Fatal(err)
 	}
 	got := f.waitFor(t, id, "READY on 17", func(v *cloud.ServiceView, err error) bool {
@@ -224,7 +224,7 @@ func TestEngine_UpgradeBlueGreen(t *testing.T) {
 	}
 
 	// Upgrade again, then let the day pass.
-	if _, err := f.cloud.UpgradeService(f.ctx, f.pid, id, cloud.UpgradeRequest{PGVersion: &v17, Method: dbcloud.UpgradeBlueGrn}); err != nil {
+	if _, err := f.cloud.UpgradeService(f.ctx, f.pid, id, cloud.UpgradeRequest{PGVersion: &v17, Method: dbcloud.UpgradeBlueGreen}); err != nil {
 		t.Fatal(err)
 	}
 	f.waitFor(t, id, "READY on 17 again", func(v *cloud.ServiceView, err error) bool {
