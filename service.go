@@ -176,6 +176,10 @@ type Service struct {
 
 	Status       ServiceStatus `json:"status"`
 	StatusReason string        `json:"status_reason,omitempty"`
+	// Notice is the runtime's notice the status reason shows, if it shows
+	// one (engine's showNotice): a reason that is not one outlives the
+	// measurements.
+	Notice string `json:"notice,omitempty"`
 	// ObservedGeneration is the generation the runtime last made real.
 	ObservedGeneration int64 `json:"observed_generation"`
 	// Endpoint is assigned at creation and never changes.

@@ -274,7 +274,7 @@ func (e *Engine) repair(ctx context.Context, svc *dbcloud.Service, obs *dbcloud.
 		return fixed, err
 	}
 	show := func(s *dbcloud.Service, fixed *dbcloud.Observation) {
-		s.Status, s.StatusReason = settled(s, fixed)
+		settleStatus(s, fixed)
 		s.Instances = fixed.Instances
 		s.PoolerEndpoint = fixed.PoolerEndpoint
 		if fixed.Endpoint != nil {
@@ -332,9 +332,7 @@ func (e *Engine) recordMetrics(ctx context.Context, ms []measurement) {
 			}
 			if err == nil && s.Generation == m.svc.Generation {
 				s.Metrics = m.obs.Metrics
-				// A running service's notice (near its storage limit) comes
-				// and goes with the measurements.
-				s.StatusReason = m.obs.Notice
+				showNotice(s, m.obs.Notice)
 				if err := tx.UpdateService(s); err != nil {
 					return err
 				}

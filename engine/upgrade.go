@@ -133,7 +133,7 @@ func (e *Engine) upgradeFailed(ctx context.Context, svc *dbcloud.Service, ensure
 	return e.updateService(ctx, svc, func(s *dbcloud.Service) bool {
 		s.Instances = obs.Instances
 		if s.Generation == gen && s.Status != dbcloud.StatusDeleting {
-			s.Status, s.StatusReason = settled(s, obs)
+			settleStatus(s, obs)
 			if s.Status == dbcloud.StatusReady {
 				s.StatusReason = reason
 			}

@@ -104,6 +104,15 @@ func TestEngine_Upgrade(t *testing.T) {
 	if got.Spec.PGVersion != 15 || got.UpgradeTo != 0 || !strings.Contains(got.StatusReason, "reg* columns") || !strings.Contains(got.StatusReason, "PostgreSQL 15") {
 		t.Errorf("after a failed upgrade: pg_version %d, upgrade_to %d, reason %q", got.Spec.PGVersion, got.UpgradeTo, got.StatusReason)
 	}
+	// The reason outlives the health loop's measurements: a user who looks
+	// a minute later still reads why the upgrade failed.
+	failedAt := time.Now()
+	got = f.waitFor(t, id, "measured after the failed upgrade", func(v *cloud.ServiceView, err error) bool {
+		return err == nil && v.Service.Metrics != nil && v.Service.Metrics.Measured.After(failedAt)
+	}).Service
+	if !strings.Contains(got.StatusReason, "reg* columns") {
+		t.Errorf("after a measurement the failed upgrade's reason is %q", got.StatusReason)
+	}
 	var op *dbcloud.Operation
 	var steps int
 	f.store.View(t.Context(), func(tx dbcloud.Tx) error {
