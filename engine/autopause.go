@@ -112,6 +112,24 @@ func (e *Engine) autoPause(ctx context.Context, seen *dbcloud.Service, now time.
 	return err
 }
 
+// holdPausedAtOpen holds the auto-paused services' endpoints before Open
+// returns, and so before the API answers after a restart of dbcloud: a
+// client that reads a service as PAUSED, or any other answer of the new
+// process, and then connects to it, wakes it rather than being refused.
+// The health loop's first round, a goroutine, came too late for that.
+// The list it reads is the health loop's first (watchedNow).
+func (e *Engine) holdPausedAtOpen(ctx context.Context) {
+	if dbcloud.CapabilitiesOf(e.Provisioner).Waker == nil {
+		return
+	}
+	w, err := e.watchedNow(ctx)
+	if err != nil {
+		e.Logger.Warn("list auto-paused services to hold their endpoints", "error", err)
+		return
+	}
+	e.holdPaused(ctx, w.paused)
+}
+
 // holdPaused hands every auto-paused service to the runtime's Waker,
 // which keeps (or, after a restart, opens again) its endpoints.
 func (e *Engine) holdPaused(ctx context.Context, paused []*dbcloud.Service) {

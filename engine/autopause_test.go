@@ -1,11 +1,15 @@
 package engine_test
 
 import (
+	"context"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
 	"dbcloud"
 	"dbcloud/cloud"
+	"dbcloud/engine"
 )
 
 // TestEngine_WakeFailedPausesAgain: a wake whose start fails (the
@@ -80,4 +84,75 @@ func TestEngine_WakeFailedPausesAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.waitStatus(t, id, dbcloud.StatusReady)
+}
+
+// waker is the stand-in runtime with the Waker capability: it records the
+// services whose endpoints it was asked to hold.
+type waker struct {
+	*provisioner
+	held chan string
+}
+
+func (w *waker) SetWakeHandler(dbcloud.WakeHandler) {}
+
+func (w *waker) HoldPaused(_ context.Context, svc *dbcloud.Service) error {
+	select {
+	case w.held <- svc.ID:
+	default:
+	}
+	return nil
+}
+
+// TestEngine_OpenHoldsPausedEndpoints: after a restart of dbcloud the
+// auto-paused services' endpoints are held before Open returns, so before
+// the API answers: a client that sees the new process answer and then
+// connects to a paused service wakes it instead of being refused (the
+// health loop's first round, in a goroutine of its own, came too late for
+// clients that waited on the API).
+func TestEngine_OpenHoldsPausedEndpoints(t *testing.T) {
+	f := newFixture(t)
+	v, err := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: "db"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := v.Service.ID
+	now := time.Now()
+	if err := f.store.Update(t.Context(), func(tx dbcloud.Tx) error {
+		ops, err := tx.ListOperations(dbcloud.OperationFilter{ResourceID: id, Pending: true})
+		if err != nil {
+			return err
+		}
+		for _, op := range ops { // the create done: paused by its idle clock since
+			op.State = dbcloud.OpSucceeded
+			if err := tx.UpdateOperation(op); err != nil {
+				return err
+			}
+		}
+		s, err := tx.FindService(f.pid, id)
+		if err != nil {
+			return err
+		}
+		s.AutoPause = &dbcloud.AutoPause{IdleSeconds: 60}
+		s.Spec.Running, s.PausedAt, s.Status = false, &now, dbcloud.StatusPaused
+		s.ObservedGeneration = s.Generation
+		return tx.UpdateService(s)
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	w := &waker{provisioner: f.prov, held: make(chan string, 1)}
+	e := engine.New(f.store, w, "a", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	e.HealthInterval = time.Hour // only Open itself may hold it
+	if err := e.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	select {
+	case got := <-w.held:
+		if got != id {
+			t.Errorf("held %s, want %s", got, id)
+		}
+	default:
+		t.Error("Open returned before the paused service's endpoints were held")
+	}
 }

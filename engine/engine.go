@@ -121,6 +121,7 @@ func (e *Engine) Open() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	e.group.Logger = e.Logger
+	e.holdPausedAtOpen(ctx)
 	e.group.Loop(ctx, supervise.Task{Name: "engine dispatch loop"}, e.dispatchLoop)
 	e.group.Loop(ctx, supervise.Task{Name: "engine health loop"}, e.healthLoop)
 	if b := dbcloud.CapabilitiesOf(e.Provisioner).Maintainer; b != nil && e.BackupInterval > 0 {

@@ -14,8 +14,9 @@ import (
 // healthLoop checks every service that should be running and every read
 // replica set that has no work pending: a primary (or node) that died is
 // shown UNSTABLE (error) and restarted at once, and usage is written to the
-// store every MetricsInterval. The first round runs at once: after a restart the paused services'
-// endpoints are held again before clients notice they are not.
+// store every MetricsInterval. The first round runs at once, so that a
+// service that died while dbcloud was down is seen without waiting an
+// interval.
 func (e *Engine) healthLoop(ctx context.Context) {
 	e.healthRound(ctx)
 	every(ctx, e.HealthInterval, func() { e.healthRound(ctx) })
