@@ -30,21 +30,7 @@ func TestEngine_WakeFailedPausesAgain(t *testing.T) {
 	if _, err := f.cloud.SetAutoPause(f.ctx, f.pid, id, 60); err != nil {
 		t.Fatal(err)
 	}
-	// Paused by its idle clock, as the engine's autoPause records it.
-	now := time.Now()
-	if err := f.store.Update(t.Context(), func(tx dbcloud.Tx) error {
-		s, err := tx.FindService(f.pid, id)
-		if err != nil {
-			return err
-		}
-		s.Spec.Running, s.PausedAt = false, &now
-		s.Status = dbcloud.StatusPaused
-		s.Generation++
-		s.ObservedGeneration = s.Generation
-		return tx.UpdateService(s)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	f.pausedByIdleClock(t, id)
 
 	full := dbcloud.Errorf(dbcloud.KindUnavailable, "The disk holding this service's data is full.")
 	f.prov.mu.Lock()
@@ -86,6 +72,36 @@ func TestEngine_WakeFailedPausesAgain(t *testing.T) {
 	f.waitStatus(t, id, dbcloud.StatusReady)
 }
 
+// pausedByIdleClock records the service as the engine's autoPause and
+// its operation leave it: auto-paused at 60 s, PAUSED, nothing pending.
+func (f *fixture) pausedByIdleClock(t *testing.T, id string) {
+	t.Helper()
+	now := time.Now()
+	if err := f.store.Update(t.Context(), func(tx dbcloud.Tx) error {
+		ops, err := tx.ListOperations(dbcloud.OperationFilter{ResourceID: id, Pending: true})
+		if err != nil {
+			return err
+		}
+		for _, op := range ops {
+			op.State = dbcloud.OpSucceeded
+			if err := tx.UpdateOperation(op); err != nil {
+				return err
+			}
+		}
+		s, err := tx.FindService(f.pid, id)
+		if err != nil {
+			return err
+		}
+		s.AutoPause = &dbcloud.AutoPause{IdleSeconds: 60}
+		s.Spec.Running, s.PausedAt, s.Status = false, &now, dbcloud.StatusPaused
+		s.Generation++
+		s.ObservedGeneration = s.Generation
+		return tx.UpdateService(s)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // waker is the stand-in runtime with the Waker capability: it records the
 // services whose endpoints it was asked to hold.
 type waker struct {
@@ -116,29 +132,7 @@ func TestEngine_OpenHoldsPausedEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := v.Service.ID
-	now := time.Now()
-	if err := f.store.Update(t.Context(), func(tx dbcloud.Tx) error {
-		ops, err := tx.ListOperations(dbcloud.OperationFilter{ResourceID: id, Pending: true})
-		if err != nil {
-			return err
-		}
-		for _, op := range ops { // the create done: paused by its idle clock since
-			op.State = dbcloud.OpSucceeded
-			if err := tx.UpdateOperation(op); err != nil {
-				return err
-			}
-		}
-		s, err := tx.FindService(f.pid, id)
-		if err != nil {
-			return err
-		}
-		s.AutoPause = &dbcloud.AutoPause{IdleSeconds: 60}
-		s.Spec.Running, s.PausedAt, s.Status = false, &now, dbcloud.StatusPaused
-		s.ObservedGeneration = s.Generation
-		return tx.UpdateService(s)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	f.pausedByIdleClock(t, id) // the create done by an engine before the restart
 
 	w := &waker{provisioner: f.prov, held: make(chan string, 1)}
 	e := engine.New(f.store, w, "a", slog.New(slog.NewTextHandler(io.Discard, nil)))
