@@ -2,7 +2,7 @@
 # root from the module root (they start PostgreSQL).
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: bench bench-short fuzz chaos chaos-short chaos-long e2e-kube
+.PHONY: bench bench-short fuzz chaos chaos-short chaos-long e2e-kube screenshots
 
 # Every benchmark, one after another (about 32 minutes here with BASE), into
 # bench/report.md and bench/report.json; raw go test output in bench/out/.
@@ -53,3 +53,9 @@ chaos-short:
 RUN ?=
 e2e-kube:
 	E2E_RUN='$(RUN)' scripts/e2e-kube.sh
+
+# The console's screenshots in docs/screenshots: the browser test (real
+# Chromium, real services) captures its pages, and a handful of them at
+# 390, 768, 1280 and 1440 px as NAME-WIDTH.png.
+screenshots:
+	DBCLOUD_SCREENSHOTS=$(CURDIR)/docs/screenshots go test -count=1 -timeout 20m -run '^TestBrowserConsole$$' ./e2e/

@@ -68,3 +68,32 @@ func NewTokenSecret(kind string) string {
 	}
 	return "dbc_" + kind + "_" + base64.RawURLEncoding.EncodeToString(raw)
 }
+
+// InvitationTTL is how long an invitation link works: long enough for a
+// weekend, short enough that a link lost in a mailbox dies.
+const InvitationTTL = 7 * 24 * time.Hour
+
+// Invitation asks a person, named by e-mail address, to join a project
+// with a role. The inviter copies a one-time link; only the hash of its
+// token is kept, so the store never holds a link that works.
+type Invitation struct {
+	ID        string        `json:"id"`
+	ProjectID string        `json:"project_id"`
+	Email     string        `json:"email"`
+	Role      identity.Role `json:"role"`
+	// InvitedBy is the inviting user's ID.
+	InvitedBy string    `json:"invited_by"`
+	Hash      []byte    `json:"-"`
+	Created   time.Time `json:"created"`
+	Expires   time.Time `json:"expires"`
+	// Accepted is set when the link was used, by AcceptedBy; Revoked
+	// when an owner or admin withdrew it. Either ends it.
+	Accepted   *time.Time `json:"accepted,omitempty"`
+	AcceptedBy string     `json:"accepted_by,omitempty"`
+	Revoked    *time.Time `json:"revoked,omitempty"`
+}
+
+// Pending reports whether the invitation's link still works at now.
+func (i *Invitation) Pending(now time.Time) bool {
+	return i.Accepted == nil && i.Revoked == nil && now.Before(i.Expires)
+}

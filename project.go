@@ -45,6 +45,11 @@ type APIKey struct {
 	SecretHash []byte        `json:"-"`
 	Created    time.Time     `json:"created"`
 	Revoked    *time.Time    `json:"revoked,omitempty"`
+	// LastUsed is when the key last authenticated a request, to within
+	// a minute (Cloud records it at most once a minute per key). Kept in
+	// a column of its own, written without touching the credentials'
+	// revision, so recording it never drops verified credentials.
+	LastUsed *time.Time `json:"-"`
 }
 
 // Principal is the authenticated caller of a request: an API key (Key,

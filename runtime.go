@@ -127,6 +127,12 @@ type Capabilities struct {
 	// on a connection; without it auto-paused services wake only by
 	// startService.
 	Waker Waker
+	// Upgrader upgrades a service's PostgreSQL major version in place;
+	// without it upgrades are refused.
+	Upgrader Upgrader
+	// BlueGreen upgrades onto a new cluster and rolls back to the old
+	// one; without it BLUE_GREEN and ROLLBACK are refused.
+	BlueGreen BlueGreenUpgrader
 }
 
 // CapabilitiesOf reports the optional capabilities of rt.
@@ -141,6 +147,8 @@ func CapabilitiesOf(rt any) Capabilities {
 	c.Credentials, _ = rt.(Credentials)
 	c.Failures, _ = rt.(FailureWatcher)
 	c.Waker, _ = rt.(Waker)
+	c.Upgrader, _ = rt.(Upgrader)
+	c.BlueGreen, _ = rt.(BlueGreenUpgrader)
 	return c
 }
 

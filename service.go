@@ -176,6 +176,10 @@ type Service struct {
 
 	Status       ServiceStatus `json:"status"`
 	StatusReason string        `json:"status_reason,omitempty"`
+	// Notice is the runtime's notice the status reason shows, if it shows
+	// one (engine's showNotice): a reason that is not one outlives the
+	// measurements.
+	Notice string `json:"notice,omitempty"`
 	// ObservedGeneration is the generation the runtime last made real.
 	ObservedGeneration int64 `json:"observed_generation"`
 	// Endpoint is assigned at creation and never changes.
@@ -196,6 +200,15 @@ type Service struct {
 	// binaries ("17.12") when the service was made; "" for a service
 	// made before versions were recorded.
 	PGVersionFull string `json:"pg_version_full,omitempty"`
+	// UpgradeTo is the major version an accepted upgrade moves the
+	// service to; 0 when none is under way. Spec.PGVersion stays the
+	// version its data is on until the engine has made the upgrade real.
+	UpgradeTo int `json:"upgrade_to,omitempty"`
+	// UpgradeMethod is how the accepted upgrade is made ("" is IN_PLACE).
+	UpgradeMethod UpgradeMethod `json:"upgrade_method,omitempty"`
+	// KeptCluster is the old cluster a BLUE_GREEN switch left stopped, as
+	// the way back until it expires; nil when there is none.
+	KeptCluster *KeptCluster `json:"kept_cluster,omitempty"`
 	// Instances lists the running instances, primary first, as last observed.
 	Instances []Instance `json:"instances,omitempty"`
 }

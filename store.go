@@ -60,6 +60,19 @@ type Tx interface {
 	FindAPIKey(accessKey string) (*APIKey, error)
 	ListAPIKeys(projectID string) ([]*APIKey, error)
 	UpdateAPIKey(k *APIKey) error
+	// TouchAPIKey records that the key was used at, unless a later use
+	// is recorded already. It changes no credential (RevisionCredentials
+	// stays), so verified keys stay verified.
+	TouchAPIKey(accessKey string, at time.Time) error
+
+	// Invitations are found by ID within their project, or by the hash
+	// of their token only.
+	InsertInvitation(i *Invitation) error
+	FindInvitation(projectID, id string) (*Invitation, error)
+	FindInvitationByHash(hash []byte) (*Invitation, error)
+	// ListInvitations lists a project's invitations, oldest first.
+	ListInvitations(projectID string) ([]*Invitation, error)
+	UpdateInvitation(i *Invitation) error
 
 	InsertService(s *Service) error
 	FindService(projectID, id string) (*Service, error)

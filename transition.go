@@ -67,6 +67,10 @@ var (
 	// auto-paused one resumes it as a start does.
 	AutoPauseIdle = Transition{Action: "auto-pause", Op: OpAutoPause, From: []ServiceStatus{StatusReady}, Through: StatusPausing, To: StatusPaused}
 	Wake          = Transition{Action: "wake", Op: OpWake, From: []ServiceStatus{StatusPaused}, Through: StatusResuming, To: StatusReady}
+	// Upgrade moves a READY service to a newer PostgreSQL major version
+	// (decisions.md section 11); it is READY again on the new version, or
+	// on its old one with the reason when the upgrade failed.
+	Upgrade = Transition{Action: "upgradeService", Op: OpUpgradeService, From: []ServiceStatus{StatusReady}, Through: StatusUpgrading, To: StatusReady}
 	// PrimaryLost is the engine's: a READY service whose primary stopped
 	// answering shows UNSTABLE until a restart or a failover brings it back.
 	PrimaryLost = Transition{Action: "primary lost", Op: OpFailover, From: []ServiceStatus{StatusReady}, Through: StatusUnstable, To: StatusReady}
@@ -74,12 +78,11 @@ var (
 
 // ServiceTransitions is the whole table, in the order of decisions.md.
 var ServiceTransitions = []Transition{Create, Fork, Provision, Start, Stop, Resize, GrowHA, ShrinkHA,
-	EnablePooler, DisablePooler, AttachVPC, DetachVPC, UpdatePassword, CreateCredential, RevokeCredential, Delete, SetAutoPause, AutoPauseIdle, Wake, PrimaryLost}
+	EnablePooler, DisablePooler, AttachVPC, DetachVPC, UpdatePassword, CreateCredential, RevokeCredential, Delete, SetAutoPause, AutoPauseIdle, Wake, PrimaryLost, Upgrade}
 
 // Unshown are the statuses the API document lists that dbcloud never
 // shows yet, with the work that will.
 var Unshown = map[ServiceStatus]string{
-	StatusUpgrading:  "issue 34: PostgreSQL major and minor version upgrades",
 	StatusOptimizing: "reserved for storage work (decisions.md section 6); no issue yet",
 }
 

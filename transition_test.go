@@ -45,6 +45,7 @@ func TestTransitions(t *testing.T) {
 		{RevokeCredential, "READY", "", "", ""},
 		{Delete, "QUEUED,CONFIGURING,READY,UNSTABLE,PAUSING,PAUSED,RESUMING,UPGRADING,OPTIMIZING", StatusDeleting, StatusDeleted, OpDeleteService},
 		{PrimaryLost, "READY", U, R, OpFailover},
+		{Upgrade, "READY", StatusUpgrading, R, OpUpgradeService},
 	} {
 		name := tc.t.Action + "/" + string(tc.through)
 		for _, from := range allStatuses {

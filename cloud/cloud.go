@@ -24,6 +24,9 @@ type Quotas struct {
 	ReplicaSetsPerService int
 	MaxReplicaSetNodes    int
 	MaxHAReplicas         int
+	// OwnedProjects is how many projects one person may own after
+	// creating them in the console (0: only the operator makes projects).
+	OwnedProjects int
 	// Resources is the compute and storage a project may reserve unless
 	// it has its own quota (dbcloud admin project set-quota).
 	Resources dbcloud.ResourceQuota
@@ -37,6 +40,7 @@ var DefaultQuotas = Quotas{
 	ReplicaSetsPerService: 5,
 	MaxReplicaSetNodes:    10,
 	MaxHAReplicas:         2,
+	OwnedProjects:         10,
 	Resources:             dbcloud.DefaultResourceQuota,
 }
 
@@ -88,6 +92,8 @@ type Cloud struct {
 	PasswordParams *identity.PasswordParams
 	// credentials keeps verified credentials (authcache.go).
 	credentials credentialCache
+	// keyUses throttles the writes of keys' last use (keyuse.go).
+	keyUses keyUses
 	// dummy is a password hash nobody's password matches, made once, which
 	// SignIn verifies for unknown users so they cost what known ones do.
 	dummy struct {
@@ -245,9 +251,14 @@ func claim(ctx context.Context, kind, id string) {
 // of a counter instead of four lookups.
 func (c *Cloud) Authenticate(ctx context.Context, accessKey, secret string) (*dbcloud.Principal, error) {
 	hash := dbcloud.HashSecret(secret)
-	return c.cachedCredential(ctx, "key/"+accessKey, hash, func() (*dbcloud.Principal, error) {
+	p, err := c.cachedCredential(ctx, "key/"+accessKey, hash, func() (*dbcloud.Principal, error) {
 		return c.checkKey(ctx, accessKey, hash)
 	})
+	if err != nil {
+		return nil, err
+	}
+	c.recordKeyUse(ctx, accessKey)
+	return p, nil
 }
 
 // checkKey is Authenticate's full check, against the store.

@@ -116,6 +116,12 @@ func (c *Cloud) correct(tx dbcloud.Tx, s *dbcloud.Service) (bool, error) {
 	if len(pending) == 0 && !s.Status.Transitional() {
 		return false, nil
 	}
+	if s.Status == dbcloud.StatusUpgrading {
+		// An upgrade that keeps failing is retried from what is on disk,
+		// which only the upgrade itself can read: superseded, it could
+		// leave data of the new version under a spec of the old.
+		return false, busy(tx, s)
+	}
 	failing := s.Status == dbcloud.StatusUnstable
 	for _, op := range pending {
 		failing = failing || op.Attempts > 0

@@ -50,18 +50,27 @@ func (h *Handler) signinPost(w http.ResponseWriter, r *http.Request) {
 		again(http.StatusUnauthorized, h.errorMessage(r, err))
 		return
 	}
-	var secret string
-	err = h.cloud.Store.Update(r.Context(), func(tx dbcloud.Tx) (err error) {
-		secret, err = h.cloud.IssueUserToken(tx, &dbcloud.UserToken{Kind: dbcloud.TokenSession, UserID: u.ID, CSRF: randomToken()}, SessionTTL)
-		return err
-	})
-	if err != nil {
+	if err := h.startSession(w, r, u.ID); err != nil {
 		again(http.StatusInternalServerError, h.errorMessage(r, err))
 		return
 	}
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// startSession signs the user in: a new console session in the cookie,
+// and the pre-session anti-forgery cookie gone.
+func (h *Handler) startSession(w http.ResponseWriter, r *http.Request, userID string) error {
+	var secret string
+	err := h.cloud.Store.Update(r.Context(), func(tx dbcloud.Tx) (err error) {
+		secret, err = h.cloud.IssueUserToken(tx, &dbcloud.UserToken{Kind: dbcloud.TokenSession, UserID: userID, CSRF: randomToken()}, SessionTTL)
+		return err
+	})
+	if err != nil {
+		return err
+	}
 	setCookie(w, sessionCookie, secret, SessionTTL)
 	setCookie(w, preCSRFCookie, "", 0)
-	http.Redirect(w, r, next, http.StatusSeeOther)
+	return nil
 }
 
 func (h *Handler) signout(w http.ResponseWriter, r *http.Request, s *session) {

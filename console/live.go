@@ -115,6 +115,9 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 		evs = nil
 	}
+	// A logs page with its live tail on names its service: the stream
+	// then also says when the service's log has a newer line.
+	tail := h.newLogTail(r, pid, r.URL.Query().Get("tail"))
 	rc := http.NewResponseController(w)
 	// A stream outlives the server's write timeout, which is for pages.
 	_ = rc.SetWriteDeadline(time.Time{})
@@ -139,6 +142,11 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 		if len(evs) < cloud.MaxEventPage && !h.waitForEvents(r, s, w, rc, poll, beat) {
 			return
+		}
+		if tail.moved(r) {
+			if _, err := fmt.Fprint(w, "event: logs\ndata: {}\n\n"); err != nil {
+				return
+			}
 		}
 		if evs, err = h.cloud.ListEvents(ctx, pid, after, cloud.MaxEventPage); err != nil {
 			if ctx.Err() == nil {
@@ -196,3 +204,63 @@ func (h *Handler) newestEvent(r *http.Request, pid string, evs []*dbcloud.Event)
 
 // isLiveRead reports whether r is a live page reading itself again.
 func isLiveRead(r *http.Request) bool { return r.Header.Get(liveHeader) == "1" }
+
+// logTail follows the newest line of one service's log for a stream.
+// Log lines are not events (PostgreSQL writes them, not the domain), so
+// the stream looks at the newest one each time it wakes, at most once a
+// livePoll, and tells the page when it changed; the page then reads its
+// lines again as it does on an event, and the browser holds no timer.
+type logTail struct {
+	h        *Handler
+	pid, sid string
+	newest   dbcloud.LogEntry
+	looked   time.Time
+}
+
+// newLogTail starts following sid's log, or returns nil when the stream
+// follows no log (no tail asked, or the service's log cannot be read).
+func (h *Handler) newLogTail(r *http.Request, pid, sid string) *logTail {
+	if sid == "" {
+		return nil
+	}
+	l := &logTail{h: h, pid: pid, sid: sid}
+	newest, ok := l.read(r)
+	if !ok {
+		return nil
+	}
+	l.newest = newest
+	return l
+}
+
+// read returns the service's newest log line; false when it cannot be
+// read (the service was deleted, the session lost the project).
+func (l *logTail) read(r *http.Request) (dbcloud.LogEntry, bool) {
+	p, err := l.h.cloud.Logs(r.Context(), l.pid, l.sid, dbcloud.LogQuery{Limit: 1})
+	if err != nil {
+		if r.Context().Err() == nil {
+			l.h.logger.Info("console log tail stops", "project", l.pid, "service", l.sid, "err", err)
+		}
+		return dbcloud.LogEntry{}, false
+	}
+	var e dbcloud.LogEntry
+	if len(p.Entries) > 0 {
+		e = p.Entries[0]
+	}
+	return e, true
+}
+
+// moved reports whether the log has a newer line than the last look.
+func (l *logTail) moved(r *http.Request) bool {
+	// Events can wake a stream many times a second; the log is read at
+	// most once a livePoll, and the poll's tick comes back for the rest.
+	if l == nil || time.Since(l.looked) < livePoll {
+		return false
+	}
+	l.looked = time.Now()
+	e, ok := l.read(r)
+	if !ok || e == l.newest {
+		return false
+	}
+	l.newest = e
+	return true
+}

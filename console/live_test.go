@@ -21,7 +21,12 @@ type stream struct {
 
 func (b *browser) events(pid, lastID string) *stream {
 	b.t.Helper()
-	req, _ := stdhttp.NewRequest("GET", b.s.srv.URL+"/p/"+pid+"/events", nil)
+	return b.eventsAt("/p/"+pid+"/events", lastID)
+}
+
+func (b *browser) eventsAt(path, lastID string) *stream {
+	b.t.Helper()
+	req, _ := stdhttp.NewRequest("GET", b.s.srv.URL+path, nil)
 	if lastID != "" {
 		req.Header.Set("Last-Event-ID", lastID)
 	}
@@ -126,4 +131,17 @@ func TestConsoleLiveEvents(t *testing.T) {
 	if _, page = b.get(s.srv.URL + to); !strings.Contains(page, `id="secret-password"`) {
 		t.Errorf("after a live read the created service's page shows no password:\n%s", page)
 	}
+}
+
+// TestConsoleLiveLogTail: a logs page's stream (tail=the service) says
+// "logs" when the service's log has a newer line, so the page's live tail
+// needs no timer. (This runtime's newest line is new at every read.)
+func TestConsoleLiveLogTail(t *testing.T) {
+	s, b, page := signedIn(t)
+	pid := s.boot.Project.ID
+	b.post(s.srv.URL+"/p/"+pid+"/services", url.Values{"csrf": {csrfOf(t, page)}, "name": {"tailed"}, "size": {"500/2"}})
+	sid := listServices(t, s)[0].Service.ID
+	st := b.eventsAt("/p/"+pid+"/events?tail="+sid, "")
+	st.next("ready")
+	st.next("logs")
 }

@@ -14,7 +14,8 @@ import (
 
 // Logs: a service's PostgreSQL log with search, severities and a time
 // range (UTC, as the page says), a live tail that rereads the newest lines
-// while the tab is open, and the same selection as a text file.
+// when the project's event stream says the log has a newer one (live.go),
+// and the same selection as a text file.
 
 type logsData struct {
 	V            *cloud.ServiceView

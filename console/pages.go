@@ -50,6 +50,7 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("GET /p/{pid}/members", s(h.membersGet))
 	h.mux.HandleFunc("POST /p/{pid}/members", s(h.memberSet))
 	h.mux.HandleFunc("POST /p/{pid}/members/{uid}/remove", s(h.memberRemove))
+	h.peopleRoutes()
 }
 
 // flash is what a page shows beside its content after an action.
@@ -85,6 +86,9 @@ var done = map[string]string{
 	"peering":      "Peering change requested.",
 	"credrevoked":  "Credential revoked; its sessions have ended.",
 	"password-own": "Your password is changed; your other sessions and logins have ended.",
+	"invrevoked":   "Invitation withdrawn; its link no longer works.",
+	"joined":       "Welcome: you are a member of this project now.",
+	"project":      "Project created; you are its owner.",
 }
 
 // fromQuery is what a page shows beside its content: the answer of the
@@ -160,11 +164,12 @@ func redirect(w http.ResponseWriter, r *http.Request, to, doneName string) {
 func (h *Handler) home(w http.ResponseWriter, r *http.Request, s *session) {
 	ps, err := h.cloud.ListProjects(r.Context())
 	if err != nil || len(ps) == 0 {
-		msg := "You are not a member of any project yet; ask a project's owner or admin to add you."
-		if err != nil {
-			msg = h.errorMessage(r, err)
+		if err == nil {
+			// Nowhere to go yet: make a project, or wait for an invitation.
+			h.newProjectPage(w, r, s, flash{notice: "You are not a member of any project yet: make one, or ask a project's owner or admin to invite you."}, "", nil)
+			return
 		}
-		h.render(w, r, http.StatusOK, "error", page{User: s.principal.User, CSRF: s.principal.Token.CSRF, Error: msg})
+		h.render(w, r, http.StatusOK, "error", page{User: s.principal.User, CSRF: s.principal.Token.CSRF, Error: h.errorMessage(r, err)})
 		return
 	}
 	http.Redirect(w, r, "/p/"+ps[0].ID+"/services", http.StatusSeeOther)
@@ -172,6 +177,10 @@ func (h *Handler) home(w http.ResponseWriter, r *http.Request, s *session) {
 
 func (h *Handler) switchProject(w http.ResponseWriter, r *http.Request, s *session) {
 	pid := r.URL.Query().Get("project")
+	if pid == newProjectChoice {
+		http.Redirect(w, r, "/projects/new", http.StatusSeeOther)
+		return
+	}
 	if !dbcloud.IsID(pid) {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
@@ -479,6 +488,10 @@ func (h *Handler) keyRevoke(w http.ResponseWriter, r *http.Request, s *session) 
 type membersData struct {
 	Members []cloud.Member
 	Roles   []identity.Role
+	// Invitations are the pending ones, for those who may invite; Invite
+	// is the invitation form as typed, with its error.
+	Invitations []*dbcloud.Invitation
+	Invite      inviteForm
 }
 
 func (h *Handler) membersGet(w http.ResponseWriter, r *http.Request, s *session) {
@@ -486,9 +499,21 @@ func (h *Handler) membersGet(w http.ResponseWriter, r *http.Request, s *session)
 }
 
 func (h *Handler) membersPage(w http.ResponseWriter, r *http.Request, s *session, f flash) {
+	h.membersPageWith(w, r, s, f, inviteForm{Role: identity.Developer})
+}
+
+func (h *Handler) membersPageWith(w http.ResponseWriter, r *http.Request, s *session, f flash, inv inviteForm) {
+	pid := r.PathValue("pid")
 	h.show(w, r, s, "members", "Members", f, func() (any, error) {
-		ms, err := h.cloud.ListMembers(r.Context(), r.PathValue("pid"))
-		return membersData{Members: ms, Roles: identity.Roles}, err
+		ms, err := h.cloud.ListMembers(r.Context(), pid)
+		if err != nil {
+			return nil, err
+		}
+		d := membersData{Members: ms, Roles: identity.Roles, Invite: inv}
+		if role, _ := s.principal.RoleIn(pid); role.Allows(identity.ManageMembers) {
+			d.Invitations, err = h.cloud.ListInvitations(r.Context(), pid)
+		}
+		return d, err
 	})
 }
 

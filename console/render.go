@@ -56,6 +56,7 @@ var funcs = template.FuncMap{
 	"lower":  strings.ToLower,
 	"mb":     func(b int64) string { return fmt.Sprintf("%.1f MB", float64(b)/(1<<20)) },
 	"access": accessLabel,
+	"used":   lastUsed,
 }
 
 // parseTemplates parses each page with the layout, once, at start.
@@ -110,6 +111,10 @@ func (h *Handler) errorMessage(r *http.Request, err error) string {
 	if errorsAs(err, &de) {
 		return de.Message
 	}
-	h.logger.Error("console", "path", r.URL.Path, "err", err)
+	path := r.URL.Path
+	if strings.HasPrefix(path, "/invite/") {
+		path = "/invite/..." // the rest is an invitation's secret
+	}
+	h.logger.Error("console", "path", path, "err", err)
 	return "Internal error."
 }

@@ -2,9 +2,13 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,6 +38,22 @@ func (s *server) setAutoPause(id string, idle int) {
 	if (out.AutoPause != nil) != (idle != 0) {
 		s.t.Fatalf("setAutoPause %d answered auto_pause %+v", idle, out.AutoPause)
 	}
+}
+
+// countStatus counts the services of the server's project in status want.
+func (s *server) countStatus(want string) int {
+	s.t.Helper()
+	var list []service
+	if code := s.call("GET", s.services(), nil, &list); code != 200 {
+		s.t.Fatalf("list services: %d", code)
+	}
+	n := 0
+	for _, svc := range list {
+		if svc.Status == want {
+			n++
+		}
+	}
+	return n
 }
 
 // opTypes lists the types of a service's operations, oldest first, each
@@ -199,5 +219,154 @@ func TestAutoPause_WakeRefusedWhenFull(t *testing.T) {
 	t.Logf("psql saw: %s", out)
 	if got, _ := s.get(id); got.Status != "PAUSED" {
 		t.Errorf("after a refused wake: %s", got.Status)
+	}
+}
+
+// TestAutoPause_WakeDiskFull: a wake that fails because the disk under
+// the service is full (an ext4 image of the test's own, filled as an
+// unprivileged writer would) closes the client's connection with the
+// FATAL of a failed wake saying so, not a hang; the service stays PAUSED
+// with nothing pending, its endpoints still wake it (a second client is
+// told the same, not refused by the kernel), and once space is freed the
+// next connection wakes it and is served.
+func TestAutoPause_WakeDiskFull(t *testing.T) {
+	dir := mountImage(t, "ext4", "8G")
+	s := newServerIn(t, dir, "--test-auto-pause-second", autoPauseSecond, "--pool-size", "1", "--storage-image-gib", "0",
+		"--storage-shared-mib", "1024", "--storage-mib-per-memory-gib", "256")
+	svc := s.create(map[string]any{"name": "full", "cpu_millis": "shared", "memory_gbs": "shared"})
+	id, pw := svc.ServiceID, svc.InitialPassword
+	svc = s.waitStatus(id, "READY", readyWithin())
+	s.setAutoPause(id, 60)
+	s.waitStatus(id, "PAUSED", 2*time.Minute)
+	filler := fillDisk(t, dir, "filler")
+	dsn := strings.Replace(s.dsn(svc, pw), "connect_timeout=5", "connect_timeout=60", 1)
+
+	refusedWake := func(attempt int) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, dsn)
+		if err == nil {
+			c.Close(ctx)
+			t.Fatalf("client %d: a service on a full disk woke", attempt)
+		}
+		if msg := err.Error(); !strings.Contains(msg, "FATAL") || !strings.Contains(msg, "is paused and could not be resumed") || !strings.Contains(msg, "disk") {
+			t.Fatalf("client %d was told %q, want the FATAL of a wake that failed for a full disk", attempt, err)
+		}
+		t.Logf("client %d saw: %v", attempt, err)
+		// Refused by admission or failed in its start, the wake leaves
+		// nothing pending and the service paused.
+		waitFor(t, "the service paused again, nothing pending", 2*time.Minute, func() bool {
+			got, _ := s.get(id)
+			ops := s.operations(id)
+			return got.Status == "PAUSED" && len(ops) > 0 && ops[0].State != "pending"
+		})
+	}
+	refusedWake(1)
+	// Its endpoints are held again: a second client wakes it again, and
+	// is told the same.
+	refusedWake(2)
+	if pms := s.postmasters(id); len(pms) != 0 {
+		t.Fatalf("postmasters %v of a service paused on a full disk", pms)
+	}
+
+	if err := os.RemoveAll(filler); err != nil {
+		t.Fatal(err)
+	}
+	selectOne(t, dsn)
+	s.waitStatus(id, "READY", time.Minute)
+	if ops := s.operations(id); ops[0].Type != "wake" || ops[0].State != "succeeded" {
+		t.Errorf("last operation %s %s, want the wake succeeded", ops[0].Type, ops[0].State)
+	}
+}
+
+// wakeBurst is how many paused services TestAutoPause_WakeBurst wakes at
+// once, and wakeBurstRoom how many of them the project's quota admits.
+const (
+	wakeBurst     = 50
+	wakeBurstRoom = 45
+)
+
+// TestAutoPause_WakeBurst: 50 clients connect at once to 50 paused
+// services. Each wake is admitted as a start is, under the project's
+// instance quota, with nothing over-admitted however the wakes interleave:
+// the 45 the quota has room for hold their clients and serve them, and
+// every other client is told why with the FATAL of a refused wake, not
+// left hanging; the refused services stay paused.
+func TestAutoPause_WakeBurst(t *testing.T) {
+	awake := 10 // services kept READY beside the paused ones
+	quota := wakeBurstRoom + awake
+	lo, hi := portSpan(t, wakeBurst+awake+20)
+	s := newServer(t, "--test-auto-pause-second", autoPauseSecond, "--port-min", strconv.Itoa(lo), "--port-max", strconv.Itoa(hi),
+		"--quota-services", strconv.Itoa(wakeBurst+awake), "--quota-instances", strconv.Itoa(wakeBurst+awake))
+	boot := key{AccessKey: s.boot.AccessKey, SecretKey: s.boot.SecretKey, ProjectID: s.boot.ProjectID}
+	made := s.createShared(boot, "paused-", wakeBurst)
+	if t.Failed() {
+		t.FailNow()
+	}
+	for _, svc := range made {
+		s.waitStatus(svc.ServiceID, "READY", readyWithin())
+		s.setAutoPause(svc.ServiceID, 60)
+	}
+	for _, svc := range made {
+		s.waitStatus(svc.ServiceID, "PAUSED", 5*time.Minute)
+	}
+	// The other services take the room above the burst's: the quota is
+	// lowered with a restart, which keeps the paused services' endpoints.
+	s.createShared(boot, "awake-", awake)
+	s.stop()
+	s.args = append(s.args, "--quota-instances", strconv.Itoa(quota)) // the last one counts
+	s.start()
+	waitFor(t, "the awake services READY", 5*time.Minute, func() bool {
+		return s.countStatus("READY") == awake
+	})
+
+	// Each served client keeps its session open until the counts are
+	// read: a woken service with no client pauses again after its idle
+	// time (a second or so under the test's clock).
+	var served, refused atomic.Int32
+	var answered, closed sync.WaitGroup
+	release := make(chan struct{})
+	for _, svc := range made {
+		answered.Add(1)
+		closed.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			id := svc.ServiceID
+			dsn := strings.Replace(s.dsn(svc, svc.InitialPassword), "connect_timeout=5", "connect_timeout=180", 1)
+			c, err := pgx.Connect(ctx, dsn)
+			if err != nil {
+				if strings.Contains(err.Error(), "is paused and could not be resumed") {
+					refused.Add(1)
+				} else {
+					t.Errorf("client of %s: %v", id, err)
+				}
+				answered.Done()
+				return
+			}
+			defer c.Close(context.Background())
+			var one int
+			if err := c.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
+				t.Errorf("query of %s after its wake: %d %v", id, one, err)
+			} else {
+				served.Add(1)
+			}
+			answered.Done()
+			<-release
+		})
+	}
+	answered.Wait()
+	defer closed.Wait()
+	defer close(release)
+	t.Logf("a burst of %d: %d served, %d refused", wakeBurst, served.Load(), refused.Load())
+	if served.Load() != wakeBurstRoom || refused.Load() != wakeBurst-wakeBurstRoom {
+		t.Errorf("served %d and refused %d of %d; want the %d the quota has room for served and the rest refused",
+			served.Load(), refused.Load(), wakeBurst, wakeBurstRoom)
+	}
+	waitFor(t, "the woken services READY", 5*time.Minute, func() bool {
+		return s.countStatus("READY") == awake+wakeBurstRoom
+	})
+	if n := s.countStatus("PAUSED"); n != wakeBurst-wakeBurstRoom {
+		t.Errorf("%d services paused after the burst, want the %d refused", n, wakeBurst-wakeBurstRoom)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -118,11 +119,17 @@ type ownerFile struct {
 	OwnerPassword string `json:"owner_password"`
 }
 
-// TestBrowserConsole drives the console in headless Chromium as a person
-// would: sign in with the first owner's password from bootstrap.json,
-// create a service and watch it become READY, copy its connection string
-// and connect with it, fork it, read its logs, approve a command-line
-// client's OAuth login, create and revoke an API key, and sign out.
+// owner reads the first owner's console sign-in from bootstrap.json.
+func (s *server) owner() ownerFile {
+	s.t.Helper()
+	var owner ownerFile
+	raw, _ := os.ReadFile(filepath.Join(s.dir, "bootstrap.json"))
+	if err := json.Unmarshal(raw, &owner); err != nil || owner.OwnerPassword == "" {
+		s.t.Fatalf("bootstrap.json has no owner sign-in: %s", raw)
+	}
+	return owner
+}
+
 // evalUntil evaluates expr, a string-valued expression, until it gives a
 // non-empty string or within passes. An evaluation cut short by a
 // navigation is retried, so it can follow a form's submit.
@@ -146,14 +153,14 @@ func evalUntil(within time.Duration, expr string, out *string) chromedp.Action {
 	})
 }
 
+// TestBrowserConsole drives the console in headless Chromium as a person
+// would: sign in with the first owner's password from bootstrap.json,
+// create a service and watch it become READY, copy its connection string
+// and connect with it, fork it, read its logs, approve a command-line
+// client's OAuth login, create and revoke an API key, and sign out.
 func TestBrowserConsole(t *testing.T) {
 	s := newServer(t)
-	var owner ownerFile
-	raw, _ := os.ReadFile(filepath.Join(s.dir, "bootstrap.json"))
-	if err := json.Unmarshal(raw, &owner); err != nil || owner.OwnerPassword == "" {
-		t.Fatalf("bootstrap.json has no owner sign-in: %s", raw)
-	}
-	origin := strings.TrimSuffix(owner.ConsoleURL, "/")
+	owner, origin := consoleOwner(t, s)
 	ctx, shot := chrome(t)
 	pid := s.boot.ProjectID
 
@@ -164,6 +171,9 @@ func TestBrowserConsole(t *testing.T) {
 		chromedp.Navigate(origin+"/"),
 		chromedp.WaitVisible("#email", chromedp.ByID),
 		chromedp.ActionFunc(func(context.Context) error { shot("signin"); return nil }),
+	)
+	pageAtWidths(t, ctx, shot, consolePage{name: "sign-in", wait: "#email", shot: "signin"})
+	run(t, ctx, 30*time.Second, "sign in",
 		chromedp.SendKeys("#email", owner.OwnerEmail, chromedp.ByID),
 		chromedp.SendKeys("#password", owner.OwnerPassword, chromedp.ByID),
 		chromedp.Submit("#password", chromedp.ByID),
@@ -184,12 +194,23 @@ func TestBrowserConsole(t *testing.T) {
 		}),
 		chromedp.ActionFunc(func(context.Context) error { shot("service-created"); return nil }),
 	)
+	pageAtWidths(t, ctx, shot, consolePage{name: "a new service, its password shown once", wait: "#secret-conn"})
 	if !strings.HasPrefix(conn, "postgresql://tsdbadmin:") {
 		t.Fatalf("the copy button copied %q, want the connection string with the password", conn)
 	}
 	var sid string
 	run(t, ctx, 10*time.Second, "read the service id",
 		chromedp.Evaluate(`document.querySelector("[data-service-id]").dataset.serviceId`, &sid))
+	// A reload of the page the create redirected to sends no form again.
+	run(t, ctx, 30*time.Second, "reload after the create",
+		chromedp.Reload(),
+		chromedp.WaitVisible("[data-service-id]", chromedp.ByQuery),
+	)
+	var listed []service
+	s.call("GET", s.services(), nil, &listed)
+	if len(listed) != 1 {
+		t.Fatalf("after a create and a reload the project has %d services, want 1", len(listed))
+	}
 
 	// Watch it become READY on the services list (the status cells update
 	// themselves).
@@ -219,7 +240,6 @@ func TestBrowserConsole(t *testing.T) {
 		chromedp.WaitVisible("#conn", chromedp.ByID),
 	)
 	shot("service")
-	testLayout(t, ctx, origin+"/p/"+pid+"/services", svcURL) // ends on the service page
 	var forkID string
 	run(t, ctx, 60*time.Second, "fork the service",
 		chromedp.SetValue("#fork-strategy", "NOW", chromedp.ByID),
@@ -256,15 +276,41 @@ func TestBrowserConsole(t *testing.T) {
 		t.Errorf("logs page shows %q", logs)
 	}
 	shot("logs")
+	testLogsTail(t, ctx, svcURL, conn)
+
+	// Charts: a range chosen by its link, both axes labelled, and each
+	// point's value on hover (its SVG title), once the first samples are in.
+	var chart string
+	run(t, ctx, 3*time.Minute, "the service's charts over 24 h",
+		chromedp.Navigate(svcURL),
+		chromedp.Click(`//nav[@aria-label="Metrics range"]/a[text()="24h"]`, chromedp.BySearch),
+		evalUntil(2*time.Minute, `(() => {
+			if (!location.search.includes("range=24h")) return "";
+			const f = document.querySelector("figure.chart svg");
+			const cur = document.querySelector('nav.ranges a[aria-current="true"]');
+			const dot = f && f.querySelector("circle title");
+			// No samples yet: look again once this page has been up 2 s.
+			if (!dot || !cur) { if (performance.now() > 2000) location.reload(); return ""; }
+			return cur.textContent + "|" + f.querySelectorAll(".axis text").length + "|" + dot.textContent;
+		})()`, &chart),
+	)
+	if parts := strings.Split(chart, "|"); len(parts) != 3 || parts[0] != "24h" || parts[1] == "0" || parts[2] == "" {
+		t.Errorf("the charts over 24 h: range, axis labels, a point's value = %q", chart)
+	}
 
 	// Snapshots: the first one (taken once the service is READY), the
 	// recovery window, and a fork from it.
 	s.waitSnapshot(sid, time.Time{}, 2*time.Minute)
 	var snaps string
+	// The snapshot's files are there before the service's record of it,
+	// and the tab is not live: it is read again until it shows one.
 	run(t, ctx, 30*time.Second, "the snapshots tab",
 		chromedp.Navigate(svcURL+"/snapshots"),
-		chromedp.WaitVisible(`//section[@aria-labelledby="h-snaps"]//button[text()="Fork from here"]`, chromedp.BySearch),
-		chromedp.Text("main", &snaps, chromedp.ByQuery),
+		evalUntil(25*time.Second, `(() => {
+			if ([...document.querySelectorAll('section[aria-labelledby="h-snaps"] button')].some(b => b.textContent === "Fork from here")) return document.querySelector("main").innerText;
+			if (performance.now() > 1000) location.reload();
+			return "";
+		})()`, &snaps),
 	)
 	if !strings.Contains(snaps, "Recovery window") || !strings.Contains(snaps, "Last snapshot") || strings.Contains(snaps, "Last snapshot\nnone yet") {
 		t.Errorf("the snapshots tab:\n%s", snaps)
@@ -293,10 +339,43 @@ func TestBrowserConsole(t *testing.T) {
 		t.Errorf("the SQL editor's result:\n%s", html)
 	}
 	shot("sql")
+	pageAtWidths(t, ctx, shot, consolePage{name: "SQL editor with a result", wait: "#sql-result"})
 	html = sqlRun("a failing query", "SELECT 1/0", "#sql-error")
 	if !strings.Contains(html, "division by zero (SQLSTATE 22012)") || strings.Contains(html, "postgresql://dbcloud_cred_") {
 		t.Errorf("the SQL editor's error:\n%s", html)
 	}
+	testViewerSQL(t, s, origin, svcURL)
+	if html := sqlRun("the viewer's table", "SELECT count(*) AS n FROM pg_class WHERE relname = 'viewer_t'", "#sql-result"); !strings.Contains(html, "<td>0</td>") {
+		t.Errorf("a viewer's CREATE TABLE made a table:\n%s", html)
+	}
+
+	// Every page of the console passes axe-core and holds at each width.
+	p := origin + "/p/" + pid
+	testPagesAccessible(t, ctx, shot, []consolePage{
+		{name: "services", url: p + "/services", wait: "#svc-name", shot: "services"},
+		{name: "service", url: svcURL, wait: "#conn", shot: "service"},
+		{name: "connect", url: svcURL + "/connect", wait: "#snip-psql", shot: "connect"},
+		{name: "SQL editor", url: svcURL + "/sql", wait: "#sql-query", shot: "sql"},
+		{name: "logs", url: svcURL + "/logs", wait: "#log-search", shot: "logs"},
+		{name: "snapshots", url: svcURL + "/snapshots", wait: "#h-snaps"},
+		{name: "credentials", url: svcURL + "/credentials", wait: "#cred-name"},
+		{name: "VPCs", url: p + "/vpcs", wait: "#vpc-name"},
+		{name: "API keys", url: p + "/keys", wait: "#key-name"},
+		{name: "members", url: p + "/members", wait: "#m-email"},
+		{name: "account", url: origin + "/account", wait: "#pw-current"},
+		{name: "new project", url: origin + "/projects/new", wait: "#project-name"},
+		{name: "an error page", url: origin + "/p/no-such-project/services", wait: "main .error"},
+	})
+	// A form's errors, beside their fields.
+	run(t, ctx, 30*time.Second, "a refused password change",
+		chromedp.Navigate(origin+"/account"),
+		chromedp.SendKeys("#pw-current", "not-the-password", chromedp.ByID),
+		chromedp.SendKeys("#pw-new", "a-new-password-long-enough", chromedp.ByID),
+		chromedp.SendKeys("#pw-again", "a-new-password-long-enough", chromedp.ByID),
+		chromedp.Submit("#pw-current", chromedp.ByID),
+		chromedp.WaitVisible("#err-current", chromedp.ByID),
+	)
+	pageAtWidths(t, ctx, shot, consolePage{name: "a form with its errors", wait: "#err-current"})
 
 	// A command-line client's OAuth login, approved in this browser.
 	testOAuthInBrowser(t, ctx, s, origin)
@@ -337,6 +416,48 @@ func TestBrowserConsole(t *testing.T) {
 	)
 	if !strings.Contains(where, "/signin") {
 		t.Errorf("after sign-out the console opened %s", where)
+	}
+}
+
+// testViewerSQL: a viewer, signed in in a browser of their own, reads
+// through the SQL editor (a READ_ONLY credential) and cannot write.
+func testViewerSQL(t *testing.T, s *server, origin, svcURL string) {
+	t.Helper()
+	var viewer struct{ Password string }
+	if err := json.Unmarshal(s.admin("user", "create", "--email", "vera@example.com", "--name", "Vera",
+		"--project", s.boot.ProjectID, "--role", "viewer", "--json"), &viewer); err != nil || viewer.Password == "" {
+		t.Fatalf("make a viewer: %v", err)
+	}
+	vctx, _ := chrome(t)
+	run(t, vctx, 30*time.Second, "the viewer signs in",
+		chromedp.Navigate(origin+"/"),
+		chromedp.WaitVisible("#email", chromedp.ByID),
+		chromedp.SendKeys("#email", "vera@example.com", chromedp.ByID),
+		chromedp.SendKeys("#password", viewer.Password, chromedp.ByID),
+		chromedp.Submit("#password", chromedp.ByID),
+		chromedp.WaitVisible("main", chromedp.ByQuery),
+	)
+	query := func(what, q, wait string) string {
+		t.Helper()
+		var html string
+		run(t, vctx, 60*time.Second, what,
+			chromedp.Navigate(svcURL+"/sql"),
+			chromedp.WaitVisible("#sql-query", chromedp.ByID),
+			chromedp.SetValue("#sql-query", q, chromedp.ByID),
+			chromedp.Submit("#sql-query", chromedp.ByID),
+			chromedp.WaitVisible(wait, chromedp.ByQuery),
+			chromedp.OuterHTML("main", &html, chromedp.ByQuery),
+		)
+		return html
+	}
+	// (browser_t is the owner's credential's until that expires, as
+	// decisions.md section 12 says, so the viewer reads the catalogue.)
+	if html := query("the viewer reads", "SELECT relname FROM pg_class WHERE relname = 'browser_t'", "#sql-result"); !strings.Contains(html, "<td>browser_t</td>") {
+		t.Errorf("the viewer's read:\n%s", html)
+	}
+	html := query("the viewer tries to write", "CREATE TABLE viewer_t (x int)", "#sql-error")
+	if !strings.Contains(html, "read-only transaction (SQLSTATE 25006)") && !strings.Contains(html, "(SQLSTATE 42501)") {
+		t.Errorf("the viewer's write was not refused as PostgreSQL refuses it:\n%s", html)
 	}
 }
 
@@ -396,34 +517,43 @@ func testLivePages(t *testing.T, ctx context.Context, s *server, origin, forkID 
 	kept("delete on the service page")
 }
 
-// testLayout: at a phone's width the service page and the list scroll
-// no wider than the window (tables scroll in their boxes), and at laptop
-// widths the header is one row.
-func testLayout(t *testing.T, ctx context.Context, pages ...string) {
+// testLogsTail: a logs page with its live tail on shows a new line
+// without a reload and without a timer of its own: a refused sign-in
+// through the endpoint makes PostgreSQL log a FATAL naming the user, and
+// the project's event stream tells the page.
+func testLogsTail(t *testing.T, ctx context.Context, svcURL, conn string) {
 	t.Helper()
-	defer run(t, ctx, 10*time.Second, "back to 1280 px", chromedp.EmulateViewport(1280, 900))
-	for _, u := range pages {
-		var wide int
-		run(t, ctx, 30*time.Second, "open "+u+" at 390 px",
-			chromedp.EmulateViewport(390, 844),
-			chromedp.Navigate(u),
-			chromedp.WaitVisible("main", chromedp.ByQuery),
-			chromedp.Evaluate(`document.documentElement.scrollWidth`, &wide),
-		)
-		if wide > 390 {
-			t.Errorf("%s at 390 px is %d px wide", u, wide)
-		}
-		for _, w := range []int64{1280, 1440} {
-			var oneRow bool
-			run(t, ctx, 30*time.Second, fmt.Sprintf("the header at %d px", w),
-				chromedp.EmulateViewport(w, 900),
-				chromedp.Evaluate(`(() => { const r = [...document.querySelector("header.top").children].filter(c => c.offsetParent !== null).map(c => c.getBoundingClientRect());
-					return Math.max(...r.map(x => x.top)) < Math.min(...r.map(x => x.bottom)); })()`, &oneRow),
-			)
-			if !oneRow {
-				t.Errorf("%s: the header wraps at %d px", u, w)
-			}
-		}
+	// A repeating timer is what the test rules out: in this page none
+	// runs, so only the stream can bring the line.
+	var noTimers page.ScriptIdentifier
+	run(t, ctx, 30*time.Second, "open the logs with the live tail on",
+		chromedp.ActionFunc(func(ctx context.Context) (err error) {
+			noTimers, err = page.AddScriptToEvaluateOnNewDocument(`window.setInterval = function () { return 0; };`).Do(ctx)
+			return err
+		}),
+		chromedp.Navigate(svcURL+"/logs?tail=1"),
+		chromedp.WaitVisible(`#live-logs[data-tail]`, chromedp.ByQuery),
+		chromedp.Evaluate(`window.notReloaded = true`, nil),
+	)
+	defer run(t, ctx, 10*time.Second, "timers back", page.RemoveScriptToEvaluateOnNewDocument(noTimers))
+	u, err := url.Parse(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword("tail_probe", "wrong")
+	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if c, err := pgx.Connect(cctx, u.String()); err == nil {
+		c.Close(cctx)
+		t.Fatal("a wrong password was let in")
+	}
+	var still bool
+	run(t, ctx, time.Minute, "the refused sign-in appears in the open tail",
+		chromedp.WaitVisible(`//pre[contains(@class, "logs")]/span[contains(., "tail_probe")]`, chromedp.BySearch),
+		chromedp.Evaluate(`window.notReloaded === true`, &still),
+	)
+	if !still {
+		t.Fatal("the logs page was reloaded")
 	}
 }
 
@@ -478,6 +608,7 @@ func testOAuthInBrowser(t *testing.T, ctx context.Context, s *server, origin str
 		chromedp.WaitVisible(`button[value="approve"]`, chromedp.ByQuery),
 		chromedp.Text("main .card p strong", &client, chromedp.ByQuery),
 	)
+	pageAtWidths(t, ctx, func(string) {}, consolePage{name: "the OAuth approval", wait: `button[value="approve"]`})
 	if !strings.Contains(client, "Tiger CLI") {
 		t.Errorf("the approval page names %q, want the client", client)
 	}
@@ -485,6 +616,7 @@ func testOAuthInBrowser(t *testing.T, ctx context.Context, s *server, origin str
 		chromedp.Click(`button[value="approve"]`, chromedp.ByQuery),
 		chromedp.WaitVisible(`//h1[contains(., "You are signed in")]`, chromedp.BySearch),
 	)
+	pageAtWidths(t, ctx, func(string) {}, consolePage{name: "the OAuth success page", wait: "h1"})
 	var tok *oauth2.Token
 	select {
 	case tok = <-tokens:

@@ -56,16 +56,17 @@ func (s *server) events(ctx context.Context, lastID string) (*sse.Reader, func()
 }
 
 type streamEvent struct {
-	ID             int64  `json:"id"`
-	Type           string `json:"type"`
-	ResourceID     string `json:"resource_id"`
-	Status         string `json:"status"`
-	PreviousStatus string `json:"previous_status"`
-	OperationID    string `json:"operation_id"`
-	OperationType  string `json:"operation_type"`
-	Outcome        string `json:"outcome"`
-	Primary        string `json:"primary"`
-	Reason         string `json:"reason"`
+	ID             int64     `json:"id"`
+	Type           string    `json:"type"`
+	Time           time.Time `json:"time"`
+	ResourceID     string    `json:"resource_id"`
+	Status         string    `json:"status"`
+	PreviousStatus string    `json:"previous_status"`
+	OperationID    string    `json:"operation_id"`
+	OperationType  string    `json:"operation_type"`
+	Outcome        string    `json:"outcome"`
+	Primary        string    `json:"primary"`
+	Reason         string    `json:"reason"`
 	Snapshot       *struct {
 		StopLSN   string `json:"stop_lsn"`
 		SizeBytes int64  `json:"size_bytes"`

@@ -14,7 +14,7 @@ import (
 // 15, whose server and dbcloud_guard scripts/deps.sh installs from Debian
 // 13's binary packages (scripts/postgresql.sh): without them dbcloud
 // offers 15 only, by design, so this is a skip even in CI.
-func requirePGVersion(t *testing.T, major int) {
+func requirePGVersion(t testing.TB, major int) {
 	t.Helper()
 	for _, f := range []string{
 		fmt.Sprintf("/usr/lib/postgresql/%d/bin/postgres", major),

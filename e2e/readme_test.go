@@ -18,17 +18,24 @@ const walkthroughMarker = "<!-- walkthrough -->"
 // blocks that follow the marker, in order.
 func readmeWalkthrough(t testing.TB) string {
 	t.Helper()
+	return readmeBlocks(t, walkthroughMarker)
+}
+
+// readmeBlocks returns the README's sh blocks that follow marker, in
+// order, as one script.
+func readmeBlocks(t testing.TB, marker string) string {
+	t.Helper()
 	raw, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var script []string
-	parts := strings.Split(string(raw), walkthroughMarker)
+	parts := strings.Split(string(raw), marker)
 	for _, p := range parts[1:] {
 		p = strings.TrimLeft(p, "\n")
 		body, ok := strings.CutPrefix(p, "```sh\n")
 		if !ok {
-			t.Fatalf("README: %s is not followed by a ```sh block", walkthroughMarker)
+			t.Fatalf("README: %s is not followed by a ```sh block", marker)
 		}
 		end := strings.Index(body, "\n```")
 		if end < 0 {
@@ -37,7 +44,7 @@ func readmeWalkthrough(t testing.TB) string {
 		script = append(script, body[:end+1])
 	}
 	if len(script) == 0 {
-		t.Fatal("README has no walkthrough block")
+		t.Fatalf("README has no block after %s", marker)
 	}
 	return strings.Join(script, "")
 }

@@ -71,38 +71,12 @@ func TestShared_DefaultHostHoldsTwoHundred(t *testing.T) {
 			}
 		}
 	})
-	type made struct{ project, id string }
-	var mu sync.Mutex
-	var ids []made
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for range 8 {
-		wg.Go(func() {
-			for i := range next {
-				k := keys[i/sharedPerProject]
-				path := "/projects/" + k.ProjectID + "/services"
-				var created service
-				code, err := s.doAs(k, "POST", path, map[string]any{"name": "shared-" + strconv.Itoa(i), "cpu_millis": "shared"}, &created)
-				// A 503 made nothing and says to retry (concurrent creates
-				// can take every port one probed).
-				for try := 0; err == nil && code == 503 && try < 5; try++ {
-					code, err = s.doAs(k, "POST", path, map[string]any{"name": "shared-" + strconv.Itoa(i), "cpu_millis": "shared"}, &created)
-				}
-				if err != nil || code != 202 {
-					t.Errorf("create %d: %d %v %s", i, code, err, created.Message)
-					continue
-				}
-				mu.Lock()
-				ids = append(ids, made{k.ProjectID, created.ServiceID})
-				mu.Unlock()
-			}
-		})
+	var ids []string
+	for p, k := range keys {
+		for _, svc := range s.createShared(k, fmt.Sprintf("shared-%d-", p), sharedPerProject) {
+			ids = append(ids, svc.ServiceID)
+		}
 	}
-	for i := range total {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -131,7 +105,7 @@ func TestShared_DefaultHostHoldsTwoHundred(t *testing.T) {
 		shares, quota string
 		memory        string
 	}{
-		{ids[0].id, "32", "50000", strconv.Itoa(512 << 20)},
+		{ids[0], "32", "50000", strconv.Itoa(512 << 20)},
 		{dedicated.ServiceID, "512", "50000", strconv.Itoa(2 << 30)},
 	} {
 		cpu, mem := instanceCgroup(t, "cpu", c.id), instanceCgroup(t, "memory", c.id)
@@ -142,6 +116,45 @@ func TestShared_DefaultHostHoldsTwoHundred(t *testing.T) {
 			}
 		}
 	}
+}
+
+// createShared makes n shared services in k's project, named prefix0,
+// prefix1 ..., eight creates at a time, and returns the creates' answers
+// (with the initial passwords); a create that fails is the test's error.
+func (s *server) createShared(k key, prefix string, n int) []service {
+	s.t.Helper()
+	var mu sync.Mutex
+	var made []service
+	var wg sync.WaitGroup
+	next := make(chan int)
+	path := "/projects/" + k.ProjectID + "/services"
+	for range 8 {
+		wg.Go(func() {
+			for i := range next {
+				body := map[string]any{"name": prefix + strconv.Itoa(i), "cpu_millis": "shared"}
+				var created service
+				code, err := s.doAs(k, "POST", path, body, &created)
+				// A 503 made nothing and says to retry (concurrent creates
+				// can take every port one probed).
+				for try := 0; err == nil && code == 503 && try < 5; try++ {
+					code, err = s.doAs(k, "POST", path, body, &created)
+				}
+				if err != nil || code != 202 {
+					s.t.Errorf("create %s%d: %d %v %s", prefix, i, code, err, created.Message)
+					continue
+				}
+				mu.Lock()
+				made = append(made, created)
+				mu.Unlock()
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return made
 }
 
 // instanceCgroup is the v1 group directory of a service's first instance

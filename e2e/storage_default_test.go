@@ -67,8 +67,7 @@ func TestStorageLimit_DefaultFilesystem(t *testing.T) {
 			t.Fatalf("write at %d of %d MB: %v (SQLSTATE %s), want 25006 before the quota", used, limitMB, err, state)
 		}
 		committed += tag.RowsAffected()
-		before := used
-		used = storageMB(s.waitStorage(a.ServiceID, 30*time.Second, "storage_mb grows", func(st storageStatus) bool { return storageMB(st) > before }))
+		used = s.storageAfterWrite(a.ServiceID, used)
 	}
 
 	// Every other way to add to the service. Each must fail; the first

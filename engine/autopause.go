@@ -112,6 +112,24 @@ func (e *Engine) autoPause(ctx context.Context, seen *dbcloud.Service, now time.
 	return err
 }
 
+// holdPausedAtOpen holds the auto-paused services' endpoints before Open
+// returns, and so before the API answers after a restart of dbcloud: a
+// client that reads a service as PAUSED, or any other answer of the new
+// process, and then connects to it, wakes it rather than being refused.
+// The health loop's first round, a goroutine, came too late for that.
+// The list it reads is the health loop's first (watchedNow).
+func (e *Engine) holdPausedAtOpen(ctx context.Context) {
+	if dbcloud.CapabilitiesOf(e.Provisioner).Waker == nil {
+		return
+	}
+	w, err := e.watchedNow(ctx)
+	if err != nil {
+		e.Logger.Warn("list auto-paused services to hold their endpoints", "error", err)
+		return
+	}
+	e.holdPaused(ctx, w.paused)
+}
+
 // holdPaused hands every auto-paused service to the runtime's Waker,
 // which keeps (or, after a restart, opens again) its endpoints.
 func (e *Engine) holdPaused(ctx context.Context, paused []*dbcloud.Service) {
@@ -126,4 +144,64 @@ func (e *Engine) holdPaused(ctx context.Context, paused []*dbcloud.Service) {
 			}
 		})
 	}
+}
+
+// waking reports whether the service is being woken by a client and by
+// nothing else: RESUMING with only wake operations pending.
+func (e *Engine) waking(ctx context.Context, svc *dbcloud.Service) (bool, error) {
+	if svc.Status != dbcloud.Wake.Through {
+		return false, nil
+	}
+	var ops []*dbcloud.Operation
+	err := e.Store.View(ctx, func(tx dbcloud.Tx) (err error) {
+		ops, err = tx.ListOperations(dbcloud.OperationFilter{ResourceID: svc.ID, Pending: true})
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	for _, op := range ops {
+		if op.Type != dbcloud.OpWake {
+			return false, nil
+		}
+	}
+	return len(ops) > 0, nil
+}
+
+// wakeFailed undoes a wake whose start failed (a full disk, say): nobody
+// but a client's connection asked for it, and that client has been told
+// why, so the service goes back to PAUSED, auto-paused, its endpoints
+// listening again, rather than retrying a start nobody waits for and
+// ending UNSTABLE. The next connection wakes it again, once the cause is
+// gone. The runtime is asked first (it stops whatever started and holds
+// the endpoints again, under the next generation); a service changed
+// meanwhile is left to that change. If even that fails, the wake is
+// retried as any failed change is.
+func (e *Engine) wakeFailed(ctx context.Context, svc *dbcloud.Service, cause error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	now := e.now()
+	gen := svc.Generation
+	paused := *svc
+	paused.Spec.Running, paused.PausedAt, paused.Generation = false, &now, gen+1
+	obs, err := e.Provisioner.EnsureService(ctx, &paused)
+	if err != nil {
+		e.Logger.Warn("pause a service again after its wake failed", "service", svc.ID, "error", err)
+		return failed(ctx, e, serviceKind, svc, cause)
+	}
+	e.clearBackoff(svc.ID)
+	reason := reasonOf(cause)
+	e.Logger.Warn("wake failed; service paused again", "service", svc.ID, "error", cause)
+	return e.updateService(ctx, svc, func(s *dbcloud.Service) bool {
+		if !serviceKind.at(s, gen, string(dbcloud.Wake.Through)) {
+			return false
+		}
+		s.Spec.Running, s.PausedAt, s.Generation, s.ObservedGeneration = false, &now, gen+1, gen+1
+		s.Status, s.StatusReason = dbcloud.StatusPaused, "Its last wake failed: "+reason
+		s.Instances, s.PoolerEndpoint = obs.Instances, obs.PoolerEndpoint
+		return true
+	}, func(tx dbcloud.Tx) error {
+		return finishOperationsTx(tx, svc.ID, gen, dbcloud.OpFailed, reason, e.now())
+	})
 }

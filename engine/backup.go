@@ -31,6 +31,13 @@ func (e *Engine) backupLoop(ctx context.Context, b dbcloud.BackupMaintainer) {
 		}
 		due, _ := b.(backupsDue)
 		for _, svc := range w.services {
+			if svc.Status == dbcloud.StatusReady && svc.KeptCluster != nil {
+				e.guard("kept cluster", svc.ID, func() {
+					if err := e.removeExpiredCluster(ctx, svc); err != nil {
+						e.Logger.Warn("remove an expired old cluster", "service", svc.ID, "error", err)
+					}
+				})
+			}
 			if svc.Status == dbcloud.StatusReady && (due == nil || due.BackupsDue(svc)) {
 				e.guard("backup round", svc.ID, func() { e.maintainBackups(ctx, b, svc) })
 			}

@@ -121,6 +121,7 @@ func (e *Engine) Open() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	e.group.Logger = e.Logger
+	e.holdPausedAtOpen(ctx)
 	e.group.Loop(ctx, supervise.Task{Name: "engine dispatch loop"}, e.dispatchLoop)
 	e.group.Loop(ctx, supervise.Task{Name: "engine health loop"}, e.healthLoop)
 	if b := dbcloud.CapabilitiesOf(e.Provisioner).Maintainer; b != nil && e.BackupInterval > 0 {
@@ -237,7 +238,7 @@ func (e *Engine) kindOf(t dbcloud.OperationType) string {
 	switch t {
 	case dbcloud.OpCreateService, dbcloud.OpDeleteService, dbcloud.OpStartService, dbcloud.OpStopService,
 		dbcloud.OpResizeService, dbcloud.OpSetHA, dbcloud.OpSetPooler, dbcloud.OpAttachVPC, dbcloud.OpDetachVPC,
-		dbcloud.OpAutoPause, dbcloud.OpWake:
+		dbcloud.OpAutoPause, dbcloud.OpWake, dbcloud.OpUpgradeService:
 		return "service"
 	case dbcloud.OpCreatePeering, dbcloud.OpDeletePeering:
 		return "peering"

@@ -36,12 +36,13 @@ type provisioner struct {
 	// failSize, when set, fails every EnsureService of a service of that
 	// size, as PostgreSQL does with a size the host cannot map.
 	failSize *dbcloud.Size
+	last     map[string]dbcloud.Service // what the last EnsureService of each service was given
 }
 
 func newProvisioner() *provisioner {
 	return &provisioner{running: map[string]bool{}, sizes: map[string]dbcloud.Size{}, ensures: map[string]int{},
 		deleted: map[string]bool{}, fail: map[string][]error{}, panics: map[string]int{},
-		checkPanics: map[string]bool{}, checks: map[string]int{}}
+		checkPanics: map[string]bool{}, checks: map[string]int{}, last: map[string]dbcloud.Service{}}
 }
 
 func (p *provisioner) EnsureService(ctx context.Context, s *dbcloud.Service) (*dbcloud.Observation, error) {
@@ -61,6 +62,7 @@ func (p *provisioner) EnsureService(ctx context.Context, s *dbcloud.Service) (*d
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.ensures[s.ID]++
+	p.last[s.ID] = *s
 	if p.panics[s.ID] > 0 {
 		p.panics[s.ID]--
 		var m map[string]int

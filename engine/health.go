@@ -14,8 +14,11 @@ import (
 // healthLoop checks every service that should be running and every read
 // replica set that has no work pending: a primary (or node) that died is
 // shown UNSTABLE (error) and restarted at once, and usage is written to the
-// store every MetricsInterval.
+// store every MetricsInterval. The first round runs at once, so that a
+// service that died while dbcloud was down is seen without waiting an
+// interval.
 func (e *Engine) healthLoop(ctx context.Context) {
+	e.healthRound(ctx)
 	every(ctx, e.HealthInterval, func() { e.healthRound(ctx) })
 }
 
@@ -28,6 +31,11 @@ func (e *Engine) healthRound(ctx context.Context) {
 		}
 		return
 	}
+	// Paused services' endpoints first: holding them is a listen each,
+	// while the checks below can take seconds at many services, and after
+	// a restart a client of a paused service is refused until its
+	// endpoint is held again.
+	e.holdPaused(ctx, w.paused)
 	due := e.metricsDue(w.services)
 	var measured []measurement
 	for _, svc := range w.services {
@@ -38,7 +46,6 @@ func (e *Engine) healthRound(ctx context.Context) {
 		})
 	}
 	e.forgetIdle(w.services)
-	e.holdPaused(ctx, w.paused)
 	e.recordMetrics(ctx, measured)
 	var samples []dbcloud.SeriesSample
 	for _, m := range measured {
@@ -268,7 +275,7 @@ func (e *Engine) repair(ctx context.Context, svc *dbcloud.Service, obs *dbcloud.
 		return fixed, err
 	}
 	show := func(s *dbcloud.Service, fixed *dbcloud.Observation) {
-		s.Status, s.StatusReason = settled(s, fixed)
+		settleStatus(s, fixed)
 		s.Instances = fixed.Instances
 		s.PoolerEndpoint = fixed.PoolerEndpoint
 		if fixed.Endpoint != nil {
@@ -326,9 +333,7 @@ func (e *Engine) recordMetrics(ctx context.Context, ms []measurement) {
 			}
 			if err == nil && s.Generation == m.svc.Generation {
 				s.Metrics = m.obs.Metrics
-				// A running service's notice (near its storage limit) comes
-				// and goes with the measurements.
-				s.StatusReason = m.obs.Notice
+				showNotice(s, m.obs.Notice)
 				if err := tx.UpdateService(s); err != nil {
 					return err
 				}

@@ -59,6 +59,21 @@ func (e *Engine) reconcileService(ctx context.Context, svc *dbcloud.Service, id 
 		}
 		return obs, err
 	}
+	if svc.UpgradeTo != 0 {
+		if done, err := e.upgrade(ctx, svc, ensure); done || err != nil {
+			return err
+		}
+	}
+	if woken, err := e.waking(ctx, svc); err != nil {
+		return err
+	} else if woken {
+		// A wake that fails is undone, not retried (wakeFailed).
+		obs, err := ensure()
+		if err != nil {
+			return e.wakeFailed(ctx, svc, err)
+		}
+		ensure = func() (*dbcloud.Observation, error) { return obs, nil }
+	}
 	return settle(ctx, e, serviceKind, svc, ensure, func(s *dbcloud.Service, obs *dbcloud.Observation, gen int64) {
 		s.ObservedGeneration = max(s.ObservedGeneration, gen)
 		s.Instances = obs.Instances
@@ -73,7 +88,7 @@ func (e *Engine) reconcileService(ctx context.Context, svc *dbcloud.Service, id 
 			s.Metrics = obs.Metrics
 		}
 		if s.Generation == gen && s.Status != dbcloud.StatusDeleting {
-			s.Status, s.StatusReason = settled(s, obs)
+			settleStatus(s, obs)
 		}
 	})
 }
@@ -138,15 +153,28 @@ func findOrNil[T any](ctx context.Context, e *Engine, find func(tx dbcloud.Tx) (
 	return out, err
 }
 
-// settled is the status of a service whose spec is fully real.
-func settled(s *dbcloud.Service, obs *dbcloud.Observation) (dbcloud.ServiceStatus, string) {
+// settleStatus sets the status of a service whose spec is fully real.
+func settleStatus(s *dbcloud.Service, obs *dbcloud.Observation) {
+	s.Notice = ""
 	switch {
 	case !s.Spec.Running:
-		return dbcloud.StatusPaused, ""
+		s.Status, s.StatusReason = dbcloud.StatusPaused, ""
 	case obs.Running:
-		return dbcloud.StatusReady, obs.Notice
+		s.Status, s.StatusReason, s.Notice = dbcloud.StatusReady, obs.Notice, obs.Notice
+	default:
+		s.Status, s.StatusReason = dbcloud.StatusUnstable, obs.Reason
 	}
-	return dbcloud.StatusUnstable, obs.Reason
+}
+
+// showNotice puts the runtime's latest notice for a running service
+// (near its storage limit, a failed restore check) in its status reason.
+// A notice comes and goes with the measurements, but a reason a change
+// left (why an upgrade failed) stays until the next change or a notice.
+func showNotice(s *dbcloud.Service, notice string) {
+	if notice != "" || s.StatusReason == s.Notice {
+		s.StatusReason = notice
+	}
+	s.Notice = notice
 }
 
 // attemptFailed records a failed attempt on a resource and says whether to

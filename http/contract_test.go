@@ -120,8 +120,9 @@ func TestRoutes_MatchContract(t *testing.T) {
 	// rename, the two analytics reports, the two metrics previews), and
 	// the 7 of the history: the event stream, one operation, four
 	// operation lists and snapshots, and the 3 of database credentials
-	// (decisions.md section 12), and setAutoPause (section 10).
-	if len(served) != 51 {
-		t.Errorf("served %d operations, want the 51 of the contract", len(served))
+	// (decisions.md section 12), setAutoPause (section 10) and
+	// upgradeService (section 11).
+	if len(served) != 52 {
+		t.Errorf("served %d operations, want the 52 of the contract", len(served))
 	}
 }

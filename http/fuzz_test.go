@@ -63,6 +63,8 @@ var fuzzSeeds = []struct{ method, path, body string }{
 	{"POST", "/services/{sid}/attachToVPC", `{"vpc_id":"{vid}"}`},
 	{"POST", "/services/{sid}/detachFromVPC", `{"vpc_id":"{vid}"}`},
 	{"POST", "/services/{sid}/resize", `{"cpu_millis":"500","memory_gbs":"2"}`},
+	{"POST", "/services/{sid}/upgrade", `{"pg_version":17,"method":"IN_PLACE"}`},
+	{"POST", "/services/{sid}/upgrade", `{"pg_version":"17","method":7}`},
 	{"POST", "/services/{sid}/enablePooler", ``},
 	{"POST", "/services/{sid}/disablePooler", ``},
 	{"POST", "/services/{sid}/forkService", `{"fork_strategy":"PITR","target_time":"2026-01-01T00:00:00Z"}`},

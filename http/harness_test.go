@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -123,13 +124,35 @@ func (r *testRuntime) HostCapacity() (dbcloud.HostCapacity, error) {
 }
 
 // PGVersions are two, so that choosing one is tested; each has the ai
-// addon's extension.
+// addon's extension, and only 15 the time-series addon's, so that an
+// upgrade of a service using it has no build to move to.
 func (r *testRuntime) PGVersions() []dbcloud.PGVersion {
 	return []dbcloud.PGVersion{
-		{Major: 15, Full: "15.20", Extensions: map[string]bool{"vector": true}},
+		{Major: 15, Full: "15.20", Extensions: map[string]bool{"vector": true, "timescaledb": true}},
 		{Major: 17, Full: "17.12", Extensions: map[string]bool{"vector": true}},
 	}
 }
+
+// UpgradeInPlace makes the test runtime an Upgrader; without an engine
+// these tests never call it.
+func (r *testRuntime) UpgradeInPlace(context.Context, *dbcloud.Service, func(dbcloud.UpgradeStep)) (string, error) {
+	return "", errors.New("not in API tests")
+}
+
+// The test runtime is a BlueGreenUpgrader too; without an engine these
+// tests never call it.
+func (r *testRuntime) UpgradeBlueGreen(context.Context, *dbcloud.Service, func(dbcloud.UpgradeStep)) (string, error) {
+	return "", errors.New("not in API tests")
+}
+
+func (r *testRuntime) RollBackUpgrade(context.Context, *dbcloud.Service, func(dbcloud.UpgradeStep)) (string, error) {
+	return "", errors.New("not in API tests")
+}
+
+func (r *testRuntime) RemoveKeptCluster(context.Context, *dbcloud.Service) error {
+	return errors.New("not in API tests")
+}
+
 func (r *testRuntime) PortFree(p int) bool {
 	if r.portFree != nil {
 		return r.portFree(p)

@@ -86,6 +86,7 @@ var matrixBodies = map[string]any{
 	"attachToVPC":    map[string]any{"vpc_id": "0"},
 	"detachFromVPC":  map[string]any{"vpc_id": "0"},
 	"resize":         map[string]any{"cpu_millis": "500", "memory_gbs": "2"},
+	"upgrade":        map[string]any{"pg_version": 17},
 	"forkService":    map[string]any{"fork_strategy": "NOW"},
 	"updatePassword": map[string]any{"password": "a-long-enough-password"},
 	"setEnvironment": map[string]any{"environment": "DEV"},

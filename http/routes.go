@@ -55,6 +55,7 @@ func (h *Handler) routes() []Route {
 		post(service+"/attachToVPC", true, h.attachVPC),
 		post(service+"/detachFromVPC", true, h.detachVPC),
 		post(service+"/resize", true, h.resizeService),
+		post(service+"/upgrade", true, h.upgradeService),
 		post(service+"/enablePooler", false, h.setPooler(true)),
 		post(service+"/disablePooler", false, h.setPooler(false)),
 		post(service+"/forkService", true, h.forkService),
@@ -351,6 +352,17 @@ func (h *Handler) resizeService(w http.ResponseWriter, r *http.Request) (int, an
 		return 0, nil, err
 	}
 	return serviceResult(h.cloud.ResizeService(r.Context(), r.PathValue("project_id"), r.PathValue("service_id"), *in.CPUMillis, *in.MemoryGBs))
+}
+
+func (h *Handler) upgradeService(w http.ResponseWriter, r *http.Request) (int, any, error) {
+	var in upgradeRequest
+	if err := decode(r, &in); err != nil {
+		return 0, nil, err
+	}
+	// pg_version is required: the service layer says so, after the
+	// caller is known to see the project.
+	return serviceResult(h.cloud.UpgradeService(r.Context(), r.PathValue("project_id"), r.PathValue("service_id"),
+		cloud.UpgradeRequest{PGVersion: in.PGVersion, Method: dbcloud.UpgradeMethod(str(in.Method))}))
 }
 
 func (h *Handler) setPooler(enabled bool) handlerFn {

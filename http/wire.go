@@ -222,6 +222,12 @@ type resizeRequest struct {
 	Nodes     *int    `json:"nodes"`
 }
 
+// upgradeRequest is an upgradeService body (decisions.md section 11).
+type upgradeRequest struct {
+	PGVersion *int    `json:"pg_version"`
+	Method    *string `json:"method"`
+}
+
 type vpcIDRequest struct {
 	VPCID *string `json:"vpc_id"`
 }

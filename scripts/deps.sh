@@ -43,6 +43,12 @@ if [ "${#need[@]}" -gt 0 ]; then
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
+# axe-core, the accessibility checker the browser tests run in every
+# console page, at a pinned version from npm (scripts/axe.sh; cached).
+if ! "$(dirname "$0")/axe.sh" >/dev/null; then
+	echo "dbcloud: WARNING: could not fetch axe-core; the console's browser tests will fail" >&2
+fi
+
 for ext in timescaledb pgvector; do
 	if ! "$(dirname "$0")/extensions.sh" "$ext"; then
 		echo "dbcloud: WARNING: could not build the $ext extension; services with its addon will answer ADDON_UNAVAILABLE" >&2

@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"time"
 
 	"dbcloud"
 )
@@ -89,10 +90,48 @@ var apiKeys = define(entity[dbcloud.APIKey]{
 	values: func(k *dbcloud.APIKey) []any {
 		return []any{k.AccessKey, k.ProjectID, formatTime(k.Created), k.SecretHash}
 	},
-	read:  "doc, secret_hash",
-	scan:  scanDocAnd(func(k *dbcloud.APIKey, hash []byte) { k.SecretHash = hash }),
+	read:  "doc, secret_hash, last_used",
+	scan:  scanAPIKey,
 	scope: credentials[dbcloud.APIKey],
 })
+
+// scanAPIKey reads a key's doc and the two columns kept out of it.
+func scanAPIKey(rows *sql.Rows) (*dbcloud.APIKey, error) {
+	var (
+		doc      sql.RawBytes
+		hash     []byte
+		lastUsed sql.NullString
+	)
+	if err := rows.Scan(&doc, &hash, &lastUsed); err != nil {
+		return nil, err
+	}
+	k, err := decode[dbcloud.APIKey](doc)
+	if err != nil {
+		return nil, err
+	}
+	k.SecretHash = hash
+	if lastUsed.Valid {
+		at, err := time.Parse(timeLayout, lastUsed.String)
+		if err != nil {
+			return nil, fmt.Errorf("last use of api key %s: %w", k.AccessKey, err)
+		}
+		k.LastUsed = &at
+	}
+	return k, nil
+}
+
+// TouchAPIKey records the key's use at, if later than the one recorded.
+// It touches no revision scope: a key's last use is not part of what
+// authentication checks, and moving RevisionCredentials would make every
+// control plane check every credential again.
+func (t *tx) TouchAPIKey(accessKey string, at time.Time) error {
+	when := formatTime(at)
+	_, err := t.exec(`UPDATE api_keys SET last_used = ? WHERE access_key = ? AND (last_used IS NULL OR last_used < ?)`, when, accessKey, when)
+	if err != nil {
+		return fmt.Errorf("record use of api key %s: %w", accessKey, err)
+	}
+	return nil
+}
 
 // InsertAPIKey adds a key; ErrDuplicate if the access key exists.
 func (t *tx) InsertAPIKey(k *dbcloud.APIKey) error { return apiKeys.insert(t, k) }

@@ -35,6 +35,8 @@ func RunStoreTests(t *testing.T, newDB NewDB) {
 		{"User", testUser},
 		{"Membership", testMembership},
 		{"UserToken", testUserToken},
+		{"Invitation", testInvitation},
+		{"APIKeyLastUsed", testAPIKeyLastUsed},
 		{"Project", testProject},
 		{"APIKey", testAPIKey},
 		{"Service", testService},

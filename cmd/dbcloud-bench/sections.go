@@ -51,8 +51,10 @@ func sections() []section {
 				"runtime's own code, sizes and limits, from the rename to the first TLS login with a password set " +
 				"just before (what no create can beat). pool: 20 creates with a full pool of prepared clusters (the " +
 				"steady state); burst: 20 creates back to back with the default pool of 2, which grows and refills " +
-				"ahead while creates wait for clusters being prepared. The run's log shows the server's steps of the " +
-				"p50 and p95 creates. Short mode: 3 creates.",
+				"ahead while creates wait for clusters being prepared. The server runs on its default storage (a btrfs " +
+				"image, where each pool entry is a volume that a create takes whole as its service's); each row starts " +
+				"once the pool of the version creates get is full, or has stopped filling. The run's log shows the " +
+				"server's steps of the p50 and p95 creates. Short mode: 3 creates.",
 		},
 		{
 			ID: "wake", Title: "Wake on connect",

@@ -249,6 +249,7 @@ func quotaFlags(fs interface {
 	fs.IntVar(&q.ReplicaSetsPerService, "quota-replica-sets", q.ReplicaSetsPerService, "read replica sets per service")
 	fs.IntVar(&q.MaxReplicaSetNodes, "quota-replica-set-nodes", q.MaxReplicaSetNodes, "nodes per read replica set")
 	fs.IntVar(&q.MaxHAReplicas, "quota-ha-replicas", q.MaxHAReplicas, "HA replicas per service")
+	fs.IntVar(&q.OwnedProjects, "quota-owned-projects", q.OwnedProjects, "projects one person may own after creating them in the console (0: only the operator makes projects)")
 	fs.IntVar(&q.Resources.Instances, "quota-instances", q.Resources.Instances, "running instances per project (primaries, HA standbys, read replica nodes; 0: no limit)")
 	fs.IntVar(&q.Resources.CPUMillis, "quota-cpu-millis", q.Resources.CPUMillis, "millicores per project over all running instances (0: no limit)")
 	fs.IntVar(&q.Resources.MemoryGBs, "quota-memory-gbs", q.Resources.MemoryGBs, "GiB of memory per project over all running instances (0: no limit)")
@@ -308,7 +309,7 @@ func (c *Config) validate() error {
 	for name, v := range map[string]int{
 		"quota-services": c.Quotas.Services, "quota-vpcs": c.Quotas.VPCs, "quota-peerings": c.Quotas.PeeringsPerVPC,
 		"quota-replica-sets": c.Quotas.ReplicaSetsPerService, "quota-replica-set-nodes": c.Quotas.MaxReplicaSetNodes,
-		"quota-ha-replicas": c.Quotas.MaxHAReplicas,
+		"quota-ha-replicas": c.Quotas.MaxHAReplicas, "quota-owned-projects": c.Quotas.OwnedProjects,
 	} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("--%s must be 0 or more", name))

@@ -41,14 +41,12 @@ document.addEventListener("change", function (e) {
 // names the one service a page is about; without it every service event
 // counts.
 function follow() {
-  // A live tail (logs) rereads the newest lines while the tab is open:
-  // logs are not events.
-  if (document.querySelector("[data-tail]")) {
-    setInterval(function () { if (!document.hidden) reread(null); }, 3000);
-  }
   var src = document.querySelector("[data-events]");
   if (!src || !window.EventSource) return;
   var only = src.getAttribute("data-follow");
+  // A live tail (logs) follows the stream's "logs" messages, which say
+  // the service's log has a newer line; service events do not concern it.
+  var tail = src.hasAttribute("data-tail");
   var es = new EventSource(src.getAttribute("data-events"));
   var pending = null;
   var refresh = function () {
@@ -59,7 +57,9 @@ function follow() {
   // "ready" opens (and reopens) the stream: what changed before it is
   // read once.
   es.addEventListener("ready", refresh);
+  es.addEventListener("logs", refresh);
   es.addEventListener("change", function (m) {
+    if (tail) return;
     var ev;
     try { ev = JSON.parse(m.data); } catch (err) { return; }
     if (only) {

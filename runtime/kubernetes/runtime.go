@@ -98,7 +98,9 @@ type Runtime struct {
 // CNPG runs replica clusters and restores, so read replica sets and fork
 // windows map onto it. It has no capacity report (the cluster's scheduler
 // decides placement), and snapshots and restore checks are CNPG's backups,
-// not mapped yet (issue 32). TestCapabilities keeps this list true.
+// not mapped yet (issue 32); nor does it upgrade a major version in place
+// (no Upgrader: upgradeService answers 409 naming this runtime).
+// TestCapabilities keeps this list true.
 var (
 	_ dbcloud.Runtime               = (*Runtime)(nil)
 	_ dbcloud.Provisioner           = (*Runtime)(nil)

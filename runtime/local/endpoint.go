@@ -42,3 +42,17 @@ func (rt *Runtime) setProxy(ctx context.Context, serviceID string, owner *osuser
 func (rt *Runtime) stopProxy(ctx context.Context, serviceID string) error {
 	return rt.proxies.Stop(ctx, rt.proxyDir(serviceID))
 }
+
+// pauseProxy is setProxy with new connections held, not forwarded, until
+// the next setProxy (a major version switch).
+func (rt *Runtime) pauseProxy(ctx context.Context, serviceID string, owner *osuser.Identity, listen []string, targets ...string) error {
+	var cred *syscall.Credential
+	if owner != nil {
+		cred = owner.Credential()
+	}
+	if err := rt.proxies.Pause(ctx, rt.proxyDir(serviceID), cred, listen, targets...); err != nil {
+		return err
+	}
+	rt.cfg.Logger.Info("endpoint proxy paused", "service", serviceID, "targets", strings.Join(targets, ","))
+	return nil
+}

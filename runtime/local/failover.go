@@ -127,7 +127,7 @@ func (rt *Runtime) failover(ctx context.Context, svc *dbcloud.Service, base post
 	// Fence: Stop kills whatever is left in the instance's cgroup (and in
 	// its data directory) and waits until nothing is, which also covers a
 	// postmaster still running on a deleted data directory.
-	if err := rt.instances.Stop(ctx, oldSpec, 5*time.Second); err != nil {
+	if err := rt.stopInstance(ctx, oldSpec, 5*time.Second); err != nil {
 		return fmt.Errorf("failover of %s: fence %s: %w", svc.ID, oldSpec.ID, err)
 	}
 	if cg := rt.cgroups.Of(oldSpec.ID); cg != nil && cg.Exists() {

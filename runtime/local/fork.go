@@ -77,7 +77,7 @@ func (rt *Runtime) restoreFork(ctx context.Context, svc *dbcloud.Service, spec p
 		return err
 	}
 	// Start over from whatever an interrupted attempt left.
-	if err := rt.instances.Stop(ctx, spec, 30*time.Second); err != nil {
+	if err := rt.stopInstance(ctx, spec, 30*time.Second); err != nil {
 		return fmt.Errorf("fork %s: stop an earlier attempt: %w", svc.ID, err)
 	}
 	if err := os.RemoveAll(spec.PGData()); err != nil {
@@ -192,7 +192,7 @@ func (rt *Runtime) recoverToTarget(ctx context.Context, svc *dbcloud.Service, sp
 	if err := rt.startRestored(ctx, svc, spec, rs, steps); err != nil {
 		return err
 	}
-	if err := rt.instances.Stop(ctx, spec, 30*time.Second); err != nil {
+	if err := rt.stopInstance(ctx, spec, 30*time.Second); err != nil {
 		return err
 	}
 	steps.done("stop")

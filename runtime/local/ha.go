@@ -53,6 +53,9 @@ type haState struct {
 	// Rebuild are members whose data may have diverged from the primary's
 	// (a former primary): they are rewound or copied before they start.
 	Rebuild []int `json:"rebuild,omitempty"`
+	// Logical makes the primary write logical WAL (wal_level logical):
+	// a BLUE_GREEN upgrade replicates from it to the new cluster.
+	Logical bool `json:"logical,omitempty"`
 }
 
 func (rt *Runtime) haPath(serviceID string) string {
@@ -106,6 +109,9 @@ func (rt *Runtime) haSpec(svc *dbcloud.Service, base postgres.Spec, st *haState,
 	s.Settings["wal_log_hints"] = "on" // pg_rewind of a former primary
 	s.Settings["hot_standby"] = "on"
 	if n == st.Primary {
+		if st.Logical {
+			s.Settings["wal_level"] = "logical"
+		}
 		if st.SyncCount > 0 && len(st.Sync) > 0 {
 			names := make([]string, len(st.Sync))
 			for i, m := range st.Sync {
@@ -204,12 +210,12 @@ func (rt *Runtime) ensureHA(ctx context.Context, svc *dbcloud.Service) (*dbcloud
 		}
 		for _, n := range st.Members { // standbys first: the primary's shutdown checkpoint reaches them
 			if n != st.Primary {
-				if err := rt.instances.Stop(ctx, rt.haSpec(svc, base, st, n), 30*time.Second); err != nil {
+				if err := rt.stopInstance(ctx, rt.haSpec(svc, base, st, n), 30*time.Second); err != nil {
 					return nil, err
 				}
 			}
 		}
-		if err := rt.instances.Stop(ctx, rt.haSpec(svc, base, st, st.Primary), 30*time.Second); err != nil {
+		if err := rt.stopInstance(ctx, rt.haSpec(svc, base, st, st.Primary), 30*time.Second); err != nil {
 			return nil, err
 		}
 		obs.Instances = haInstances(svc, st)
@@ -324,7 +330,7 @@ func (rt *Runtime) ensureStandby(ctx context.Context, svc *dbcloud.Service, base
 	_, statErr := tenantfs.Lstat(filepath.Join(spec.PGData(), "PG_VERSION"))
 	switch {
 	case slices.Contains(st.Rebuild, n):
-		if err := rt.instances.Stop(ctx, spec, 10*time.Second); err != nil {
+		if err := rt.stopInstance(ctx, spec, 10*time.Second); err != nil {
 			return err
 		}
 		if statErr != nil || rt.instances.Rewind(ctx, pspec, spec) != nil {

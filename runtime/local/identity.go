@@ -47,9 +47,10 @@ func (rt *Runtime) identityPath(id string) string {
 }
 
 // claimDir is where a pool entry claimed for the service goes, whole,
-// until its cluster is moved to the primary's data directory.
+// until its cluster is moved to the primary's data directory; where an
+// entry claimed as the service's volume (claimVolume) has it too.
 func (rt *Runtime) claimDir(id string) string {
-	return filepath.Join(rt.serviceDir(id), "claimed")
+	return filepath.Join(rt.serviceDir(id), postgres.PoolVolumeEntry)
 }
 
 // ownerKey is the osuser key of the service's identity: the recorded one
@@ -110,15 +111,11 @@ func (rt *Runtime) ensureOwner(ctx context.Context, svc *dbcloud.Service) (*osus
 	if err != nil {
 		return nil, err
 	}
-	if key == svc.ID && svc.Fork == nil {
-		_, exists, err := rt.users.Lookup(key)
-		if err != nil {
+	if claim, err := rt.mayClaim(svc, key); err != nil {
+		return nil, err
+	} else if claim {
+		if key, err = rt.claim(ctx, svc); err != nil {
 			return nil, err
-		}
-		if !exists {
-			if key, err = rt.claim(ctx, svc); err != nil {
-				return nil, err
-			}
 		}
 	}
 	who, err := rt.users.Ensure(ctx, key)
@@ -128,16 +125,72 @@ func (rt *Runtime) ensureOwner(ctx context.Context, svc *dbcloud.Service) (*osus
 	return &who, nil
 }
 
+// mayClaim says whether the service, whose identity key is key, is to
+// take a prepared cluster from the pool: a new service (not a fork, whose
+// data comes from its parent) that has no identity yet.
+func (rt *Runtime) mayClaim(svc *dbcloud.Service, key string) (bool, error) {
+	if key != svc.ID || svc.Fork != nil {
+		return false, nil
+	}
+	_, exists, err := rt.users.Lookup(key)
+	return !exists, err
+}
+
+// claimVolume takes, where the pool's entries are volumes
+// (postgres.Instances.EntryVolumes), a prepared cluster and its identity
+// for a new service as the service's whole volume, before its limit is
+// set (makeServiceVolume), and records the identity. A crash after the
+// rename leaves the entry at claimDir, whose identity file ownerKey reads.
+// Nothing is claimed for a service whose directory exists: its volume was
+// made (the pool had nothing for an earlier ensure), or its data is there.
+func (rt *Runtime) claimVolume(ctx context.Context, svc *dbcloud.Service) error {
+	if rt.users == nil {
+		return nil
+	}
+	binDir, err := rt.binDirOf(svc)
+	if err != nil {
+		return err
+	}
+	pool := rt.instances.Version(binDir)
+	dir := rt.serviceDir(svc.ID)
+	if !pool.EntryVolumes() {
+		return nil
+	}
+	if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	key, err := rt.ownerKey(svc.ID)
+	if err != nil {
+		return err
+	}
+	if claim, err := rt.mayClaim(svc, key); err != nil || !claim {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
+		return err
+	}
+	key, ok, err := pool.Claim(ctx, dir)
+	if err != nil || !ok || key == "" {
+		return err
+	}
+	return rt.recordOwner(svc.ID, key)
+}
+
 // claim takes a prepared cluster and its identity from the pool for a new
 // service and records the identity; it returns the service's ID (its own
 // identity, to be made) when the pool has none, or the service already
 // has data (its instance directory exists). The cluster is of the
-// service's PostgreSQL version, from that version's pool.
+// service's PostgreSQL version, from that version's pool. Where its
+// entries are volumes, claimVolume took one or found none.
 func (rt *Runtime) claim(ctx context.Context, svc *dbcloud.Service) (string, error) {
 	id := svc.ID
 	binDir, err := rt.binDirOf(svc)
 	if err != nil {
 		return "", err
+	}
+	pool := rt.instances.Version(binDir)
+	if pool.EntryVolumes() {
+		return id, nil
 	}
 	// An entry claimed already but naming no identity (made before pool
 	// entries had one) is used as it is: finishClaim moves its cluster and
@@ -147,7 +200,7 @@ func (rt *Runtime) claim(ctx context.Context, svc *dbcloud.Service) (string, err
 			return id, nil
 		}
 	}
-	key, ok, err := rt.instances.Version(binDir).Claim(ctx, rt.claimDir(id))
+	key, ok, err := pool.Claim(ctx, rt.claimDir(id))
 	if err != nil || !ok || key == "" {
 		return id, err
 	}

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"dbcloud"
-	"dbcloud/internal/pgbin"
 	"dbcloud/internal/supervise"
 	"dbcloud/pglog"
 	"dbcloud/runtime/local/backup"
@@ -150,6 +149,7 @@ var (
 	_ dbcloud.Capacity              = (*Runtime)(nil)
 	_ dbcloud.FailureWatcher        = (*Runtime)(nil)
 	_ dbcloud.Waker                 = (*Runtime)(nil)
+	_ dbcloud.Upgrader              = (*Runtime)(nil)
 )
 
 // New returns a local runtime; Open starts filling its pool.
@@ -193,23 +193,20 @@ func New(cfg Config) (*Runtime, error) {
 		users = osuser.New(osuser.DefaultPrefix, osuser.SystemTools(), cfg.Logger)
 		identities = users
 	}
-	mainMajor, _, err := pgbin.Version(cfg.BinDir)
+	mainV, err := installedVersion(cfg.BinDir)
 	if err != nil {
 		return nil, fmt.Errorf("local runtime: %w", err)
 	}
 	pgCfg := postgres.Config{
-		BinDir: cfg.BinDir, PoolDir: filepath.Join(dir, "pool"), PoolSize: poolSizeOf(cfg, mainMajor),
+		BinDir: cfg.BinDir, PoolDir: filepath.Join(dir, "pool"), PoolSize: poolSizeOf(cfg, mainV.Major),
 		PoolMaxSize: cfg.PoolMaxSize, PoolMemoryShare: cfg.PoolMemoryShare, Identities: identities,
-		Logger: cfg.Logger, Supervisor: sup, Cgroups: cgroups,
+		Volumes: volumes, Logger: cfg.Logger, Supervisor: sup, Cgroups: cgroups,
 	}
 	instances, err := postgres.NewInstances(pgCfg)
 	if err != nil {
 		return nil, err
 	}
-	versions, binDirs, err := addVersions(cfg, pgCfg, instances)
-	if err != nil {
-		return nil, err
-	}
+	versions, binDirs := addVersions(cfg, pgCfg, instances, mainV)
 	proxyExe := ""
 	if users != nil {
 		exe, err := os.Executable()
@@ -249,7 +246,7 @@ func New(cfg Config) (*Runtime, error) {
 		storageNear: map[string]bool{},
 		storage:     map[string]storageSample{},
 		quiet:       map[string]time.Time{},
-		wakes:       wakers{logger: cfg.Logger, held: map[string]*pausedService{}, released: map[string]int64{}},
+		wakes:       wakers{logger: cfg.Logger, goroutines: supervise.Group{Logger: cfg.Logger}, held: map[string]*pausedService{}, released: map[string]int64{}},
 	}, nil
 }
 
@@ -278,6 +275,7 @@ func (rt *Runtime) Open(ctx context.Context) error {
 // Close stops the background work. Instances keep running.
 func (rt *Runtime) Close() error {
 	rt.closeWatches()
+	rt.wakes.closeAll()
 	rt.sessions.closeAll(context.Background())
 	if rt.stopLogs != nil {
 		rt.stopLogs()
@@ -352,8 +350,12 @@ func (rt *Runtime) instanceBase(svc *dbcloud.Service) (postgres.Spec, error) {
 // certificate in the spec.
 func (rt *Runtime) preparedBase(ctx context.Context, svc *dbcloud.Service) (postgres.Spec, error) {
 	// The volume first, so that a cluster claimed from the pool is
-	// renamed into it; then the service's OS identity: everything below
-	// is its.
+	// renamed into it, unless the pool's entries are volumes: then a new
+	// service's volume is one, claimed whole, and limited here after. Then
+	// the service's OS identity: everything below is its.
+	if err := rt.claimVolume(ctx, svc); err != nil {
+		return postgres.Spec{}, err
+	}
 	if err := rt.makeServiceVolume(ctx, svc, rt.serviceDir(svc.ID)); err != nil {
 		return postgres.Spec{}, err
 	}
@@ -414,6 +416,14 @@ func (rt *Runtime) listenAddr() string {
 	return "*"
 }
 
+// stopInstance stops an instance of a service, its kept metrics session
+// first: every stop goes through here, since a session left open would
+// hold up the smart shutdown that Stop tries first.
+func (rt *Runtime) stopInstance(ctx context.Context, spec postgres.Spec, timeout time.Duration) error {
+	rt.sessions.closeInstance(ctx, spec.ID)
+	return rt.instances.Stop(ctx, spec, timeout)
+}
+
 // EnsureService makes the service's primary match its spec.
 func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*dbcloud.Observation, error) {
 	// A stop, a restart or a failover may come: the metrics session
@@ -436,7 +446,7 @@ func (rt *Runtime) ensureService(ctx context.Context, svc *dbcloud.Service) (_ *
 		held = rt.releaseWake(svc.ID, svc.Generation)
 		defer func() {
 			if err != nil {
-				held.fail(wakeReason(userError(err)))
+				held.fail(wakeFailure(err))
 			}
 		}()
 	}
@@ -457,7 +467,7 @@ func (rt *Runtime) ensureService(ctx context.Context, svc *dbcloud.Service) (_ *
 		if err := rt.stopPooler(ctx, svc.ID); err != nil {
 			return nil, err
 		}
-		if err := rt.instances.Stop(ctx, spec, 30*time.Second); err != nil {
+		if err := rt.stopInstance(ctx, spec, 30*time.Second); err != nil {
 			return nil, fmt.Errorf("stop %s: %w", spec.ID, err)
 		}
 		if !svc.AutoPaused() {

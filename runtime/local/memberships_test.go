@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"dbcloud"
+	"dbcloud/runtime/local/postgres"
 )
 
 // TestEnsure_RevokesReservedMemberships: a membership the guard refuses
@@ -50,5 +51,42 @@ func TestEnsure_RevokesReservedMemberships(t *testing.T) {
 	// Nothing to revoke: the ensure again writes nothing and succeeds.
 	if _, err := f.rt.EnsureService(ctx, f.svc); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestEnsure_PasswordWrittenWhenDifferent: an ensure of a service whose
+// role already has its password (every start and every wake) does not
+// write it again (the role's row keeps its version), while one the
+// tenant changed is set back.
+func TestEnsure_PasswordWrittenWhenDifferent(t *testing.T) {
+	ctx := context.Background()
+	f := mustPooler(t, dbcloud.SharedSize)
+	f.svc.Spec.Pooler = false
+	if _, err := f.rt.EnsureService(ctx, f.svc); err != nil {
+		t.Fatal(err)
+	}
+	row := func() (version string, same bool) {
+		t.Helper()
+		if err := superQueryRow(ctx, f.rt.instances, f.spec, "postgres",
+			"SELECT xmin::text, rolpassword = "+postgres.QuoteLiteral(f.svc.PasswordVerifier)+" FROM pg_authid WHERE rolname = 'tsdbadmin'", &version, &same); err != nil {
+			t.Fatal(err)
+		}
+		return version, same
+	}
+	before, _ := row()
+	if _, err := f.rt.EnsureService(ctx, f.svc); err != nil {
+		t.Fatal(err)
+	}
+	if after, same := row(); after != before || !same {
+		t.Errorf("tsdbadmin's row went from version %s to %s (password as stored: %v): the unchanged password was written again", before, after, same)
+	}
+	if err := f.rt.instances.Exec(ctx, f.spec, "postgres", "ALTER ROLE tsdbadmin PASSWORD 'changed-by-the-tenant'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.rt.EnsureService(ctx, f.svc); err != nil {
+		t.Fatal(err)
+	}
+	if _, same := row(); !same {
+		t.Error("a password the tenant changed was not set back by the ensure")
 	}
 }

@@ -135,13 +135,45 @@ func parseAppName(app string) (dbcloud.ReplicationLag, bool) {
 // nothing shows it can have grown.
 const storageMaxAge = 10 * time.Minute
 
-// storageSample is a service's last storage measurement and the database's
-// counters it was taken at.
+// storageSettle is how long after a write the filesystem's accounting may
+// still not show it: btrfs counts a quota group's blocks when its
+// transaction commits (every 30 s by default), and the kernel writes dirty
+// pages back 30 s after they were dirtied, its flusher waking every 5 s.
+const storageSettle = 35 * time.Second
+
+// storageSample is a service's last storage measurement, the database's
+// counters it was taken at, and when those counters were last seen to
+// move.
 type storageSample struct {
 	used    int64
 	wal     int64
 	changes int64
 	at      time.Time
+	moved   time.Time
+}
+
+// next is the sample a measurement of used makes, taken now at the
+// database's counters wal and changes, after s.
+func (s storageSample) next(used, wal, changes int64, now time.Time) storageSample {
+	moved := now
+	if s.counts(wal, changes) {
+		moved = s.moved
+	}
+	return storageSample{used: used, wal: wal, changes: changes, at: now, moved: moved}
+}
+
+func (s storageSample) counts(wal, changes int64) bool {
+	return !s.at.IsZero() && s.wal == wal && s.changes == changes
+}
+
+// reusable reports whether the sample still is the service's size at the
+// counters wal and changes: nothing moved them since it was taken, it was
+// taken late enough after they last moved for the filesystem to have
+// accounted what moved them (until then a measurement can show the size
+// before the write, and reusing it would hide the write until
+// storageMaxAge), and it is younger than storageMaxAge.
+func (s storageSample) reusable(wal, changes int64, now time.Time) bool {
+	return s.counts(wal, changes) && s.at.Sub(s.moved) >= storageSettle && now.Sub(s.at) < storageMaxAge
 }
 
 // measureStorage is what the service keeps on disk (serviceStorage). That
@@ -154,15 +186,17 @@ type storageSample struct {
 // files, which the WAL does not see, once their transaction ends), when
 // the service was near its limit, when the database could not be asked,
 // or storageMaxAge after the last measurement (what neither counter sees:
-// an unlogged table's transaction still running).
+// an unlogged table's transaction still running). A measurement taken
+// within storageSettle of the counters' last move is not reused: the
+// filesystem may not have accounted the write yet.
 func (rt *Runtime) measureStorage(ctx context.Context, id string, primary postgres.Spec, db *dbcloud.DatabaseMetrics) (int64, error) {
 	now := time.Now()
 	rt.mu.Lock()
-	last, ok := rt.storage[id]
+	last := rt.storage[id]
 	near := rt.storageNear[id]
 	changes := rt.xacts[id].changes
 	rt.mu.Unlock()
-	if ok && !near && db != nil && db.WALBytes == last.wal && changes == last.changes && now.Sub(last.at) < storageMaxAge {
+	if !near && db != nil && last.reusable(db.WALBytes, changes, now) {
 		return last.used, nil
 	}
 	used, err := rt.serviceStorage(ctx, id, func() (int64, error) { return rt.instances.DataSize(primary) })
@@ -172,7 +206,7 @@ func (rt *Runtime) measureStorage(ctx context.Context, id string, primary postgr
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if db != nil {
-		rt.storage[id] = storageSample{used: used, wal: db.WALBytes, changes: changes, at: now}
+		rt.storage[id] = last.next(used, db.WALBytes, changes, now)
 	} else {
 		delete(rt.storage, id)
 	}
@@ -261,6 +295,21 @@ func (ms *metricsSessions) close(ctx context.Context, id string) {
 	if s != nil {
 		s.mu.Lock()
 		s.closeLocked(ctx)
+		s.mu.Unlock()
+	}
+}
+
+// closeInstance ends every kept session to the instance: before any stop
+// of it, since a smart shutdown waits for sessions.
+func (ms *metricsSessions) closeInstance(ctx context.Context, instanceID string) {
+	ms.mu.Lock()
+	kept := slices.Collect(maps.Values(ms.m))
+	ms.mu.Unlock()
+	for _, s := range kept {
+		s.mu.Lock()
+		if s.conn != nil && s.instance == instanceID {
+			s.closeLocked(ctx)
+		}
 		s.mu.Unlock()
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"testing"
+	"time"
 
 	"dbcloud"
 	"dbcloud/runtime/local/internal/localtest"
@@ -108,5 +109,50 @@ func TestMetrics_KeptSession(t *testing.T) {
 	mustEnsure(t, rt, svc)
 	if pid := sessionPID(rt, svc.ID); pid != 0 {
 		t.Errorf("the stopped service keeps a metrics session (backend %d)", pid)
+	}
+	// A stop outside an ensure (a failover's fence, a fork's restart)
+	// closes it too.
+	svc.Spec.Running = true
+	mustEnsure(t, rt, svc)
+	check()
+	if sessionPID(rt, svc.ID) == 0 {
+		t.Fatal("no session kept after a sample")
+	}
+	if err := rt.stopInstance(ctx, spec, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if pid := sessionPID(rt, svc.ID); pid != 0 {
+		t.Errorf("the stopped instance keeps a metrics session (backend %d)", pid)
+	}
+}
+
+// A measurement taken just after a write can miss it (the filesystem
+// accounts it when its transaction commits): it is measured again until
+// one is taken storageSettle after the counters last moved, and only that
+// one is reused while they stay put.
+func TestStorageSample_MeasuredAgainUntilTheWriteIsAccounted(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	var s storageSample
+	if s.reusable(0, 0, t0) {
+		t.Fatal("no measurement yet, but reused")
+	}
+	s = s.next(10<<20, 100, 5, t0) // the first measurement
+	if s.reusable(100, 5, t0.Add(time.Second)) {
+		t.Fatal("a measurement as old as the counters' move was reused")
+	}
+	s = s.next(10<<20, 200, 5, t0.Add(2*time.Second))  // a write: the WAL moved
+	s = s.next(10<<20, 200, 5, t0.Add(20*time.Second)) // the filesystem has not committed it yet
+	if s.reusable(200, 5, t0.Add(21*time.Second)) {
+		t.Fatal("a measurement 18 s after a write was reused; the write may not be accounted in it")
+	}
+	s = s.next(30<<20, 200, 5, t0.Add(40*time.Second)) // 38 s after the write: accounted
+	if !s.reusable(200, 5, t0.Add(41*time.Second)) {
+		t.Fatal("a settled measurement with the counters unmoved was measured again")
+	}
+	if s.reusable(200, 6, t0.Add(41*time.Second)) {
+		t.Fatal("reused although a row changed")
+	}
+	if s.reusable(200, 5, t0.Add(40*time.Second+storageMaxAge)) {
+		t.Fatalf("reused after %v", storageMaxAge)
 	}
 }

@@ -38,7 +38,7 @@ var _ dbcloud.ReplicaSetProvisioner = (*Runtime)(nil)
 // replicaSetState is what the nodes were last configured for.
 type replicaSetState struct {
 	instancePorts
-	// Upstream is the parent instance the nodes follow ("<id>@<port>");
+	// Upstream is the parent instance the nodes follow ("<id>@<port> <bin dir>");
 	// ParentSize is the parent size their settings were raised to. When
 	// either changes (a failover, a resize of the parent), the nodes are
 	// reconfigured.
@@ -50,8 +50,12 @@ type replicaSetState struct {
 func nodeAppName(setID string, n int) string { return "rs_" + setID + "_" + strconv.Itoa(n) }
 func nodeSlot(setID string, n int) string    { return "dbcloud_" + nodeAppName(setID, n) }
 
+// upstreamKey names the primary a set's nodes follow, with its binaries:
+// after a major version upgrade of the parent (upgrade.go) the key
+// changes, so the check sends the set to its ensure, which copies the
+// nodes again (ensureNode).
 func upstreamKey(upstream postgres.Spec) string {
-	return upstream.ID + "@" + strconv.Itoa(upstream.Port)
+	return upstream.ID + "@" + strconv.Itoa(upstream.Port) + " " + upstream.BinDir
 }
 
 func (rt *Runtime) replicaSetStatePath(setID string) string {
@@ -277,6 +281,13 @@ func (rt *Runtime) ensureReplicaSet(ctx context.Context, parent *dbcloud.Service
 // serves what it has.
 func (rt *Runtime) ensureNode(ctx context.Context, upstream postgres.Spec, upstreamUp bool, spec postgres.Spec, app string, fresh bool) error {
 	_, statErr := tenantfs.Lstat(filepath.Join(spec.PGData(), "PG_VERSION"))
+	if statErr == nil && upstreamUp && !fresh {
+		// A node of the version before its parent's upgrade is no copy
+		// of the parent any more.
+		mine, err := dataVersion(spec.PGData())
+		theirs, uerr := dataVersion(upstream.PGData())
+		fresh = err == nil && uerr == nil && mine != theirs
+	}
 	if (statErr != nil || fresh) && !upstreamUp {
 		return fmt.Errorf("node %s waits for its primary %s to run", spec.ID, upstream.ID)
 	}
@@ -286,7 +297,7 @@ func (rt *Runtime) ensureNode(ctx context.Context, upstream postgres.Spec, upstr
 		}
 	}
 	if statErr != nil || fresh {
-		if err := rt.instances.Stop(ctx, spec, 10*time.Second); err != nil {
+		if err := rt.stopInstance(ctx, spec, 10*time.Second); err != nil {
 			return err
 		}
 		if err := rt.instances.Clone(ctx, upstream, spec, app); err != nil {

@@ -10,18 +10,16 @@ import (
 	"dbcloud/runtime/local/postgres"
 )
 
-// addVersions gives main (the Instances of cfg.BinDir, made with pgCfg) an
-// Instances for every other installed version in cfg.BinDirs, each with
-// its own pool beside main's (pool-<major>), and returns the versions services can run on, oldest
-// first, with their binaries by major. A version that cannot run services
-// (no dbcloud_guard built for it) is left out with a warning: creates
-// asking for it are refused, naming the versions there are.
-func addVersions(cfg Config, pgCfg postgres.Config, main *postgres.Instances) ([]dbcloud.PGVersion, map[int]string, error) {
-	mainMajor, full, err := pgbin.Version(cfg.BinDir)
-	if err != nil {
-		return nil, nil, fmt.Errorf("local runtime: %w", err)
-	}
-	versions := []dbcloud.PGVersion{{Major: mainMajor, Full: full, Extensions: Extensions(cfg.BinDir)}}
+// addVersions gives main (the Instances of cfg.BinDir, which holds
+// mainV, made with pgCfg) an Instances for every other installed version
+// in cfg.BinDirs, each with its own pool beside main's (pool-<major>), and
+// returns the versions services can run on, oldest first, with their
+// binaries by major. A version that cannot run services (no dbcloud_guard
+// built for it) is left out with a warning: creates asking for it are
+// refused, naming the versions there are.
+func addVersions(cfg Config, pgCfg postgres.Config, main *postgres.Instances, mainV dbcloud.PGVersion) ([]dbcloud.PGVersion, map[int]string) {
+	mainMajor := mainV.Major
+	versions := []dbcloud.PGVersion{mainV}
 	binDirs := map[int]string{mainMajor: cfg.BinDir}
 	for major, binDir := range cfg.BinDirs {
 		if major == mainMajor {
@@ -40,7 +38,7 @@ func addVersions(cfg Config, pgCfg postgres.Config, main *postgres.Instances) ([
 		binDirs[major] = binDir
 	}
 	slices.SortFunc(versions, func(a, b dbcloud.PGVersion) int { return a.Major - b.Major })
-	return versions, binDirs, nil
+	return versions, binDirs
 }
 
 // poolSizeOf is the pool kept for a version: the configured one for the
@@ -59,12 +57,19 @@ func poolSizeOf(cfg Config, major int) int {
 
 // versionOf reads binDir's version, which must be major.
 func versionOf(binDir string, major int) (dbcloud.PGVersion, error) {
-	got, full, err := pgbin.Version(binDir)
+	v, err := installedVersion(binDir)
+	if err == nil && v.Major != major {
+		err = fmt.Errorf("%s holds PostgreSQL %s, not %d", binDir, v.Full, major)
+	}
+	return v, err
+}
+
+// installedVersion is the version of binDir's binaries, with the
+// extensions built for it.
+func installedVersion(binDir string) (dbcloud.PGVersion, error) {
+	major, full, err := pgbin.Version(binDir)
 	if err != nil {
 		return dbcloud.PGVersion{}, err
-	}
-	if got != major {
-		return dbcloud.PGVersion{}, fmt.Errorf("%s holds PostgreSQL %s, not %d", binDir, full, major)
 	}
 	return dbcloud.PGVersion{Major: major, Full: full, Extensions: Extensions(binDir)}, nil
 }

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"dbcloud"
+	"dbcloud/internal/supervise"
 	"dbcloud/runtime/local/internal/proc"
+	"dbcloud/runtime/local/postgres"
 	"dbcloud/runtime/local/proxy"
 )
 
@@ -43,10 +45,15 @@ const (
 
 // wakers holds the listeners of the auto-paused services of a runtime.
 type wakers struct {
-	logger  *slog.Logger
-	mu      sync.Mutex
-	handler dbcloud.WakeHandler
-	held    map[string]*pausedService
+	logger *slog.Logger
+	// goroutines runs the accept loops, the asks and the held clients'
+	// sessions, so that a panic in one costs that client, not the
+	// process every tenant's endpoints are held by. Close waits for none
+	// of them: a held client's session lasts as long as the client does.
+	goroutines supervise.Group
+	mu         sync.Mutex
+	handler    dbcloud.WakeHandler
+	held       map[string]*pausedService
 	// released is the generation of each service whose listeners an
 	// ensure let go: a HoldPaused of an older look (the health loop's
 	// list read before the wake) must not take the addresses back from
@@ -141,9 +148,7 @@ func (rt *Runtime) HoldPaused(ctx context.Context, svc *dbcloud.Service) error {
 		return nil
 	}
 	rt.wakes.held[svc.ID] = p
-	for _, l := range p.listeners {
-		go rt.wakes.accept(p, l)
-	}
+	rt.wakes.listen(p)
 	rt.cfg.Logger.Info("auto-paused service's endpoints held for wake on connect", "service", svc.ID, "listeners", len(p.listeners))
 	return nil
 }
@@ -184,6 +189,15 @@ func (rt *Runtime) releaseWake(serviceID string, gen int64) *wakeEpisode {
 	return p.cur
 }
 
+// listen runs an accept loop per listener of p until it is closed.
+func (w *wakers) listen(p *pausedService) {
+	for _, l := range p.listeners {
+		w.goroutines.Loop(context.Background(),
+			supervise.Task{Name: "wake listener", Attrs: []any{"service", p.id, "address", l.Addr().String()}},
+			func(context.Context) { w.accept(p, l) })
+	}
+}
+
 func (w *wakers) accept(p *pausedService, l net.Listener) {
 	for {
 		c, err := l.Accept()
@@ -212,9 +226,12 @@ func (w *wakers) hold(p *pausedService, c net.Conn) {
 	w.mu.Unlock()
 	if first {
 		w.logger.Info("connection to an auto-paused service; waking it", "service", p.id)
-		go w.ask(p, ep, handler)
+		w.goroutines.Go(supervise.Task{Name: "wake", Attrs: []any{"service", p.id}, OnPanic: func(err *supervise.PanicError) {
+			w.failEpisode(p, ep, err)
+		}}, func() { w.ask(p, ep, handler) })
 	}
-	go w.serveHeld(p, ep, c)
+	w.goroutines.Go(supervise.Task{Name: "held client", Attrs: []any{"service", p.id}, OnPanic: func(*supervise.PanicError) { c.Close() }},
+		func() { w.serveHeld(p, ep, c) })
 }
 
 // ask records the wake; a refusal (capacity, quota) fails the episode and
@@ -230,12 +247,31 @@ func (w *wakers) ask(p *pausedService, ep *wakeEpisode, handler dbcloud.WakeHand
 		return
 	}
 	w.logger.Warn("wake refused", "service", p.id, "error", err)
+	w.failEpisode(p, ep, err)
+}
+
+// failEpisode tells the episode's held clients why, and leaves the
+// listeners to the next client, which asks again.
+func (w *wakers) failEpisode(p *pausedService, ep *wakeEpisode, err error) {
 	w.mu.Lock()
 	if p.cur == ep {
 		p.cur = nil
 	}
 	w.mu.Unlock()
 	ep.fail(wakeReason(err))
+}
+
+// closeAll closes every held listener, ending the accept loops, when the
+// runtime closes: the next dbcloud process holds the addresses again.
+func (w *wakers) closeAll() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, p := range w.held {
+		for _, l := range p.listeners {
+			l.Close()
+		}
+		delete(w.held, id)
+	}
 }
 
 // wakeReason is what a client may read of a failed wake: a domain error's
@@ -246,6 +282,19 @@ func wakeReason(err error) string {
 		return de.Message
 	}
 	return "the service could not be started; the operator's logs have the details"
+}
+
+// wakeFailure is what the clients held by a wake whose start failed are
+// told: what a status reason would say, except that a paused service does
+// not start by itself once its disk has room again: the engine pauses it
+// again, and the next connection wakes it.
+func wakeFailure(err error) string {
+	var full *postgres.DiskFullError
+	if errors.As(err, &full) {
+		return fmt.Sprintf("The disk holding this service's data is full (%d MiB free); connect again once space is freed (delete other services' data or snapshots, or ask the operator to free disk space).",
+			full.FreeBytes>>20)
+	}
+	return wakeReason(userError(err))
 }
 
 // serveHeld splices a held client to its service once the wake has its

@@ -231,6 +231,11 @@ func RenderConfig(s Spec, osUser string) (postgresqlConf, hbaConf, identConf str
 	return b.String(), renderHBA(s.Sealed), renderIdent(osUser, serverUser)
 }
 
+// PreloadLibraries is the shared_preload_libraries every server of an
+// instance with fromSize runs with, the guard last: what a pg_upgrade run
+// needs on both sides as well.
+func PreloadLibraries(fromSize string) string { return preloadLibraries(fromSize) }
+
 // preloadLibraries returns the size's shared_preload_libraries with the
 // guard added. A size may add libraries but never drop the guard. The guard
 // comes last so its hooks run first: a library preloaded after it (such as

@@ -94,6 +94,13 @@ func superuserSessionSettings() map[string]string {
 // peer authentication maps the OS user dbcloud runs as to the postgres
 // role, so no superuser password exists. The caller closes it.
 func (m *Instances) Connect(ctx context.Context, s Spec, db string) (*pgx.Conn, error) {
+	return m.ConnectWith(ctx, s, db, nil)
+}
+
+// ConnectWith is Connect with more startup settings, which a statement
+// that must come first in its session (TimescaleDB's ALTER EXTENSION ...
+// UPDATE) cannot SET itself.
+func (m *Instances) ConnectWith(ctx context.Context, s Spec, db string, settings map[string]string) (*pgx.Conn, error) {
 	dsn := fmt.Sprintf("host=%s port=%d user=postgres dbname=%s sslmode=disable application_name=dbcloud connect_timeout=10",
 		QuoteDSN(s.RunDir()), s.Port, QuoteDSN(db))
 	cfg, err := pgx.ParseConfig(dsn)
@@ -109,6 +116,9 @@ func (m *Instances) Connect(ctx context.Context, s Spec, db string) (*pgx.Conn, 
 	// own statements give up instead of waiting behind them.
 	cfg.RuntimeParams["lock_timeout"] = TenantLockTimeout
 	cfg.RuntimeParams["statement_timeout"] = TenantStatementTimeout
+	for k, v := range settings {
+		cfg.RuntimeParams[k] = v
+	}
 	// The socket directory is the service user's: a link there in place of
 	// the socket would connect root, as the superuser by peer identity, to
 	// the server of whatever socket it names (another service's).

@@ -1,8 +1,10 @@
 package postgres
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -118,6 +120,7 @@ func (m *Instances) writeConfig(s Spec) error {
 		return err
 	}
 	pgConf, hba, ident := RenderConfig(s, m.osUser)
+	written := false
 	for _, f := range []struct {
 		name string
 		data []byte
@@ -129,11 +132,50 @@ func (m *Instances) writeConfig(s Spec) error {
 		{identFile, []byte(ident), 0o600},
 		{confFile, []byte(pgConf), 0o600},
 	} {
-		if err := m.writeReadOnlyFile(s, s.ConfPath(f.name), f.data, f.perm); err != nil {
+		// Every start rewrites them (a wake too), and each write is an
+		// fsync on the start's path: one already as it would be written
+		// is left alone.
+		path := s.ConfPath(f.name)
+		if m.confFileIs(s, path, f.data, f.perm) {
+			continue
+		}
+		if err := m.writeReadOnlyFile(s, path, f.data, f.perm); err != nil {
 			return err
 		}
+		written = true
+	}
+	if !written {
+		return nil
 	}
 	return atomicfile.SyncDir(s.ConfDir())
+}
+
+// confFileIs reports whether the file at path is what writeReadOnlyFile
+// would make of data: a regular file (no link is followed) with that
+// content, mode and owner.
+func (m *Instances) confFileIs(s Spec, path string, data []byte, perm os.FileMode) bool {
+	uid, gid := -1, -1
+	if s.Owner != nil && m.cred != nil {
+		uid, gid, perm = 0, int(s.Owner.GID), perm|0o040
+	} else if c := m.Owner(s); c != nil {
+		uid, gid = int(c.Uid), int(c.Gid)
+	}
+	f, err := tenantfs.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != perm || fi.Size() != int64(len(data)) {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || uid >= 0 && (int(st.Uid) != uid || int(st.Gid) != gid) {
+		return false
+	}
+	got := make([]byte, len(data)+1) // one more: a file grown since the Stat differs
+	n, _ := io.ReadFull(f, got)
+	return n == len(data) && bytes.Equal(got[:n], data)
 }
 
 // writeReadOnlyFile writes a file of a makeReadOnlyDir directory: root's

@@ -98,6 +98,9 @@ type Instances struct {
 	cgroups   *cgroup.Hierarchy
 	exdevWarn sync.Once
 	oomWarn   sync.Once
+	// volumes, when set, makes each pool entry a volume of its own (see
+	// EntryVolumes).
+	volumes *volume.Volumes
 
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex // per instance Dir
@@ -145,7 +148,13 @@ type Config struct {
 	PoolMaxSize     int
 	PoolMemoryShare float64
 	Identities      Identities
-	Logger          *slog.Logger
+	// Volumes, where it enforces limits (btrfs subvolumes with quotas)
+	// and with Identities, makes every pool entry a volume of its own,
+	// which Claim renames whole to a new service's volume: renames cross
+	// no subvolume, so no entry could be taken into a service's volume
+	// otherwise (see EntryVolumes).
+	Volumes *volume.Volumes
+	Logger  *slog.Logger
 	// Supervisor starts and reaps the postmasters; Cgroups confines them.
 	// Either may be nil for a private one.
 	Supervisor *proc.Supervisor
@@ -197,9 +206,14 @@ func NewInstances(cfg Config) (*Instances, error) {
 	if err != nil {
 		return nil, err
 	}
+	var vols *volume.Volumes
+	if cfg.Volumes != nil && cfg.Volumes.Enforced() && cfg.Identities != nil {
+		vols = cfg.Volumes
+	}
 	return &Instances{
 		BinDir:          cfg.BinDir,
 		PoolDir:         poolDir,
+		volumes:         vols,
 		PoolSize:        cfg.PoolSize,
 		PoolMaxSize:     maxSize,
 		PoolMemoryShare: cfg.PoolMemoryShare,

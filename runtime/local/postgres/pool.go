@@ -193,7 +193,7 @@ func (m *Instances) cleanPool() error {
 		}
 		stale := strings.HasPrefix(name, poolTmpPrefix)
 		if strings.HasPrefix(name, poolReadyPrefix) {
-			_, err := os.Stat(filepath.Join(m.PoolDir, name, "pgdata", "PG_VERSION"))
+			_, err := os.Stat(filepath.Join(m.entryDir(name), "pgdata", "PG_VERSION"))
 			stale = err != nil
 		}
 		if stale {
@@ -239,13 +239,14 @@ func (m *Instances) targetLocked() int { return max(m.PoolSize, m.burstTarget) }
 func (m *Instances) addToPool(ctx context.Context, nice int) (err error) {
 	begin := time.Now()
 	name := randomName()
-	work := filepath.Join(m.PoolDir, poolTmpPrefix+name)
+	entry := filepath.Join(m.PoolDir, poolTmpPrefix+name)
 	defer func() {
 		if err != nil {
 			_ = m.removeEntry(context.WithoutCancel(ctx), poolTmpPrefix+name)
 		}
 	}()
-	if err := os.Mkdir(work, 0o755); err != nil {
+	work, err := m.makeEntry(ctx, entry)
+	if err != nil {
 		return err
 	}
 	// The cluster initdb makes in it is NOCOW on btrfs (see
@@ -270,7 +271,7 @@ func (m *Instances) addToPool(ctx context.Context, nice int) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := os.Rename(work, filepath.Join(m.PoolDir, poolReadyPrefix+name)); err != nil {
+	if err := os.Rename(entry, filepath.Join(m.PoolDir, poolReadyPrefix+name)); err != nil {
 		return err
 	}
 	if err := atomicfile.SyncDir(m.PoolDir); err != nil {
@@ -337,17 +338,19 @@ func (m *Instances) removeEntry(ctx context.Context, name string) error {
 	for _, prefix := range []string{poolGonePrefix, poolTmpPrefix, poolReadyPrefix} {
 		key = strings.TrimPrefix(key, prefix)
 	}
-	// A template is the Instances' own, no identity's.
-	if m.Identities == nil || strings.HasPrefix(key, poolTemplatePrefix) {
+	// A template is the Instances' own, no identity's, and no volume.
+	if strings.HasPrefix(key, poolTemplatePrefix) {
 		return removeWorkDir(dir)
 	}
-	if err := stopWork(dir); err != nil {
-		return err
+	if m.Identities != nil {
+		if err := stopWork(m.entryDir(name)); err != nil {
+			return err
+		}
+		if err := m.Identities.Remove(ctx, PoolIdentityKey(key)); err != nil {
+			return err
+		}
 	}
-	if err := m.Identities.Remove(ctx, PoolIdentityKey(key)); err != nil {
-		return err
-	}
-	return os.RemoveAll(dir)
+	return m.removeEntryDir(ctx, dir)
 }
 
 func randomName() string {
@@ -446,9 +449,11 @@ func (m *Instances) poolEntries() (ready []string, preparing int) {
 // Claim takes a prepared cluster for a new service: it renames a whole
 // ready entry to dst (which must not exist, on the pool's filesystem), so
 // dst/pgdata is the cluster, and returns the osuser key of the OS identity
-// its files belong to ("" without Identities). ok is false when there is
-// none to take (see claimEntry); the caller then makes the identity and
-// Prepare the cluster as before.
+// its files belong to ("" without Identities). With EntryVolumes the
+// entry is a volume, dst the new service's directory (its volume, limited
+// by the caller after), and dst/PoolVolumeEntry/pgdata the cluster. ok is
+// false when there is none to take (see claimEntry); the caller then
+// makes the identity and Prepare the cluster as before.
 func (m *Instances) Claim(ctx context.Context, dst string) (key string, ok bool, err error) {
 	name, err := m.claimEntry(ctx, dst, false)
 	if err != nil || name == "" {
@@ -467,6 +472,11 @@ func (m *Instances) Claim(ctx context.Context, dst string) (key string, ok bool,
 // its pgdata would let a concurrent Claim take the rest, an entry without
 // a cluster.
 func (m *Instances) takeFromPool(ctx context.Context, pgdata string) (string, error) {
+	// An entry that is a volume comes out of it only with a claim, whole
+	// (Claim): its cluster cannot be renamed out of it.
+	if m.volumes != nil {
+		return "", nil
+	}
 	hold := filepath.Join(filepath.Dir(pgdata), ".pool-take")
 	// What a crash left here was taken already and is nobody's.
 	if err := m.dropTaken(ctx, hold); err != nil {

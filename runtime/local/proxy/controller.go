@@ -70,6 +70,16 @@ func (c *Controller) Running(dir string) bool {
 // The proxy runs as owner (nil: dbcloud's own user), which owns dir: it
 // faces the network, so it never runs as root when dbcloud does.
 func (c *Controller) Set(ctx context.Context, dir string, owner *syscall.Credential, listen []string, targets ...string) error {
+	return c.apply(ctx, dir, owner, proxyConfig{Listen: listen, Targets: targets})
+}
+
+// Pause is Set with every new connection held, not forwarded, until the
+// next Set: existing connections stay as they are.
+func (c *Controller) Pause(ctx context.Context, dir string, owner *syscall.Credential, listen []string, targets ...string) error {
+	return c.apply(ctx, dir, owner, proxyConfig{Listen: listen, Targets: targets, Paused: true})
+}
+
+func (c *Controller) apply(ctx context.Context, dir string, owner *syscall.Credential, cfg proxyConfig) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
@@ -80,7 +90,7 @@ func (c *Controller) Set(ctx context.Context, dir string, owner *syscall.Credent
 		}
 		opts = append(opts, atomicfile.Owner(int(owner.Uid), int(owner.Gid)))
 	}
-	cfg := proxyConfig{Generation: time.Now().UnixNano(), Listen: listen, Targets: targets}
+	cfg.Generation = time.Now().UnixNano()
 	data, _ := json.Marshal(cfg)
 	if err := atomicfile.Write(filepath.Join(dir, proxyConfigFile), data, 0o600, opts...); err != nil {
 		return err

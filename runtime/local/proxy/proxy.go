@@ -45,6 +45,10 @@ const (
 	proxyApplyTimeout = 5 * time.Second
 	// proxyDialTimeout bounds one attempt to reach a target.
 	proxyDialTimeout = 5 * time.Second
+	// proxyHoldTimeout bounds how long a paused proxy holds a new
+	// connection before it closes it: a switch that takes longer has
+	// failed, and the client is better told by a closed connection.
+	proxyHoldTimeout = 30 * time.Second
 )
 
 // proxyConfig is what an endpoint proxy does: listen on the endpoint
@@ -61,6 +65,11 @@ type proxyConfig struct {
 	// round-robin over them, skipping one that refuses. None refuses every
 	// connection (between fencing the old primary and promoting the new).
 	Targets []string `json:"targets"`
+	// Paused holds every new connection, accepted but not forwarded,
+	// until a config without it (or proxyHoldTimeout): a major version
+	// switch moves the service to another server while no new session
+	// reaches the old one, and its clients wait instead of failing.
+	Paused bool `json:"paused,omitempty"`
 }
 
 // Run runs the endpoint proxy whose files are in args[0] until ctx
@@ -107,6 +116,10 @@ type proxy struct {
 	next      int // round-robin position in targets
 	listeners map[string]net.Listener
 	conns     map[net.Conn]string // both sides of every forwarded connection -> its target
+	// resume is open while the proxy is paused and closed when it
+	// resumes; held counts the connections waiting on it.
+	resume chan struct{}
+	held   int
 }
 
 func (p *proxy) reload() error {
@@ -149,6 +162,14 @@ func (p *proxy) reload() error {
 		}
 	}
 	p.targets = cfg.Targets
+	// Targets first, then the resume: a held connection dials the new ones.
+	switch {
+	case cfg.Paused && p.resume == nil:
+		p.resume = make(chan struct{})
+	case !cfg.Paused && p.resume != nil:
+		close(p.resume)
+		p.resume = nil
+	}
 	if len(errs) == 0 {
 		p.gen = cfg.Generation
 	}
@@ -174,6 +195,10 @@ func (p *proxy) serve(l net.Listener) {
 }
 
 func (p *proxy) forward(client net.Conn) {
+	if !p.hold() {
+		client.Close()
+		return
+	}
 	server, target := p.dial()
 	if server == nil {
 		client.Close()
@@ -193,6 +218,33 @@ func (p *proxy) forward(client net.Conn) {
 	delete(p.conns, client)
 	delete(p.conns, server)
 	p.mu.Unlock()
+}
+
+// hold waits while the proxy is paused; false when the pause outlasted
+// proxyHoldTimeout.
+func (p *proxy) hold() bool {
+	p.mu.Lock()
+	resume := p.resume
+	if resume != nil {
+		p.held++
+	}
+	p.mu.Unlock()
+	if resume == nil {
+		return true
+	}
+	defer func() {
+		p.mu.Lock()
+		p.held--
+		p.mu.Unlock()
+	}()
+	t := time.NewTimer(proxyHoldTimeout)
+	defer t.Stop()
+	select {
+	case <-resume:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // dial connects to the next target in turn, trying each once: a replica

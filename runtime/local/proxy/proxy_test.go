@@ -137,3 +137,66 @@ func TestProxy_Balancing(t *testing.T) {
 		t.Fatalf("connection reached %q with no targets", name)
 	}
 }
+
+// applyPaused is applyProxyConfig with the proxy paused.
+func applyPaused(t *testing.T, p *proxy, gen int64, listen string, targets ...string) {
+	t.Helper()
+	data, _ := json.Marshal(proxyConfig{Generation: gen, Listen: []string{listen}, Targets: targets, Paused: true})
+	if err := os.WriteFile(filepath.Join(p.dir, proxyConfigFile), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.reload(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestProxy_PauseHoldsNewConnections: a paused proxy holds a new
+// connection instead of forwarding it to the old target, keeps the ones
+// already open, and on resume forwards the held one to the new target (a
+// major version switch: no session reaches the old server once paused).
+func TestProxy_PauseHoldsNewConnections(t *testing.T) {
+	p := &proxy{dir: t.TempDir(), listeners: map[string]net.Listener{}, conns: map[net.Conn]string{}}
+	t.Cleanup(p.closeAll)
+	blue, green := startBackend(t, "blue"), startBackend(t, "green")
+	listen := freeLoopbackAddr(t)
+	applyProxyConfig(t, p, 1, listen, blue.addr())
+	name, open := greet(t, listen)
+	if name != "blue" {
+		t.Fatalf("before the pause a connection reached %q, want blue", name)
+	}
+	defer open.Close()
+
+	applyPaused(t, p, 2, listen, blue.addr())
+	held, err := net.Dial("tcp", listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p.mu.Lock()
+		n := p.held
+		p.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			held.SetReadDeadline(time.Now().Add(time.Second))
+			line, _ := bufio.NewReader(held).ReadString('\n')
+			t.Fatalf("paused proxy holds %d connections, want 1 (the new one reached %q)", n, line)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	applyProxyConfig(t, p, 3, listen, green.addr())
+	held.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(held).ReadString('\n')
+	if err != nil || line != "green\n" {
+		t.Fatalf("held connection after resume read %q (%v), want green", line, err)
+	}
+	// The one open before the pause was to blue, which left: closed.
+	open.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := open.Read(make([]byte, 1)); err == nil {
+		t.Fatal("connection to the old target still open after the switch")
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -109,10 +110,22 @@ func btrfsQuotasEnabled(ctx context.Context, dir string) bool {
 // filesystem.
 type Volumes struct {
 	fs Filesystem
+	mu sync.Mutex
+	// limits is the limit this process last set on each volume, so that
+	// a Create of a volume already at its limit (every start and every
+	// wake of a service) runs no btrfs command on the start's path.
+	limits map[string]setLimit
+}
+
+// setLimit is a limit set on one volume: a volume removed and made again
+// at the same path is born again, and is another.
+type setLimit struct {
+	born  unix.StatxTimestamp
+	limit int64
 }
 
 // New returns the volumes of a filesystem Probe described.
-func New(fs Filesystem) *Volumes { return &Volumes{fs: fs} }
+func New(fs Filesystem) *Volumes { return &Volumes{fs: fs, limits: map[string]setLimit{}} }
 
 // Filesystem is what the volumes live on.
 func (v *Volumes) Filesystem() Filesystem { return v.fs }
@@ -141,7 +154,49 @@ func (v *Volumes) Create(ctx context.Context, dir string, mode fs.FileMode, limi
 	if err := os.Chmod(dir, mode); err != nil {
 		return err
 	}
+	if born, ok := birth(dir); ok && v.limitSet(dir, born, limit) {
+		return nil
+	}
 	return v.SetLimit(ctx, dir, limit)
+}
+
+// birth is when dir was made, where the filesystem says (btrfs does).
+func birth(dir string) (unix.StatxTimestamp, bool) {
+	var st unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, dir, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BTIME, &st); err != nil || st.Mask&unix.STATX_BTIME == 0 {
+		return unix.StatxTimestamp{}, false
+	}
+	return st.Btime, true
+}
+
+// limitSet reports whether this process set limit on the volume born at
+// born at dir.
+func (v *Volumes) limitSet(dir string, born unix.StatxTimestamp, limit int64) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	got, ok := v.limits[dir]
+	return ok && got.born == born && got.limit == limit
+}
+
+// recordLimit remembers the limit set on dir; forgetLimit forgets it.
+func (v *Volumes) recordLimit(dir string, limit int64) {
+	born, ok := birth(dir)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.limits == nil {
+		v.limits = map[string]setLimit{}
+	}
+	if ok {
+		v.limits[dir] = setLimit{born: born, limit: limit}
+	} else {
+		delete(v.limits, dir)
+	}
+}
+
+func (v *Volumes) forgetLimit(dir string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	delete(v.limits, dir)
 }
 
 // SetLimit sets the volume's limit on what it references (its files,
@@ -157,8 +212,12 @@ func (v *Volumes) SetLimit(ctx context.Context, dir string, limit int64) error {
 	if limit > 0 {
 		size = strconv.FormatInt(limit, 10)
 	}
-	_, err := btrfs(ctx, "qgroup", "limit", size, dir)
-	return err
+	if _, err := btrfs(ctx, "qgroup", "limit", size, dir); err != nil {
+		v.forgetLimit(dir)
+		return err
+	}
+	v.recordLimit(dir, limit)
+	return nil
 }
 
 // Usage is a volume's size as the filesystem accounts it.
@@ -247,6 +306,7 @@ func (v *Volumes) Remove(ctx context.Context, dir string) error {
 	}
 	// Nested subvolumes (none are made today) would make this fail loudly
 	// rather than leave half a volume.
+	v.forgetLimit(dir)
 	_, err = btrfs(ctx, "subvolume", "delete", "--commit-after", dir)
 	return err
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 
@@ -121,6 +122,32 @@ func TestImageVolumes(t *testing.T) {
 	if err := v.Create(ctx, svc, 0o700, 32<<20); err != nil {
 		t.Fatalf("create of an existing volume: %v", err)
 	}
+	limitOf := func() int64 {
+		t.Helper()
+		u, err := v.Usage(ctx, svc, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.Limit
+	}
+	// A Create of a volume this process has limited already (every start
+	// of a service) runs no btrfs command: a limit changed behind its
+	// back stays; SetLimit always sets it.
+	if _, err := btrfs(ctx, "qgroup", "limit", strconv.Itoa(48<<20), svc); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Create(ctx, svc, 0o700, 32<<20); err != nil {
+		t.Fatal(err)
+	}
+	if got := limitOf(); got != 48<<20 {
+		t.Errorf("a Create of a volume at its limit set it again (limit %d)", got)
+	}
+	if err := v.SetLimit(ctx, svc, 32<<20); err != nil {
+		t.Fatal(err)
+	}
+	if got := limitOf(); got != 32<<20 {
+		t.Fatalf("limit %d after SetLimit, want %d", got, 32<<20)
+	}
 
 	data := filepath.Join(svc, "data")
 	writeFile(t, data, 8<<20)
@@ -156,6 +183,17 @@ func TestImageVolumes(t *testing.T) {
 	}
 	if err := v.Remove(ctx, svc); err != nil {
 		t.Fatalf("removing a removed volume: %v", err)
+	}
+	// Made again at the same path with the limit it had, it is another
+	// volume and gets its limit.
+	if err := v.Create(ctx, svc, 0o700, 128<<20); err != nil {
+		t.Fatal(err)
+	}
+	if got := limitOf(); got != 128<<20 {
+		t.Fatalf("a volume made again has limit %d, want %d", got, 128<<20)
+	}
+	if err := v.Remove(ctx, svc); err != nil {
+		t.Fatal(err)
 	}
 
 	before := fsSize(t, im.Dir)

@@ -1,0 +1,152 @@
+package engine_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"dbcloud"
+	"dbcloud/cloud"
+	"dbcloud/engine"
+)
+
+// TestEngine_WakeFailedPausesAgain: a wake whose start fails (the
+// instance's disk full) is not retried into a start nobody waits for: the
+// service goes back to PAUSED, still auto-paused, with the wake failed and
+// nothing pending, and the runtime was asked to hold it paused again under
+// a newer generation (so that it takes its endpoints back); the next wake
+// succeeds.
+func TestEngine_WakeFailedPausesAgain(t *testing.T) {
+	f := newFixture(t)
+	f.engine(t, "a")
+	v, err := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: "db"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := v.Service.ID
+	f.waitStatus(t, id, dbcloud.StatusReady)
+	if _, err := f.cloud.SetAutoPause(f.ctx, f.pid, id, 60); err != nil {
+		t.Fatal(err)
+	}
+	f.pausedByIdleClock(t, id)
+
+	full := dbcloud.Errorf(dbcloud.KindUnavailable, "The disk holding this service's data is full.")
+	f.prov.mu.Lock()
+	f.prov.fail[id] = []error{full}
+	f.prov.mu.Unlock()
+	if err := f.cloud.WakeService(t.Context(), f.pid, id); err != nil {
+		t.Fatal(err)
+	}
+	got := f.waitFor(t, id, "PAUSED with nothing pending after the failed wake", func(v *cloud.ServiceView, err error) bool {
+		return err == nil && v.Service.Status == dbcloud.StatusPaused && len(f.pending(t, id)) == 0
+	})
+	if !got.Service.AutoPaused() {
+		t.Errorf("after a failed wake: running %v paused_at %v, want auto-paused", got.Service.Spec.Running, got.Service.PausedAt)
+	}
+	var wake *dbcloud.Operation
+	f.store.View(t.Context(), func(tx dbcloud.Tx) error {
+		ops, err := tx.ListOperations(dbcloud.OperationFilter{ResourceID: id})
+		for _, op := range ops {
+			if op.Type == dbcloud.OpWake {
+				wake = op
+			}
+		}
+		return err
+	})
+	if wake == nil || wake.Type != dbcloud.OpWake || wake.State != dbcloud.OpFailed || wake.Error != full.Message {
+		t.Errorf("last operation %+v, want the wake failed with the disk's reason", wake)
+	}
+	f.prov.mu.Lock()
+	last, running := f.prov.last[id], f.prov.running[id]
+	f.prov.mu.Unlock()
+	if running || !last.AutoPaused() || last.Generation != got.Service.Generation {
+		t.Errorf("the runtime was last asked for running %v auto-paused %v at generation %d (service at %d); want it held paused at the service's generation",
+			running, last.AutoPaused(), last.Generation, got.Service.Generation)
+	}
+
+	if err := f.cloud.WakeService(t.Context(), f.pid, id); err != nil {
+		t.Fatal(err)
+	}
+	f.waitStatus(t, id, dbcloud.StatusReady)
+}
+
+// pausedByIdleClock records the service as the engine's autoPause and
+// its operation leave it: auto-paused at 60 s, PAUSED, nothing pending.
+func (f *fixture) pausedByIdleClock(t *testing.T, id string) {
+	t.Helper()
+	now := time.Now()
+	if err := f.store.Update(t.Context(), func(tx dbcloud.Tx) error {
+		ops, err := tx.ListOperations(dbcloud.OperationFilter{ResourceID: id, Pending: true})
+		if err != nil {
+			return err
+		}
+		for _, op := range ops {
+			op.State = dbcloud.OpSucceeded
+			if err := tx.UpdateOperation(op); err != nil {
+				return err
+			}
+		}
+		s, err := tx.FindService(f.pid, id)
+		if err != nil {
+			return err
+		}
+		s.AutoPause = &dbcloud.AutoPause{IdleSeconds: 60}
+		s.Spec.Running, s.PausedAt, s.Status = false, &now, dbcloud.StatusPaused
+		s.Generation++
+		s.ObservedGeneration = s.Generation
+		return tx.UpdateService(s)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waker is the stand-in runtime with the Waker capability: it records the
+// services whose endpoints it was asked to hold.
+type waker struct {
+	*provisioner
+	held chan string
+}
+
+func (w *waker) SetWakeHandler(dbcloud.WakeHandler) {}
+
+func (w *waker) HoldPaused(_ context.Context, svc *dbcloud.Service) error {
+	select {
+	case w.held <- svc.ID:
+	default:
+	}
+	return nil
+}
+
+// TestEngine_OpenHoldsPausedEndpoints: after a restart of dbcloud the
+// auto-paused services' endpoints are held before Open returns, so before
+// the API answers: a client that sees the new process answer and then
+// connects to a paused service wakes it instead of being refused (the
+// health loop's first round, in a goroutine of its own, came too late for
+// clients that waited on the API).
+func TestEngine_OpenHoldsPausedEndpoints(t *testing.T) {
+	f := newFixture(t)
+	v, err := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: "db"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := v.Service.ID
+	f.pausedByIdleClock(t, id) // the create done by an engine before the restart
+
+	w := &waker{provisioner: f.prov, held: make(chan string, 1)}
+	e := engine.New(f.store, w, "a", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	e.HealthInterval = time.Hour // only Open itself may hold it
+	if err := e.Open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	select {
+	case got := <-w.held:
+		if got != id {
+			t.Errorf("held %s, want %s", got, id)
+		}
+	default:
+		t.Error("Open returned before the paused service's endpoints were held")
+	}
+}
