@@ -320,6 +320,19 @@ func (e *Engine) lease(parent context.Context, resourceID string, begin func(tx 
 		}
 		return nil, nil, false
 	}
+	// The lease counts from before the statement, and a store may answer
+	// well after its commit (the PostgreSQL store waits until the other
+	// planes have applied a write that moved a change counter, as begin's
+	// do): with less than two thirds of it left, it is renewed before any
+	// work starts, as the renewals would have; if another plane has taken
+	// it meanwhile, this one does nothing.
+	if now := e.now(); now.After(held.Add(e.LeaseTTL / 3)) {
+		if ok, err := acquire(parent, now, nil); err != nil || !ok {
+			e.Logger.Warn("lease expired while it was taken", "resource", resourceID, "taken_ms", now.Sub(held).Milliseconds(), "error", err)
+			return nil, nil, false
+		}
+		held = now
+	}
 	e.leasesHeld.Add(1)
 	ctx, cancel := context.WithCancel(parent)
 	done := make(chan struct{})
