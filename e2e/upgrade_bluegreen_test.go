@@ -113,9 +113,12 @@ func (w *writer) longestGap(from, to time.Time) time.Duration {
 
 // TestUpgrade_BlueGreen upgrades a PostgreSQL 15 service to 17 by
 // BLUE_GREEN (decisions.md section 11) under a writer committing one row
-// at a time through the endpoint: every acknowledged row is on the new
-// cluster, which says 17 on the same host and port; the writer's session
-// at the switch was ended with an error saying why (57P01); the old
+// at a time through the endpoint: the 15 service writes logical WAL from
+// its creation, so the old primary serves without a restart until the
+// switch (the same postmaster, the writer's session untouched, through
+// the copy); every acknowledged row is on the new cluster, which says 17
+// on the same host and port; the writer's session at the switch was
+// ended with an error saying why (57P01); the old
 // passwords work; a table without a key kept its rows; a schema change
 // during the copy is refused naming the upgrade; every step is in the
 // event stream. Then ROLLBACK returns to 15 with the rows from before the
@@ -136,6 +139,10 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 		CREATE ROLE app LOGIN PASSWORD 'app-secret-1'`); err != nil {
 		t.Fatal(err)
 	}
+	if v := queryValues(t, db, `SHOW wal_level`); !slices.Equal(v, []string{"logical"}) {
+		t.Errorf("wal_level of a new 15 service on a host with 17: %q, want logical (the upgrade would restart it)", v)
+	}
+	started := queryValues(t, db, `SELECT pg_postmaster_start_time()::text`)
 	db.Close(ctx)
 	w := startWriter(s, svc.service, pw)
 	defer w.stop()
@@ -165,6 +172,10 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 		// A password changed during the copy is the one that works after.
 		if _, err := ddl.Exec(ctx, "ALTER ROLE app PASSWORD 'app-secret-2'"); err != nil {
 			t.Errorf("a password change during the copy: %v", err)
+		}
+		// The old primary has not restarted: no pause before the switch.
+		if v := queryValues(t, ddl, `SELECT pg_postmaster_start_time()::text`); !slices.Equal(v, started) {
+			t.Errorf("the old primary restarted before the copy: started %q, was %q", v, started)
 		}
 		var version string
 		_, err := ddl.Exec(ctx, "CREATE TABLE during_copy (v int)")
@@ -243,6 +254,10 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 			continue
 		}
 		ended = append(ended, e.at.Format("15:04:05.000")+" "+e.err.Severity+" "+e.err.Code+" "+e.err.Message)
+		if e.at.Before(stepAt["copy"]) {
+			t.Errorf("the writer's session was ended before the copy had finished (%s): %s %s %s",
+				stepAt["copy"].Format("15:04:05.000"), e.err.Severity, e.err.Code, e.err.Message)
+		}
 		sawSwitch = sawSwitch || (e.err.Code == "57P01" && e.err.Severity == "FATAL" && e.at.After(stepAt["copy"]) && e.at.Before(stepAt["switch"]))
 	}
 	if duplicates > 0 {
