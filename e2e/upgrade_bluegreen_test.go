@@ -18,12 +18,14 @@ import (
 
 // writer commits one numbered row at a time through a service's endpoint
 // until stopped, reconnecting when its session ends; it keeps what was
-// acknowledged, when, and the errors that ended sessions.
+// acknowledged, when, the errors that ended sessions and those of the
+// server that refused new ones.
 type writer struct {
 	mu      sync.Mutex
 	acked   []int64
 	commits []time.Time
 	ended   []endedSession
+	refused []endedSession
 	cancel  context.CancelFunc
 	done    sync.WaitGroup
 }
@@ -45,6 +47,12 @@ func startWriter(s *server, svc service, pw string) *writer {
 		for ctx.Err() == nil {
 			c, err := s.connect(ctx, svc, pw)
 			if err != nil {
+				var pe *pgconn.PgError
+				if errors.As(err, &pe) {
+					w.mu.Lock()
+					w.refused = append(w.refused, endedSession{pe, time.Now()})
+					w.mu.Unlock()
+				}
 				time.Sleep(5 * time.Millisecond)
 				continue
 			}
@@ -118,7 +126,8 @@ func (w *writer) longestGap(from, to time.Time) time.Duration {
 // switch (the same postmaster, the writer's session untouched, through
 // the copy); every acknowledged row is on the new cluster, which says 17
 // on the same host and port; the writer's session at the switch was
-// ended with an error saying why (57P01); the old
+// ended with an error saying why (57P01), and its new connections then
+// were held, not refused by the old primary; the old
 // passwords work; a table without a key kept its rows; a schema change
 // during the copy is refused naming the upgrade; every step is in the
 // event stream. Then ROLLBACK returns to 15 with the rows from before the
@@ -263,6 +272,15 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 	if duplicates > 0 {
 		t.Errorf("the writer hit a duplicate key %d times (a sequence behind its table)", duplicates)
 	}
+	// New connections at the switch wait (in the old primary's listen
+	// queue) rather than being refused by it.
+	for _, e := range w.refused {
+		if e.err.Code == "28000" {
+			t.Errorf("a connection at %s was refused by the old primary: %s %s %s (want it held until the switch)",
+				e.at.Format("15:04:05.000"), e.err.Severity, e.err.Code, e.err.Message)
+			break
+		}
+	}
 	if !sawSwitch {
 		t.Errorf("the writer's session at the switch (%s to %s) was not ended with FATAL 57P01; sessions ended by %q",
 			stepAt["copy"].Format("15:04:05.000"), stepAt["switch"].Format("15:04:05.000"), ended)
@@ -304,15 +322,27 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 	}
 }
 
-// TestUpgrade_BlueGreenKilledMidway kills dbcloud (SIGKILL) while a
-// BLUE_GREEN upgrade has made the new cluster and its schema (as its
-// subscriptions are made): after the restart the
-// attempt is undone from bluegreen.json (the new cluster removed, the old
-// one cleaned) and made again, and the service ends READY on 17 with its
-// rows, its DDL no longer refused.
+// TestUpgrade_BlueGreenKilledMidway kills dbcloud (SIGKILL) during a
+// BLUE_GREEN upgrade of a service whose primary listens on the endpoint
+// itself, and restarts it. Killed once the new cluster has its schema (as
+// its subscriptions are made), before the commit point: the attempt is
+// undone from bluegreen.json (the new cluster removed, the old one
+// cleaned) and made again. Killed once the new cluster has every commit
+// (the commit point written: the old primary may be left stopped with
+// SIGSTOP, its clients held): the switch is finished. Either way the
+// service ends READY on 17 with its rows, its DDL no longer refused.
 func TestUpgrade_BlueGreenKilledMidway(t *testing.T) {
 	t.Parallel()
 	requirePGVersion(t, 17)
+	for _, at := range []string{"schema", "caught_up"} {
+		t.Run(at, func(t *testing.T) { killBlueGreenAt(t, at) })
+	}
+}
+
+// killBlueGreenAt upgrades a service by BLUE_GREEN, kills dbcloud when
+// the upgrade's step at is in the event stream, restarts it, and checks
+// the service ends upgraded.
+func killBlueGreenAt(t *testing.T, at string) {
 	s := newServer(t)
 	ctx := context.Background()
 	svc, pw := s.createOn(t, 15, nil)
@@ -329,7 +359,7 @@ func TestUpgrade_BlueGreenKilledMidway(t *testing.T) {
 		t.Fatalf("upgrade: %d %s", code, accepted.Message)
 	}
 	readUntil(t, stream, 0, func(e streamEvent) bool {
-		return e.Type == "service.upgrade_step" && e.ResourceID == svc.ServiceID && e.Status == "schema"
+		return e.Type == "service.upgrade_step" && e.ResourceID == svc.ServiceID && e.Status == at
 	})
 	closeStream()
 	s.kill()
