@@ -345,38 +345,8 @@ func TestUpgrade_BlueGreenKilledMidway(t *testing.T) {
 func killBlueGreenAt(t *testing.T, at string) {
 	s := newServer(t)
 	ctx := context.Background()
-	svc, pw := s.createOn(t, 15, nil)
-	db := s.mustConnect(svc.service, pw)
-	if _, err := db.Exec(ctx, `CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t SELECT i, md5(i::text) FROM generate_series(1, 5000) i`); err != nil {
-		t.Fatal(err)
-	}
-	db.Close(ctx)
-	evctx, cancel := context.WithTimeout(ctx, upgradeWithin)
-	defer cancel()
-	stream, closeStream := s.events(evctx, "0")
-	var accepted service
-	if code := s.call("POST", s.services()+"/"+svc.ServiceID+"/upgrade", map[string]any{"pg_version": 17, "method": "BLUE_GREEN"}, &accepted); code != 202 {
-		t.Fatalf("upgrade: %d %s", code, accepted.Message)
-	}
-	readUntil(t, stream, 0, func(e streamEvent) bool {
-		return e.Type == "service.upgrade_step" && e.ResourceID == svc.ServiceID && e.Status == at
-	})
-	closeStream()
-	s.kill()
-	s.start()
-	back := s.waitStatus(svc.ServiceID, "READY", upgradeWithin)
-	var got versionedService
-	if code := s.call("GET", s.services()+"/"+svc.ServiceID, nil, &got); code != 200 || got.Metadata.PGVersion != 17 || back.StatusReason != "" {
-		t.Fatalf("after the restart: %d, metadata %+v, reason %q", code, got.Metadata, back.StatusReason)
-	}
-	db = s.mustConnect(back, pw)
+	svc, db := s.killMidUpgrade(t, "BLUE_GREEN", at)
 	defer db.Close(ctx)
-	if v := queryValues(t, db, `SHOW server_version`); len(v) != 1 || !strings.HasPrefix(v[0], "17.") {
-		t.Errorf("server_version %q, want 17", v)
-	}
-	if v := queryValues(t, db, `SELECT count(*)::text FROM t`); !slices.Equal(v, []string{"5000"}) {
-		t.Errorf("rows after the interrupted upgrade: %q", v)
-	}
 	if _, err := db.Exec(ctx, "CREATE TABLE after_upgrade (v int)"); err != nil {
 		t.Errorf("DDL after the upgrade: %v", err)
 	}

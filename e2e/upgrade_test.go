@@ -218,6 +218,17 @@ func TestUpgrade_KilledMidway(t *testing.T) {
 	t.Parallel()
 	requirePGVersion(t, 17)
 	s := newServer(t)
+	_, db := s.killMidUpgrade(t, "", "stop")
+	db.Close(context.Background())
+}
+
+// killMidUpgrade makes a service on 15 with 5,000 rows, asks for its
+// upgrade to 17 (IN_PLACE when method is ""), kills dbcloud (SIGKILL) as
+// the upgrade's step named step begins and starts it again. The upgrade
+// must end READY on 17 with every row; it returns the service and a
+// session on it for the caller's own checks.
+func (s *server) killMidUpgrade(t *testing.T, method, step string) (service, *pgx.Conn) {
+	t.Helper()
 	ctx := context.Background()
 	svc, pw := s.createOn(t, 15, nil)
 	db := s.mustConnect(svc.service, pw)
@@ -228,12 +239,16 @@ func TestUpgrade_KilledMidway(t *testing.T) {
 	evctx, cancel := context.WithTimeout(ctx, upgradeWithin)
 	defer cancel()
 	stream, closeStream := s.events(evctx, "0")
+	body := map[string]any{"pg_version": 17}
+	if method != "" {
+		body["method"] = method
+	}
 	var accepted service
-	if code := s.call("POST", s.services()+"/"+svc.ServiceID+"/upgrade", map[string]any{"pg_version": 17}, &accepted); code != 202 {
+	if code := s.call("POST", s.services()+"/"+svc.ServiceID+"/upgrade", body, &accepted); code != 202 {
 		t.Fatalf("upgrade: %d %s", code, accepted.Message)
 	}
 	readUntil(t, stream, 0, func(e streamEvent) bool {
-		return e.Type == "service.upgrade_step" && e.ResourceID == svc.ServiceID && e.Status == "stop"
+		return e.Type == "service.upgrade_step" && e.ResourceID == svc.ServiceID && e.Status == step
 	})
 	closeStream()
 	s.kill()
@@ -247,7 +262,8 @@ func TestUpgrade_KilledMidway(t *testing.T) {
 	if v := queryValues(t, db, `SHOW server_version`); len(v) != 1 || !strings.HasPrefix(v[0], "17.") {
 		t.Errorf("server_version %q, want 17", v)
 	}
-	if got := queryValues(t, db, `SELECT count(*)::text FROM t`); !slices.Equal(got, []string{"5000"}) {
-		t.Errorf("rows after the interrupted upgrade: %q", got)
+	if v := queryValues(t, db, `SELECT count(*)::text FROM t`); !slices.Equal(v, []string{"5000"}) {
+		t.Errorf("rows after the interrupted upgrade: %q", v)
 	}
+	return back, db
 }
