@@ -361,7 +361,11 @@ func (b *bgRun) switchOver(ctx context.Context, st *bgState) error {
 	if err := b.holdNewSessions(ctx, st, blue); err != nil {
 		return err
 	}
-	ended, err := b.endSessions(ctx, sessions)
+	postmaster, ok := b.rt.instances.Running(blue)
+	if !ok {
+		return fmt.Errorf("blue/green switch of %s: the old primary is not running", b.svc.ID)
+	}
+	ended, err := b.endSessions(ctx, sessions, postmaster)
 	if err != nil {
 		return err
 	}
@@ -383,31 +387,6 @@ func (b *bgRun) switchOver(ctx context.Context, st *bgState) error {
 	b.done("caught_up", fmt.Sprintf("writes paused; %d sessions ended; the new cluster has every write up to %s; %d sequences copied (%d ms)",
 		ended, lsn, seqs, time.Since(paused).Milliseconds()))
 	return nil
-}
-
-// readyDirect readies the switch of a Direct blue outside its pause: the
-// proxy that is to take the endpoint starts, bound to nothing, and a
-// checkpoint on blue leaves little WAL to recover at its next start.
-func (b *bgRun) readyDirect(ctx context.Context, blue, green postgres.Spec) error {
-	if err := b.rt.setProxy(ctx, b.svc.ID, b.base.Owner, nil, b.target(green)); err != nil {
-		return err
-	}
-	return b.execEach(ctx, blue, "postgres", false, "CHECKPOINT")
-}
-
-// holdNewSessions stops new sessions reaching blue: held at the proxy,
-// or, for a Direct blue, in its listen queue (bluegreen_hold.go), its
-// pg_hba.conf sealed first (a reload).
-func (b *bgRun) holdNewSessions(ctx context.Context, st *bgState, blue postgres.Spec) error {
-	if !st.Direct {
-		return b.rt.pauseProxy(ctx, b.svc.ID, b.base.Owner, b.rt.proxyListen(b.svc), b.target(blue))
-	}
-	sealed := blue
-	sealed.Sealed = true
-	if _, err := b.rt.instances.Reload(ctx, sealed); err != nil {
-		return err
-	}
-	return b.holdNew(blue)
 }
 
 // finishSwitch makes green the service's primary and the proxy's target,
@@ -432,6 +411,9 @@ func (b *bgRun) finishSwitch(ctx context.Context, st *bgState) error {
 		}
 	}
 	blue, green := b.blueSpec(ha, st, true), b.greenSpec(ha, st, false)
+	// Blue stays sealed for its cleaning: a write there now would be
+	// lost, or come back at a ROLLBACK.
+	blue.Sealed = true
 	if st.Phase == bgSwitched {
 		if st.Direct {
 			// Blue holds the endpoint's address until it exits, and
@@ -439,7 +421,6 @@ func (b *bgRun) finishSwitch(ctx context.Context, st *bgState) error {
 			// the shutdown checkpoint (and the archiving) that a clean
 			// stop would make the pause wait for; its start for the
 			// cleaning below recovers from its WAL.
-			b.rt.sessions.closeInstance(ctx, blue.ID)
 			if err := b.releaseBlue(blue, syscall.SIGQUIT); err != nil {
 				return err
 			}

@@ -5,8 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
+	"time"
 
+	"dbcloud"
+	"dbcloud/runtime/local/internal/proc"
 	"dbcloud/runtime/local/postgres"
 
 	"github.com/jackc/pgx/v5"
@@ -60,10 +64,10 @@ func (s *blueSessions) close(ctx context.Context) {
 }
 
 // pids are the server processes of the sessions, which endSessions spares.
-func (s *blueSessions) pids() []int64 {
-	var out []int64
+func (s *blueSessions) pids() []int {
+	var out []int
 	for _, c := range s.conns {
-		out = append(out, int64(c.PgConn().PID()))
+		out = append(out, int(c.PgConn().PID()))
 	}
 	return out
 }
@@ -79,6 +83,39 @@ func (s *blueSessions) strings(ctx context.Context, db, sql string, args ...any)
 		return nil, err
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// readyDirect readies the switch of a Direct blue outside its pause: the
+// proxy that is to take the endpoint starts, bound to nothing, and a
+// checkpoint on blue leaves little WAL to recover at its next start.
+func (b *bgRun) readyDirect(ctx context.Context, blue, green postgres.Spec) error {
+	if err := b.rt.setProxy(ctx, b.svc.ID, b.base.Owner, nil, b.target(green)); err != nil {
+		return err
+	}
+	return b.execEach(ctx, blue, "postgres", false, "CHECKPOINT")
+}
+
+// holdNewSessions stops new sessions reaching blue: held at the proxy,
+// or, for a Direct blue, in its listen queue (bluegreen_hold.go). Blue's
+// pg_hba.conf is sealed as well (a reload), after the proxy holds them
+// and before the listen queue does: the service's OS user could reach
+// blue on its own port or let its postmaster run on (SIGCONT), and would
+// be refused all the same.
+func (b *bgRun) holdNewSessions(ctx context.Context, st *bgState, blue postgres.Spec) error {
+	if !st.Direct {
+		if err := b.rt.pauseProxy(ctx, b.svc.ID, b.base.Owner, b.rt.proxyListen(b.svc), b.target(blue)); err != nil {
+			return err
+		}
+	}
+	sealed := blue
+	sealed.Sealed = true
+	if _, err := b.rt.instances.Reload(ctx, sealed); err != nil {
+		return err
+	}
+	if !st.Direct {
+		return nil
+	}
+	return b.holdNew(blue)
 }
 
 // holdNew stops blue's postmaster (SIGSTOP): new connections wait in the
@@ -112,4 +149,91 @@ func (b *bgRun) releaseBlue(blue postgres.Spec, sig syscall.Signal) error {
 		return fmt.Errorf("continue %s: %w", blue.ID, err)
 	}
 	return nil
+}
+
+// endSessions ends every session of blue but dbcloud's own, and waits
+// until each has left pg_stat_activity: a session in the middle of its
+// commit finishes it first, and that commit must be in the WAL the switch
+// waits for. It does not wait for the processes to be gone: a Direct
+// blue's stopped postmaster reaps none of them meanwhile.
+//
+// A session still authenticating is not in pg_stat_activity yet, and its
+// server process checks the pg_hba.conf its postmaster had when it forked
+// it, which may be the one before the seal: left alone, it could finish
+// its login once the others were ended, and commit after the WAL position
+// the switch waits for. So every process of blue that pg_stat_activity
+// does not show (but its logger, and the ended ones left unreaped) is a
+// login in progress: it is ended too (SIGTERM), and waited for.
+func (b *bgRun) endSessions(ctx context.Context, blue *blueSessions, postmaster int) (int, error) {
+	ended := map[int]bool{}
+	deadline := time.Now().Add(bgEndSessions)
+	for {
+		known, sessions, err := blue.activity(ctx)
+		if err != nil {
+			return 0, err
+		}
+		logins := loginsInProgress(postmaster, known)
+		if len(sessions) == 0 && len(logins) == 0 {
+			return len(ended), nil
+		}
+		if time.Now().After(deadline) {
+			return 0, &dbcloud.UpgradeFailed{Step: "switch", Reason: fmt.Sprintf("%d sessions of the old cluster did not end within %v", len(sessions)+len(logins), bgEndSessions)}
+		}
+		// Listed first, signalled after: in one WHERE clause the planner
+		// may call pg_terminate_backend before the conditions that spare
+		// the walsenders and dbcloud's own sessions.
+		if _, err := blue.strings(ctx, "postgres", `SELECT pg_terminate_backend(p)::text FROM unnest($1::int[]) p`, sessions); err != nil {
+			return 0, err
+		}
+		for _, pid := range logins {
+			if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+				return 0, fmt.Errorf("end a login in progress on %s: %w", b.svc.ID, err)
+			}
+		}
+		for _, pid := range append(sessions, logins...) {
+			ended[pid] = true
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// activity lists every process pg_stat_activity shows, and of them the
+// client sessions that are not dbcloud's own.
+func (s *blueSessions) activity(ctx context.Context) (known map[int]bool, sessions []int, err error) {
+	rows, err := s.conns["postgres"].Query(ctx, `SELECT pid, backend_type = 'client backend' AND pid <> ALL($1::int[]) FROM pg_stat_activity`, s.pids())
+	if err != nil {
+		return nil, nil, err
+	}
+	known = map[int]bool{}
+	var pid int
+	var session bool
+	_, err = pgx.ForEachRow(rows, []any{&pid, &session}, func() error {
+		known[pid] = true
+		if session {
+			sessions = append(sessions, pid)
+		}
+		return nil
+	})
+	return known, sessions, err
+}
+
+// loginsInProgress are the children of postmaster that are not in known
+// (pg_stat_activity): the logger, exited ones not reaped yet, and logins
+// in progress; it returns the last.
+func loginsInProgress(postmaster int, known map[int]bool) []int {
+	return proc.Find(func(pid int) bool {
+		state, ppid, err := proc.State(pid)
+		if err != nil || ppid != postmaster || state == 'Z' || known[pid] {
+			return false
+		}
+		// The logger's title is "postgres: logger", or with the
+		// cluster's name "postgres: NAME: logger"; a session's ends with
+		// what it does ("authentication"), after its user, database and
+		// address: no login can end its title so.
+		return !strings.HasSuffix(strings.TrimSpace(strings.Join(proc.Args(pid), " ")), ": logger")
+	})
 }

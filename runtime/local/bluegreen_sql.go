@@ -261,43 +261,6 @@ func (b *bgRun) waitCopied(ctx context.Context, green postgres.Spec, dbs []bgDB)
 	return nil
 }
 
-// endSessions ends every client session of blue but dbcloud's own, and
-// waits until each has left pg_stat_activity: a session in the middle of
-// its commit finishes it first, and that commit must be in the WAL the
-// switch waits for. It does not wait for the processes to be gone: a
-// Direct blue's stopped postmaster reaps none of them meanwhile.
-func (b *bgRun) endSessions(ctx context.Context, blue *blueSessions) (int, error) {
-	// Listed first, signalled after: in one WHERE clause the planner may
-	// call pg_terminate_backend before the conditions that spare the
-	// walsenders and dbcloud's own sessions.
-	ended, err := blue.strings(ctx, "postgres", `SELECT pid::text FROM pg_stat_activity
-WHERE backend_type = 'client backend' AND pid <> ALL($1::int[])`, blue.pids())
-	if err != nil {
-		return 0, err
-	}
-	if _, err := blue.strings(ctx, "postgres", `SELECT pg_terminate_backend(p::int)::text FROM unnest($1::text[]) p`, ended); err != nil {
-		return 0, err
-	}
-	deadline := time.Now().Add(bgEndSessions)
-	for {
-		left, err := blue.strings(ctx, "postgres", `SELECT count(*)::text FROM pg_stat_activity WHERE pid::text = ANY($1)`, ended)
-		if err != nil {
-			return 0, err
-		}
-		if len(left) == 1 && left[0] == "0" {
-			return len(ended), nil
-		}
-		if time.Now().After(deadline) {
-			return 0, &dbcloud.UpgradeFailed{Step: "switch", Reason: fmt.Sprintf("the sessions of the old cluster did not end within %v", bgEndSessions)}
-		}
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(2 * time.Millisecond):
-		}
-	}
-}
-
 // caughtUp waits until every subscription has applied blue's WAL up to
 // its position once the sessions are gone, and returns that position.
 func (b *bgRun) caughtUp(ctx context.Context, blue *blueSessions) (string, error) {
