@@ -20,8 +20,9 @@ import (
 // since, is restarted into it once, by its first BLUE_GREEN upgrade. This
 // file in the service's directory records either, so the setting never
 // changes under a running server by itself (no restart when dbcloud is
-// updated), and stays: the cost is a little more WAL for rows updated or
-// deleted.
+// updated), and stays while the service is on an older version: the cost
+// is a little more WAL for rows updated or deleted. Once the service is on
+// the newest version, the file goes at a start of it from stopped.
 const logicalWALFile = "wal_level_logical"
 
 // logicalWAL reports whether the service's servers write logical WAL.
@@ -39,10 +40,17 @@ func (rt *Runtime) markLogicalWAL(serviceID string) error {
 // logicalAtStart marks a service on an older version than the host's
 // newest as writing logical WAL, and sets base so, when its primary is
 // about to start: it is the primary alone on the endpoint (HA services
-// only when they are made) and does not run.
+// only when they are made) and does not run. A service marked so that is
+// on the newest version (upgraded since) loses the mark when none of its
+// servers runs: its next start writes the WAL it needs and no more.
 func (rt *Runtime) logicalAtStart(svc *dbcloud.Service, base *postgres.Spec) error {
-	if len(rt.versions) == 0 || base.Settings["wal_level"] == "logical" || !svc.Spec.Running ||
-		svc.Spec.PGVersion == dbcloud.PGVersionUnknown || svc.Spec.PGVersion >= rt.versions[len(rt.versions)-1].Major {
+	if len(rt.versions) == 0 || !svc.Spec.Running || svc.Spec.PGVersion == dbcloud.PGVersionUnknown {
+		return nil
+	}
+	if svc.Spec.PGVersion >= rt.versions[len(rt.versions)-1].Major {
+		return rt.unmarkLogicalWAL(svc, base)
+	}
+	if base.Settings["wal_level"] == "logical" {
 		return nil
 	}
 	if _, err := os.Stat(rt.haPath(svc.ID)); !errors.Is(err, fs.ErrNotExist) {
@@ -55,5 +63,34 @@ func (rt *Runtime) logicalAtStart(svc *dbcloud.Service, base *postgres.Spec) err
 		return err
 	}
 	base.Settings["wal_level"] = "logical"
+	return nil
+}
+
+// unmarkLogicalWAL removes the mark, and the setting from base, unless
+// a server of the service runs: changed under it, the setting would
+// restart it at its next ensure.
+func (rt *Runtime) unmarkLogicalWAL(svc *dbcloud.Service, base *postgres.Spec) error {
+	if !rt.logicalWAL(svc.ID) {
+		return nil
+	}
+	ha, err := rt.loadHA(svc.ID)
+	if err != nil {
+		return err
+	}
+	running := []postgres.Spec{*base}
+	if ha != nil {
+		for _, n := range ha.Members {
+			running = append(running, rt.haSpec(svc, *base, ha, n))
+		}
+	}
+	for _, s := range running {
+		if _, ok := rt.instances.Running(s); ok {
+			return nil
+		}
+	}
+	if err := os.Remove(filepath.Join(rt.serviceDir(svc.ID), logicalWALFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	delete(base.Settings, "wal_level")
 	return nil
 }
