@@ -87,6 +87,13 @@ func TestEndSessions_LoginInProgress(t *testing.T) {
 	if err := b.holdNewSessions(ctx, &bgState{Direct: true}, blue); err != nil {
 		t.Fatal(err)
 	}
+	// dbcloud's own look at the held service (a health check with its
+	// measurement) gives up within its budget rather than wait for the
+	// postmaster: it reports the server running, its database unasked.
+	obs, err := rt.CheckService(ctx, svc, true)
+	if err != nil || !obs.Running || obs.Metrics == nil || obs.Metrics.Database != nil {
+		t.Errorf("a check of the held service: %+v %v, want running with the database unmeasured", obs, err)
+	}
 	postmaster, _ := rt.instances.Running(blue)
 	ended, err := b.endSessions(ctx, sessions, postmaster)
 	if err != nil {
