@@ -78,11 +78,7 @@ func (s *blueSessions) strings(ctx context.Context, db, sql string, args ...any)
 	if !ok {
 		return nil, fmt.Errorf("no session on database %s", db)
 	}
-	rows, err := conn.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	return connStrings(ctx, conn, sql, args...)
 }
 
 // readyDirect readies the switch of a Direct blue outside its pause: the
