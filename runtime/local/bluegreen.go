@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"syscall"
 	"time"
 
 	"dbcloud"
@@ -420,10 +419,8 @@ func (b *bgRun) finishSwitch(ctx context.Context, st *bgState) error {
 			// green has every commit of it: it stops at once, without
 			// the shutdown checkpoint (and the archiving) that a clean
 			// stop would make the pause wait for; its start for the
-			// cleaning below recovers from its WAL.
-			if err := b.releaseBlue(blue, syscall.SIGQUIT); err != nil {
-				return err
-			}
+			// cleaning below recovers from its WAL. Held (SIGSTOP), it
+			// takes the SIGQUIT as the stop continues it.
 			if err := b.rt.instances.StopImmediately(ctx, blue, 30*time.Second); err != nil {
 				return err
 			}
@@ -521,7 +518,7 @@ func (b *bgRun) undo(ctx context.Context, st *bgState) error {
 	// A Direct blue's postmaster runs again, and the ensure opens its
 	// pg_hba.conf again (a reload).
 	blue := b.blueSpec(ha, st, true)
-	if err := b.releaseBlue(blue, 0); err != nil {
+	if err := b.releaseBlue(blue); err != nil {
 		return err
 	}
 	if err := b.rt.instances.Ensure(ctx, blue); err != nil {

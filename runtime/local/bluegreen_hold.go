@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"syscall"
 	"time"
@@ -127,19 +126,12 @@ func (b *bgRun) holdNew(blue postgres.Spec) error {
 	return nil
 }
 
-// releaseBlue lets blue's postmaster run again, after first signalling
-// sig to it when it is not 0: a stopped process takes signals only once it
-// continues, and the signal is then handled before anything else it would
-// do. Idempotent; nothing when blue does not run.
-func (b *bgRun) releaseBlue(blue postgres.Spec, sig syscall.Signal) error {
+// releaseBlue lets blue's postmaster run again (SIGCONT). Idempotent;
+// nothing when blue does not run.
+func (b *bgRun) releaseBlue(blue postgres.Spec) error {
 	pid, ok := b.rt.instances.Running(blue)
 	if !ok {
 		return nil
-	}
-	if sig != 0 {
-		if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, os.ErrProcessDone) && !errors.Is(err, syscall.ESRCH) {
-			return fmt.Errorf("signal %s: %w", blue.ID, err)
-		}
 	}
 	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("continue %s: %w", blue.ID, err)

@@ -80,7 +80,7 @@ func TestEndSessions_LoginInProgress(t *testing.T) {
 	}
 	defer sessions.close(ctx)
 	t.Cleanup(func() {
-		if err := b.releaseBlue(blue, 0); err != nil {
+		if err := b.releaseBlue(blue); err != nil {
 			t.Error(err)
 		}
 	})
