@@ -364,7 +364,7 @@ func (b *bgRun) switchOver(ctx context.Context, st *bgState) error {
 	if !ok {
 		return fmt.Errorf("blue/green switch of %s: the old primary is not running", b.svc.ID)
 	}
-	ended, err := b.endSessions(ctx, sessions, postmaster)
+	ended, err := b.endSessions(ctx, sessions, blue, postmaster)
 	if err != nil {
 		return err
 	}

@@ -152,25 +152,25 @@ func (b *bgRun) releaseBlue(blue postgres.Spec) error {
 // the switch waits for. So every process of blue that pg_stat_activity
 // does not show (but its logger, and the ended ones left unreaped) is a
 // login in progress: it is ended too (SIGTERM), and waited for.
-func (b *bgRun) endSessions(ctx context.Context, blue *blueSessions, postmaster int) (int, error) {
+func (b *bgRun) endSessions(ctx context.Context, sessions *blueSessions, blue postgres.Spec, postmaster int) (int, error) {
 	ended := map[int]bool{}
 	deadline := time.Now().Add(bgEndSessions)
 	for {
-		known, sessions, err := blue.activity(ctx)
+		known, open, err := sessions.activity(ctx)
 		if err != nil {
 			return 0, err
 		}
-		logins := loginsInProgress(postmaster, known)
-		if len(sessions) == 0 && len(logins) == 0 {
+		logins := b.loginsInProgress(blue, postmaster, known)
+		if len(open) == 0 && len(logins) == 0 {
 			return len(ended), nil
 		}
 		if time.Now().After(deadline) {
-			return 0, &dbcloud.UpgradeFailed{Step: "switch", Reason: fmt.Sprintf("%d sessions of the old cluster did not end within %v", len(sessions)+len(logins), bgEndSessions)}
+			return 0, &dbcloud.UpgradeFailed{Step: "switch", Reason: fmt.Sprintf("%d sessions of the old cluster did not end within %v", len(open)+len(logins), bgEndSessions)}
 		}
 		// Listed first, signalled after: in one WHERE clause the planner
 		// may call pg_terminate_backend before the conditions that spare
 		// the walsenders and dbcloud's own sessions.
-		if _, err := blue.strings(ctx, "postgres", `SELECT pg_terminate_backend(p)::text FROM unnest($1::int[]) p`, sessions); err != nil {
+		if _, err := sessions.strings(ctx, "postgres", `SELECT pg_terminate_backend(p)::text FROM unnest($1::int[]) p`, open); err != nil {
 			return 0, err
 		}
 		for _, pid := range logins {
@@ -178,7 +178,7 @@ func (b *bgRun) endSessions(ctx context.Context, blue *blueSessions, postmaster 
 				return 0, fmt.Errorf("end a login in progress on %s: %w", b.svc.ID, err)
 			}
 		}
-		for _, pid := range append(sessions, logins...) {
+		for _, pid := range append(open, logins...) {
 			ended[pid] = true
 		}
 		select {
@@ -209,19 +209,18 @@ func (s *blueSessions) activity(ctx context.Context) (known map[int]bool, sessio
 	return known, sessions, err
 }
 
-// loginsInProgress are the children of postmaster that are not in known
-// (pg_stat_activity): the logger, exited ones not reaped yet, and logins
-// in progress; it returns the last.
-func loginsInProgress(postmaster int, known map[int]bool) []int {
-	return proc.Find(func(pid int) bool {
-		state, ppid, err := proc.State(pid)
-		if err != nil || ppid != postmaster || state == 'Z' || known[pid] {
-			return false
-		}
+// loginsInProgress are the children of blue's postmaster that are not
+// in known (pg_stat_activity) but its logger: logins in progress.
+func (b *bgRun) loginsInProgress(blue postgres.Spec, postmaster int, known map[int]bool) []int {
+	var out []int
+	for _, pid := range b.rt.instances.Children(blue, postmaster) {
 		// The logger's title is "postgres: logger", or with the
 		// cluster's name "postgres: NAME: logger"; a session's ends with
 		// what it does ("authentication"), after its user, database and
 		// address: no login can end its title so.
-		return !strings.HasSuffix(strings.TrimSpace(strings.Join(proc.Args(pid), " ")), ": logger")
-	})
+		if !known[pid] && !strings.HasSuffix(strings.TrimSpace(strings.Join(proc.Args(pid), " ")), ": logger") {
+			out = append(out, pid)
+		}
+	}
+	return out
 }

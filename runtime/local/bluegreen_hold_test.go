@@ -95,7 +95,7 @@ func TestEndSessions_LoginInProgress(t *testing.T) {
 		t.Errorf("a check of the held service: %+v %v, want running with the database unmeasured", obs, err)
 	}
 	postmaster, _ := rt.instances.Running(blue)
-	ended, err := b.endSessions(ctx, sessions, postmaster)
+	ended, err := b.endSessions(ctx, sessions, blue, postmaster)
 	if err != nil {
 		t.Fatalf("end sessions: %v", err)
 	}
