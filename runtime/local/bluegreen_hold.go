@@ -170,8 +170,10 @@ func (b *bgRun) endSessions(ctx context.Context, sessions *blueSessions, blue po
 		// Listed first, signalled after: in one WHERE clause the planner
 		// may call pg_terminate_backend before the conditions that spare
 		// the walsenders and dbcloud's own sessions.
-		if _, err := sessions.strings(ctx, "postgres", `SELECT pg_terminate_backend(p)::text FROM unnest($1::int[]) p`, open); err != nil {
-			return 0, err
+		if len(open) > 0 {
+			if _, err := sessions.strings(ctx, "postgres", `SELECT pg_terminate_backend(p)::text FROM unnest($1::int[]) p`, open); err != nil {
+				return 0, err
+			}
 		}
 		for _, pid := range logins {
 			if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
