@@ -131,8 +131,9 @@ func (w *writer) longestGap(from, to time.Time) time.Duration {
 // passwords work; a table without a key kept its rows; a schema change
 // during the copy is refused naming the upgrade; every step is in the
 // event stream. Then ROLLBACK returns to 15 with the rows from before the
-// switch and without what was written after it, and a second ROLLBACK is
-// refused.
+// switch and without what was written after it, a second ROLLBACK is
+// refused, and a second BLUE_GREEN upgrade, of the service now behind its
+// endpoint proxy, ends on 17 with the rows.
 func TestUpgrade_BlueGreen(t *testing.T) {
 	t.Parallel()
 	requirePGVersion(t, 17)
@@ -308,8 +309,9 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 	if v := queryValues(t, db, `SELECT count(*)::text FROM w WHERE n = -1`); !slices.Equal(v, []string{"0"}) {
 		t.Errorf("the row written after the switch is on 15 after the rollback: %q", v)
 	}
-	if v := queryValues(t, db, `SELECT count(*)::text FROM w WHERE n > 0`); len(v) != 1 || v[0] == "0" {
-		t.Errorf("rows from before the switch after the rollback: %q", v)
+	rows := queryValues(t, db, `SELECT count(*)::text FROM w WHERE n > 0`)
+	if len(rows) != 1 || rows[0] == "0" {
+		t.Errorf("rows from before the switch after the rollback: %q", rows)
 	}
 	if _, err := db.Exec(ctx, "CREATE TABLE after_rollback (v int)"); err != nil {
 		t.Errorf("DDL after the rollback (the upgrade's trigger gone): %v", err)
@@ -319,6 +321,26 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 	if code := s.call("POST", s.services()+"/"+svc.ServiceID+"/upgrade", map[string]any{"pg_version": 15, "method": "ROLLBACK"}, &again); code != 409 ||
 		!strings.Contains(again.Message, "no old cluster") {
 		t.Errorf("a second rollback: %d %s", code, again.Message)
+	}
+
+	// Back on 15 the service is behind its endpoint proxy (the layout the
+	// switch left): BLUE_GREEN again holds new connections at the proxy,
+	// and ends on 17 with the rows.
+	var second service
+	if code := s.call("POST", s.services()+"/"+svc.ServiceID+"/upgrade", map[string]any{"pg_version": 17, "method": "BLUE_GREEN"}, &second); code != 202 {
+		t.Fatalf("a second BLUE_GREEN upgrade: %d %s", code, second.Message)
+	}
+	back = s.waitStatus(svc.ServiceID, "READY", upgradeWithin)
+	if code := s.call("GET", s.services()+"/"+svc.ServiceID, nil, &got); code != 200 || got.Metadata.PGVersion != 17 || back.StatusReason != "" {
+		t.Fatalf("after a second BLUE_GREEN upgrade: %d, metadata %+v, reason %q", code, got.Metadata, back.StatusReason)
+	}
+	db = s.mustConnect(got.service, pw)
+	defer db.Close(ctx)
+	if v := queryValues(t, db, `SELECT count(*)::text FROM w WHERE n > 0`); !slices.Equal(v, rows) {
+		t.Errorf("rows after a second BLUE_GREEN upgrade: %q, want %q", v, rows)
+	}
+	if v := queryValues(t, db, `SELECT count(*)::text FROM after_rollback`); !slices.Equal(v, []string{"0"}) {
+		t.Errorf("the table made after the rollback, after a second upgrade: %q", v)
 	}
 }
 
