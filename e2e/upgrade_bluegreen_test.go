@@ -18,12 +18,14 @@ import (
 
 // writer commits one numbered row at a time through a service's endpoint
 // until stopped, reconnecting when its session ends; it keeps what was
-// acknowledged, when, and the errors that ended sessions.
+// acknowledged, when, the errors that ended sessions and those of the
+// server that refused new ones.
 type writer struct {
 	mu      sync.Mutex
 	acked   []int64
 	commits []time.Time
 	ended   []endedSession
+	refused []endedSession
 	cancel  context.CancelFunc
 	done    sync.WaitGroup
 }
@@ -45,6 +47,12 @@ func startWriter(s *server, svc service, pw string) *writer {
 		for ctx.Err() == nil {
 			c, err := s.connect(ctx, svc, pw)
 			if err != nil {
+				var pe *pgconn.PgError
+				if errors.As(err, &pe) {
+					w.mu.Lock()
+					w.refused = append(w.refused, endedSession{pe, time.Now()})
+					w.mu.Unlock()
+				}
 				time.Sleep(5 * time.Millisecond)
 				continue
 			}
@@ -113,14 +121,19 @@ func (w *writer) longestGap(from, to time.Time) time.Duration {
 
 // TestUpgrade_BlueGreen upgrades a PostgreSQL 15 service to 17 by
 // BLUE_GREEN (decisions.md section 11) under a writer committing one row
-// at a time through the endpoint: every acknowledged row is on the new
-// cluster, which says 17 on the same host and port; the writer's session
-// at the switch was ended with an error saying why (57P01); the old
+// at a time through the endpoint: the 15 service writes logical WAL from
+// its creation, so the old primary serves without a restart until the
+// switch (the same postmaster, the writer's session untouched, through
+// the copy); every acknowledged row is on the new cluster, which says 17
+// on the same host and port; the writer's session at the switch was
+// ended with an error saying why (57P01), and its new connections then
+// were held, not refused by the old primary; the old
 // passwords work; a table without a key kept its rows; a schema change
 // during the copy is refused naming the upgrade; every step is in the
 // event stream. Then ROLLBACK returns to 15 with the rows from before the
-// switch and without what was written after it, and a second ROLLBACK is
-// refused.
+// switch and without what was written after it, a second ROLLBACK is
+// refused, and a second BLUE_GREEN upgrade, of the service now behind its
+// endpoint proxy, ends on 17 with the rows.
 func TestUpgrade_BlueGreen(t *testing.T) {
 	t.Parallel()
 	requirePGVersion(t, 17)
@@ -136,6 +149,10 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 		CREATE ROLE app LOGIN PASSWORD 'app-secret-1'`); err != nil {
 		t.Fatal(err)
 	}
+	if v := queryValues(t, db, `SHOW wal_level`); !slices.Equal(v, []string{"logical"}) {
+		t.Errorf("wal_level of a new 15 service on a host with 17: %q, want logical (the upgrade would restart it)", v)
+	}
+	started := queryValues(t, db, `SELECT pg_postmaster_start_time()::text`)
 	db.Close(ctx)
 	w := startWriter(s, svc.service, pw)
 	defer w.stop()
@@ -165,6 +182,10 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 		// A password changed during the copy is the one that works after.
 		if _, err := ddl.Exec(ctx, "ALTER ROLE app PASSWORD 'app-secret-2'"); err != nil {
 			t.Errorf("a password change during the copy: %v", err)
+		}
+		// The old primary has not restarted: no pause before the switch.
+		if v := queryValues(t, ddl, `SELECT pg_postmaster_start_time()::text`); !slices.Equal(v, started) {
+			t.Errorf("the old primary restarted before the copy: started %q, was %q", v, started)
 		}
 		var version string
 		_, err := ddl.Exec(ctx, "CREATE TABLE during_copy (v int)")
@@ -243,10 +264,23 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 			continue
 		}
 		ended = append(ended, e.at.Format("15:04:05.000")+" "+e.err.Severity+" "+e.err.Code+" "+e.err.Message)
+		if e.at.Before(stepAt["copy"]) {
+			t.Errorf("the writer's session was ended before the copy had finished (%s): %s %s %s",
+				stepAt["copy"].Format("15:04:05.000"), e.err.Severity, e.err.Code, e.err.Message)
+		}
 		sawSwitch = sawSwitch || (e.err.Code == "57P01" && e.err.Severity == "FATAL" && e.at.After(stepAt["copy"]) && e.at.Before(stepAt["switch"]))
 	}
 	if duplicates > 0 {
 		t.Errorf("the writer hit a duplicate key %d times (a sequence behind its table)", duplicates)
+	}
+	// New connections at the switch wait (in the old primary's listen
+	// queue) rather than being refused by it.
+	for _, e := range w.refused {
+		if e.err.Code == "28000" {
+			t.Errorf("a connection at %s was refused by the old primary: %s %s %s (want it held until the switch)",
+				e.at.Format("15:04:05.000"), e.err.Severity, e.err.Code, e.err.Message)
+			break
+		}
 	}
 	if !sawSwitch {
 		t.Errorf("the writer's session at the switch (%s to %s) was not ended with FATAL 57P01; sessions ended by %q",
@@ -275,8 +309,9 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 	if v := queryValues(t, db, `SELECT count(*)::text FROM w WHERE n = -1`); !slices.Equal(v, []string{"0"}) {
 		t.Errorf("the row written after the switch is on 15 after the rollback: %q", v)
 	}
-	if v := queryValues(t, db, `SELECT count(*)::text FROM w WHERE n > 0`); len(v) != 1 || v[0] == "0" {
-		t.Errorf("rows from before the switch after the rollback: %q", v)
+	rows := queryValues(t, db, `SELECT count(*)::text FROM w WHERE n > 0`)
+	if len(rows) != 1 || rows[0] == "0" {
+		t.Errorf("rows from before the switch after the rollback: %q", rows)
 	}
 	if _, err := db.Exec(ctx, "CREATE TABLE after_rollback (v int)"); err != nil {
 		t.Errorf("DDL after the rollback (the upgrade's trigger gone): %v", err)
@@ -287,20 +322,52 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 		!strings.Contains(again.Message, "no old cluster") {
 		t.Errorf("a second rollback: %d %s", code, again.Message)
 	}
+
+	// Back on 15 the service is behind its endpoint proxy (the layout the
+	// switch left): BLUE_GREEN again holds new connections at the proxy,
+	// and ends on 17 with the rows.
+	var second service
+	if code := s.call("POST", s.services()+"/"+svc.ServiceID+"/upgrade", map[string]any{"pg_version": 17, "method": "BLUE_GREEN"}, &second); code != 202 {
+		t.Fatalf("a second BLUE_GREEN upgrade: %d %s", code, second.Message)
+	}
+	back = s.waitStatus(svc.ServiceID, "READY", upgradeWithin)
+	if code := s.call("GET", s.services()+"/"+svc.ServiceID, nil, &got); code != 200 || got.Metadata.PGVersion != 17 || back.StatusReason != "" {
+		t.Fatalf("after a second BLUE_GREEN upgrade: %d, metadata %+v, reason %q", code, got.Metadata, back.StatusReason)
+	}
+	db = s.mustConnect(got.service, pw)
+	defer db.Close(ctx)
+	if v := queryValues(t, db, `SELECT count(*)::text FROM w WHERE n > 0`); !slices.Equal(v, rows) {
+		t.Errorf("rows after a second BLUE_GREEN upgrade: %q, want %q", v, rows)
+	}
+	if v := queryValues(t, db, `SELECT count(*)::text FROM after_rollback`); !slices.Equal(v, []string{"0"}) {
+		t.Errorf("the table made after the rollback, after a second upgrade: %q", v)
+	}
 }
 
-// TestUpgrade_BlueGreenKilledMidway kills dbcloud (SIGKILL) while a
-// BLUE_GREEN upgrade has made the new cluster and its schema (as its
-// subscriptions are made): after the restart the
-// attempt is undone from bluegreen.json (the new cluster removed, the old
-// one cleaned) and made again, and the service ends READY on 17 with its
-// rows, its DDL no longer refused.
+// TestUpgrade_BlueGreenKilledMidway kills dbcloud (SIGKILL) during a
+// BLUE_GREEN upgrade of a service whose primary listens on the endpoint
+// itself, and restarts it. Killed once the new cluster has its schema (as
+// its subscriptions are made), before the commit point: the attempt is
+// undone from bluegreen.json (the new cluster removed, the old one
+// cleaned) and made again. Killed once the new cluster has every commit
+// (the commit point written: the old primary may be left stopped with
+// SIGSTOP, its clients held): the switch is finished. Either way the
+// service ends READY on 17 with its rows, its DDL no longer refused.
 func TestUpgrade_BlueGreenKilledMidway(t *testing.T) {
 	t.Parallel()
 	requirePGVersion(t, 17)
+	for _, at := range []string{"schema", "caught_up"} {
+		t.Run(at, func(t *testing.T) { killBlueGreenAt(t, at) })
+	}
+}
+
+// killBlueGreenAt upgrades a service by BLUE_GREEN, kills dbcloud when
+// the upgrade's step at is in the event stream, restarts it, and checks
+// the service ends upgraded.
+func killBlueGreenAt(t *testing.T, at string) {
 	s := newServer(t)
 	ctx := context.Background()
-	svc, db := s.killMidUpgrade(t, "BLUE_GREEN", "schema")
+	svc, db := s.killMidUpgrade(t, "BLUE_GREEN", at)
 	defer db.Close(ctx)
 	if _, err := db.Exec(ctx, "CREATE TABLE after_upgrade (v int)"); err != nil {
 		t.Errorf("DDL after the upgrade: %v", err)

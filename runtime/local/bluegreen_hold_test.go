@@ -1,0 +1,124 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"dbcloud"
+)
+
+// gatedConn is a client's connection that stops at its second write
+// (after the startup message, the password's first message): the server
+// process is forked and waits in the middle of the login.
+type gatedConn struct {
+	net.Conn
+	writes  int
+	waiting chan struct{} // closed at the second write
+	gate    chan struct{} // closed to let it go on
+	once    sync.Once
+}
+
+func (c *gatedConn) Write(p []byte) (int, error) {
+	if c.writes++; c.writes == 2 {
+		c.once.Do(func() { close(c.waiting) })
+		<-c.gate
+	}
+	return c.Conn.Write(p)
+}
+
+// TestEndSessions_LoginInProgress: at a BLUE_GREEN switch of a Direct
+// blue, a login that began before blue's pg_hba.conf was sealed (its
+// server process checks the rules it was forked with) and finishes after
+// the switch ended blue's sessions must not become a session that writes
+// on blue after the WAL position the switch waits for; nor may a login
+// once the service's OS user has let the held postmaster run on.
+func TestEndSessions_LoginInProgress(t *testing.T) {
+	rt := versionsRuntime(t)
+	const pw = "login-password-1"
+	svc := newTestService(t, rt, "bglogin", pw, nil)
+	svc.Spec.PGVersion = 15
+	mustEnsure(t, rt, svc)
+	mustExec(t, svc, pw, "CREATE TABLE t (v text)")
+	ctx := context.Background()
+	b, err := rt.newBG(ctx, svc, 15, 17, func(dbcloud.UpgradeStep) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blue := b.base
+
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=tsdbadmin password=%s dbname=tsdb sslmode=disable", blue.RunDir(), blue.Port, pw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	login := &gatedConn{waiting: make(chan struct{}), gate: make(chan struct{})}
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		login.Conn = c
+		return login, err
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err == nil {
+			_, err = conn.Exec(ctx, "INSERT INTO t VALUES ('after the sessions ended')")
+			conn.Close(ctx)
+		}
+		wrote <- err
+	}()
+	<-login.waiting
+
+	sessions, err := b.openBlue(ctx, blue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sessions.close(ctx)
+	t.Cleanup(func() {
+		if err := b.releaseBlue(blue); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := b.holdNewSessions(ctx, &bgState{Direct: true}, blue); err != nil {
+		t.Fatal(err)
+	}
+	// dbcloud's own look at the held service (a health check with its
+	// measurement) gives up within its budget rather than wait for the
+	// postmaster: it reports the server running, its database unasked.
+	obs, err := rt.CheckService(ctx, svc, true)
+	if err != nil || !obs.Running || obs.Metrics == nil || obs.Metrics.Database != nil {
+		t.Errorf("a check of the held service: %+v %v, want running with the database unmeasured", obs, err)
+	}
+	postmaster, _ := rt.instances.Running(blue)
+	ended, err := b.endSessions(ctx, sessions, blue, postmaster)
+	if err != nil {
+		t.Fatalf("end sessions: %v", err)
+	}
+	close(login.gate)
+	if err := <-wrote; err == nil {
+		t.Fatalf("a login begun before the seal wrote on blue after its sessions were ended (%d ended)", ended)
+	} else {
+		t.Logf("the login in progress, ended (%d ended): %v", ended, err)
+	}
+	// The service's OS user may let the postmaster run on (SIGCONT): a
+	// new login is refused by the sealed pg_hba.conf all the same.
+	if err := syscall.Kill(postmaster, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	late, err := pgx.Connect(ctx, fmt.Sprintf("host=%s port=%d user=tsdbadmin password=%s dbname=tsdb sslmode=disable", blue.RunDir(), blue.Port, pw))
+	if err == nil {
+		_, err = late.Exec(ctx, "INSERT INTO t VALUES ('after a SIGCONT')")
+		late.Close(ctx)
+	}
+	if err == nil || !strings.Contains(err.Error(), "pg_hba.conf rejects") {
+		t.Errorf("a login after a SIGCONT of the held postmaster: %v, want refused by pg_hba.conf", err)
+	}
+	if v, err := sessions.strings(ctx, "tsdb", "SELECT count(*)::text FROM public.t"); err != nil || len(v) != 1 || v[0] != "0" {
+		t.Errorf("rows on blue: %q %v, want none", v, err)
+	}
+}
