@@ -364,7 +364,9 @@ func (b *bgRun) switchOver(ctx context.Context, st *bgState) error {
 	if !ok {
 		return fmt.Errorf("blue/green switch of %s: the old primary is not running", b.svc.ID)
 	}
+	clearReason := b.giveEndReason(blue)
 	ended, err := b.endSessions(ctx, sessions, blue, postmaster)
+	clearReason()
 	if err != nil {
 		return err
 	}

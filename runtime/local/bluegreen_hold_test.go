@@ -2,14 +2,20 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"dbcloud"
 )
@@ -33,6 +39,87 @@ func (c *gatedConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
+// blueBeforeSwitch makes a service on PostgreSQL 15 with a table t, and
+// its BLUE_GREEN upgrade to 17 as it is before the switch.
+func blueBeforeSwitch(t *testing.T, name, pw string) (*Runtime, *dbcloud.Service, *bgRun) {
+	t.Helper()
+	rt := versionsRuntime(t)
+	svc := newTestService(t, rt, name, pw, nil)
+	svc.Spec.PGVersion = 15
+	mustEnsure(t, rt, svc)
+	mustExec(t, svc, pw, "CREATE TABLE t (v text)")
+	b, err := rt.newBG(context.Background(), svc, 15, 17, func(dbcloud.UpgradeStep) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt, svc, b
+}
+
+// holdBlue opens dbcloud's sessions on blue (a Direct one) and holds new
+// sessions as the switch does, until the test ends.
+func holdBlue(t *testing.T, b *bgRun) *blueSessions {
+	t.Helper()
+	ctx, blue := context.Background(), b.base
+	sessions, err := b.openBlue(ctx, blue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sessions.close(ctx) })
+	t.Cleanup(func() {
+		if err := b.releaseBlue(blue); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := b.holdNewSessions(ctx, &bgState{Direct: true}, blue); err != nil {
+		t.Fatal(err)
+	}
+	return sessions
+}
+
+// TestEndSessions_TellsWhy: a session the switch ends is told, in its
+// error's message, that the service is switching to the new version
+// (the guard library reads the reason dbcloud left in the data
+// directory), with PostgreSQL's own message as the detail and its
+// SQLSTATE 57P01, on which drivers connect again; the reason is gone
+// once the sessions are ended.
+func TestEndSessions_TellsWhy(t *testing.T) {
+	const pw = "tells-why-password-1"
+	_, svc, b := blueBeforeSwitch(t, "bgwhy", pw)
+	ctx, blue := context.Background(), b.base
+	client, err := pgx.Connect(ctx, fmt.Sprintf("host=%s port=%d user=tsdbadmin password=%s dbname=tsdb sslmode=disable", blue.RunDir(), blue.Port, pw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close(ctx)
+	sessions := holdBlue(t, b)
+	postmaster, _ := b.rt.instances.Running(blue)
+	clear := b.giveEndReason(blue)
+	if _, err := b.endSessions(ctx, sessions, blue, postmaster); err != nil {
+		t.Fatalf("end sessions: %v", err)
+	}
+	clear()
+	// What the idle session was sent as it ended, read as a client
+	// waiting on the connection reads it.
+	wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = client.WaitForNotification(wait)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "57P01" || !strings.Contains(pgErr.Message, "switching to PostgreSQL 17 (a BLUE_GREEN upgrade)") ||
+		!strings.Contains(pgErr.Detail, "administrator command") {
+		t.Errorf("the ended session of %s was told: %v (detail %q), want 57P01 naming the switch to 17, PostgreSQL's message as the detail", svc.ID, err, detailOf(pgErr))
+	}
+	if _, err := os.Lstat(filepath.Join(blue.PGData(), endReasonFile)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the reason file after the sessions ended: %v, want gone", err)
+	}
+}
+
+func detailOf(e *pgconn.PgError) string {
+	if e == nil {
+		return ""
+	}
+	return e.Detail
+}
+
 // TestEndSessions_LoginInProgress: at a BLUE_GREEN switch of a Direct
 // blue, a login that began before blue's pg_hba.conf was sealed (its
 // server process checks the rules it was forked with) and finishes after
@@ -40,18 +127,9 @@ func (c *gatedConn) Write(p []byte) (int, error) {
 // on blue after the WAL position the switch waits for; nor may a login
 // once the service's OS user has let the held postmaster run on.
 func TestEndSessions_LoginInProgress(t *testing.T) {
-	rt := versionsRuntime(t)
 	const pw = "login-password-1"
-	svc := newTestService(t, rt, "bglogin", pw, nil)
-	svc.Spec.PGVersion = 15
-	mustEnsure(t, rt, svc)
-	mustExec(t, svc, pw, "CREATE TABLE t (v text)")
-	ctx := context.Background()
-	b, err := rt.newBG(ctx, svc, 15, 17, func(dbcloud.UpgradeStep) {})
-	if err != nil {
-		t.Fatal(err)
-	}
-	blue := b.base
+	rt, svc, b := blueBeforeSwitch(t, "bglogin", pw)
+	ctx, blue := context.Background(), b.base
 
 	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=tsdbadmin password=%s dbname=tsdb sslmode=disable", blue.RunDir(), blue.Port, pw))
 	if err != nil {
@@ -74,19 +152,7 @@ func TestEndSessions_LoginInProgress(t *testing.T) {
 	}()
 	<-login.waiting
 
-	sessions, err := b.openBlue(ctx, blue)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sessions.close(ctx)
-	t.Cleanup(func() {
-		if err := b.releaseBlue(blue); err != nil {
-			t.Error(err)
-		}
-	})
-	if err := b.holdNewSessions(ctx, &bgState{Direct: true}, blue); err != nil {
-		t.Fatal(err)
-	}
+	sessions := holdBlue(t, b)
 	// dbcloud's own look at the held service (a health check with its
 	// measurement) gives up within its budget rather than wait for the
 	// postmaster: it reports the server running, its database unasked.
