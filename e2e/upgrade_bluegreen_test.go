@@ -126,7 +126,7 @@ func (w *writer) longestGap(from, to time.Time) time.Duration {
 // switch (the same postmaster, the writer's session untouched, through
 // the copy); every acknowledged row is on the new cluster, which says 17
 // on the same host and port; the writer's session at the switch was
-// ended with an error saying why (57P01), and its new connections then
+// ended with an error saying why (57P01, "switching to PostgreSQL 17"), and its new connections then
 // were held, not refused by the old primary; the old
 // passwords work; a table without a key kept its rows; a schema change
 // during the copy is refused naming the upgrade; every step is in the
@@ -268,7 +268,8 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 			t.Errorf("the writer's session was ended before the copy had finished (%s): %s %s %s",
 				stepAt["copy"].Format("15:04:05.000"), e.err.Severity, e.err.Code, e.err.Message)
 		}
-		sawSwitch = sawSwitch || (e.err.Code == "57P01" && e.err.Severity == "FATAL" && e.at.After(stepAt["copy"]) && e.at.Before(stepAt["switch"]))
+		sawSwitch = sawSwitch || (e.err.Code == "57P01" && e.err.Severity == "FATAL" && strings.Contains(e.err.Message, "switching to PostgreSQL 17") &&
+			e.at.After(stepAt["copy"]) && e.at.Before(stepAt["switch"]))
 	}
 	if duplicates > 0 {
 		t.Errorf("the writer hit a duplicate key %d times (a sequence behind its table)", duplicates)
@@ -283,7 +284,7 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 		}
 	}
 	if !sawSwitch {
-		t.Errorf("the writer's session at the switch (%s to %s) was not ended with FATAL 57P01; sessions ended by %q",
+		t.Errorf("the writer's session at the switch (%s to %s) was not ended with FATAL 57P01 saying it is switching to PostgreSQL 17; sessions ended by %q",
 			stepAt["copy"].Format("15:04:05.000"), stepAt["switch"].Format("15:04:05.000"), ended)
 	}
 	for _, want := range []string{"new_cluster", "schema", "copy", "caught_up", "switch", "kept"} {

@@ -149,31 +149,47 @@ const endReasonFile = "dbcloud_end_reason"
 // giveEndReason has the sessions of blue ended from now on told that the
 // service is switching to the new version, rather than PostgreSQL's
 // "terminating connection due to administrator command", until the
-// returned func is called. Without it they are ended all the same, with
-// the standard message: not worth failing the switch for.
+// returned func is called (cleanBlue clears it too, after a switch cut
+// short). Without it they are ended all the same, with the standard
+// message: not worth failing the switch for.
 func (b *bgRun) giveEndReason(blue postgres.Spec) (clear func()) {
 	reason := fmt.Sprintf("terminating connection: this service is switching to PostgreSQL %d (a BLUE_GREEN upgrade); connect again", b.to.Major)
-	// The data directory is the tenant's: nothing in it is followed.
-	d, err := tenantfs.OpenDir(blue.PGData())
-	if err == nil {
-		var f *os.File
-		if f, err = d.OpenFile(endReasonFile, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644); err == nil {
-			_, err = f.WriteString(reason + "\n")
-			err = errors.Join(err, f.Close())
-		}
-	}
-	if err != nil {
+	if err := writeEndReason(blue, reason); err != nil {
 		b.rt.cfg.Logger.Warn("the sessions ended at the switch are not told why", "service", b.svc.ID, "error", err)
 	}
 	return func() {
-		if d == nil {
-			return
-		}
-		if err := d.Remove(endReasonFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := clearEndReason(blue); err != nil {
 			b.rt.cfg.Logger.Warn("remove the reason given to ended sessions", "service", b.svc.ID, "error", err)
 		}
-		d.Close()
 	}
+}
+
+// writeEndReason and clearEndReason write and remove the file in the
+// data directory, the tenant's: nothing in it is followed.
+func writeEndReason(blue postgres.Spec, reason string) error {
+	d, err := tenantfs.OpenDir(blue.PGData())
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	f, err := d.OpenFile(endReasonFile, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(reason + "\n")
+	return errors.Join(err, f.Close())
+}
+
+func clearEndReason(blue postgres.Spec) error {
+	d, err := tenantfs.OpenDir(blue.PGData())
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Remove(endReasonFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // endSessions ends every session of blue but dbcloud's own, and waits

@@ -369,6 +369,10 @@ WHERE s.subname LIKE 'dbcloud\_upgrade\_%'`)
 // the DDL refusal, the replica identities it changed, the slots (once no
 // subscription streams from them) and the role.
 func (b *bgRun) cleanBlue(ctx context.Context, blue postgres.Spec, st *bgState) error {
+	// Left by a switch cut short between its writing and its removal.
+	if err := clearEndReason(blue); err != nil {
+		return err
+	}
 	dbs, err := b.listDBs(ctx, blue)
 	if err != nil {
 		return err
