@@ -39,6 +39,8 @@ var kubernetesTests = map[string]bool{
 	"TestRuntime_Resize":           true,
 	"TestRuntime_LogsAndMetrics":   true,
 	"TestRuntime_HAFailover":       true,
+	"TestRuntime_Pooler":           true,
+	"TestRuntime_ReplicaSet":       true,
 	"TestTigerCLILogin":            true,
 	"TestReadme_TigerCLI":          true,
 	// Starts its own kube-apiserver, whatever the run's runtime.
