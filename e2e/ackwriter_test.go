@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ack is one commit the writer saw acknowledged, with the server that
@@ -18,25 +20,43 @@ type ack struct {
 	at     time.Time
 }
 
-// ackWriter inserts ids into acked (id int primary key) through a
-// service's endpoint, one commit at a time, and records every commit
-// acknowledged. A session writer keeps one connection (opened again
-// after any error), as an application's pool does; a fresh one opens a
-// connection per commit, as a new client does.
-// The failover tests of both runtimes share it: what they check is that
-// every recorded commit is on the new primary.
+// ackWriter inserts ids through a service's endpoint, one commit at a
+// time, and records every commit acknowledged, and the server errors that
+// ended its sessions or refused its connections. A session writer keeps
+// one connection (opened again after any error), as an application's pool
+// does; a fresh one opens a connection per commit, as a new client does.
+// The failover tests of both runtimes and the BLUE_GREEN upgrade's share
+// it: what they check is that every recorded commit is on the new primary.
 type ackWriter struct {
-	fresh bool
-	mu    sync.Mutex
-	acks  []ack
-	stop  chan struct{}
-	done  chan struct{}
+	fresh  bool
+	insert string // the INSERT of $1, returning the server's address and port
+	mu     sync.Mutex
+	acks   []ack
+	// ended are the errors that ended sessions, refused those that
+	// refused connections.
+	ended, refused []endedSession
+	stop           chan struct{}
+	done           chan struct{}
 }
 
-// startWriter writes ids from from on until halt, over one session
-// unless fresh.
+// endedSession is a server's error that ended or refused a session.
+type endedSession struct {
+	err *pgconn.PgError
+	at  time.Time
+}
+
+// ackedByServer is what an INSERT returns for ackWriter.
+const ackedByServer = " RETURNING coalesce(host(inet_server_addr()), ''), coalesce(inet_server_port(), 0)"
+
+// startWriter writes ids into acked (id int primary key) from from on
+// until halt, over one session unless fresh.
 func (s *server) startWriter(svc service, password string, from int, fresh bool) *ackWriter {
-	w := &ackWriter{fresh: fresh, stop: make(chan struct{}), done: make(chan struct{})}
+	return s.startWriterInto(svc, password, from, fresh, "INSERT INTO acked VALUES ($1)")
+}
+
+// startWriterInto is startWriter with the INSERT of $1 to run.
+func (s *server) startWriterInto(svc service, password string, from int, fresh bool, insert string) *ackWriter {
+	w := &ackWriter{fresh: fresh, insert: insert + ackedByServer, stop: make(chan struct{}), done: make(chan struct{})}
 	go w.run(s, svc, password, from)
 	return w
 }
@@ -58,22 +78,25 @@ func (w *ackWriter) run(s *server, svc service, password string, from int) {
 		}
 		if conn == nil {
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			conn, _ = s.connect(cctx, svc, password)
+			var err error
+			conn, err = s.connect(cctx, svc, password)
 			cancel()
 			if conn == nil {
-				time.Sleep(20 * time.Millisecond)
+				w.serverError(&w.refused, err)
+				time.Sleep(5 * time.Millisecond)
 				continue
 			}
 		}
 		var a ack
 		qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		err := conn.QueryRow(qctx, "INSERT INTO acked VALUES ($1) RETURNING coalesce(host(inet_server_addr()), ''), coalesce(inet_server_port(), 0)", i).Scan(&a.server, &a.port)
+		err := conn.QueryRow(qctx, w.insert, i).Scan(&a.server, &a.port)
 		cancel()
 		if err != nil || w.fresh {
 			conn.Close(ctx)
 			conn = nil
 		}
 		if err != nil {
+			w.serverError(&w.ended, err)
 			continue
 		}
 		a.id, a.at = i, time.Now()
@@ -81,6 +104,42 @@ func (w *ackWriter) run(s *server, svc service, password string, from int) {
 		w.acks = append(w.acks, a)
 		w.mu.Unlock()
 	}
+}
+
+// serverError records err in to if the server sent it.
+func (w *ackWriter) serverError(to *[]endedSession, err error) {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		w.mu.Lock()
+		*to = append(*to, endedSession{pe, time.Now()})
+		w.mu.Unlock()
+	}
+}
+
+// serverErrors returns the errors that ended sessions and refused connections.
+func (w *ackWriter) serverErrors() (ended, refused []endedSession) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]endedSession(nil), w.ended...), append([]endedSession(nil), w.refused...)
+}
+
+// commitAfter waits until the writer has committed after t.
+func (w *ackWriter) commitAfter(tb testing.TB, t time.Time) {
+	tb.Helper()
+	w.waitAcks(tb, 1, t, anyServer, time.Minute)
+}
+
+// longestGap is the longest time between two commits that ends after
+// from and begins before to.
+func (w *ackWriter) longestGap(from, to time.Time) time.Duration {
+	acks := w.snapshot()
+	var gap time.Duration
+	for i := 1; i < len(acks); i++ {
+		if acks[i].at.After(from) && acks[i-1].at.Before(to) {
+			gap = max(gap, acks[i].at.Sub(acks[i-1].at))
+		}
+	}
+	return gap
 }
 
 // snapshot is what was acknowledged so far.

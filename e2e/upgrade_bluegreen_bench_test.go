@@ -56,8 +56,8 @@ func benchBlueGreenOnce(b *testing.B, s *server, mib int64) (pause, before, tota
 		b.Fatal(err)
 	}
 	db.Close(context.Background())
-	w := startWriter(s, svc, pw)
-	defer w.stop()
+	w := s.startWriterInto(svc, pw, 1, false, "INSERT INTO w (n) VALUES ($1)")
+	defer w.halt()
 	w.commitAfter(b, time.Now())
 	evctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
@@ -77,13 +77,13 @@ func benchBlueGreenOnce(b *testing.B, s *server, mib int64) (pause, before, tota
 	total = time.Since(began)
 	b.StopTimer()
 	w.commitAfter(b, time.Now())
-	w.stop()
+	commits := len(w.halt())
 	if after.StatusReason != "" {
 		b.Fatalf("the upgrade failed: %s", after.StatusReason)
 	}
 	pause, before = w.longestGap(copied, time.Now()), w.longestGap(began, copied)
 	b.Logf("%d MiB: switch pause %v, longest gap before the switch %v, accepted to READY %v, %d commits",
-		mib, pause.Round(time.Millisecond), before.Round(time.Millisecond), total.Round(time.Millisecond), len(w.commits))
+		mib, pause.Round(time.Millisecond), before.Round(time.Millisecond), total.Round(time.Millisecond), commits)
 	s.call("DELETE", s.services()+"/"+svc.ServiceID, nil, nil)
 	s.waitGone(svc.ServiceID, 2*time.Minute)
 	return pause, before, total

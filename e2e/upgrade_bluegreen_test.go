@@ -2,122 +2,16 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
-
-// writer commits one numbered row at a time through a service's endpoint
-// until stopped, reconnecting when its session ends; it keeps what was
-// acknowledged, when, the errors that ended sessions and those of the
-// server that refused new ones.
-type writer struct {
-	mu      sync.Mutex
-	acked   []int64
-	commits []time.Time
-	ended   []endedSession
-	refused []endedSession
-	cancel  context.CancelFunc
-	done    sync.WaitGroup
-}
-
-// endedSession is an error that ended one of the writer's sessions.
-type endedSession struct {
-	err *pgconn.PgError
-	at  time.Time
-}
-
-// startWriter starts a writer into table w (n bigint, made by the caller).
-func startWriter(s *server, svc service, pw string) *writer {
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &writer{cancel: cancel}
-	w.done.Add(1)
-	go func() {
-		defer w.done.Done()
-		n := int64(0)
-		for ctx.Err() == nil {
-			c, err := s.connect(ctx, svc, pw)
-			if err != nil {
-				var pe *pgconn.PgError
-				if errors.As(err, &pe) {
-					w.mu.Lock()
-					w.refused = append(w.refused, endedSession{pe, time.Now()})
-					w.mu.Unlock()
-				}
-				time.Sleep(5 * time.Millisecond)
-				continue
-			}
-			for ctx.Err() == nil {
-				n++
-				if _, err := c.Exec(ctx, "INSERT INTO w (n) VALUES ($1)", n); err != nil {
-					var pe *pgconn.PgError
-					if errors.As(err, &pe) {
-						w.mu.Lock()
-						w.ended = append(w.ended, endedSession{pe, time.Now()})
-						w.mu.Unlock()
-					}
-					break
-				}
-				w.mu.Lock()
-				w.acked = append(w.acked, n)
-				w.commits = append(w.commits, time.Now())
-				w.mu.Unlock()
-			}
-			c.Close(context.Background())
-		}
-	}()
-	return w
-}
-
-// commitAfter waits until the writer has committed after t.
-func (w *writer) commitAfter(tb testing.TB, t time.Time) {
-	tb.Helper()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		w.mu.Lock()
-		last := time.Time{}
-		if len(w.commits) > 0 {
-			last = w.commits[len(w.commits)-1]
-		}
-		ended := len(w.ended)
-		w.mu.Unlock()
-		if last.After(t) {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("no commit through the endpoint after %v (%d sessions ended by errors)", t, ended)
-		}
-	}
-}
-
-// stop stops the writer and returns the rows it had acknowledged.
-func (w *writer) stop() []int64 {
-	w.cancel()
-	w.done.Wait()
-	return w.acked
-}
-
-// longestGap is the longest time between two commits that ends after
-// from and begins before to.
-func (w *writer) longestGap(from, to time.Time) time.Duration {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var gap time.Duration
-	for i := 1; i < len(w.commits); i++ {
-		if w.commits[i].After(from) && w.commits[i-1].Before(to) {
-			gap = max(gap, w.commits[i].Sub(w.commits[i-1]))
-		}
-	}
-	return gap
-}
 
 // TestUpgrade_BlueGreen upgrades a PostgreSQL 15 service to 17 by
 // BLUE_GREEN (decisions.md section 11) under a writer committing one row
@@ -154,8 +48,8 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 	}
 	started := queryValues(t, db, `SELECT pg_postmaster_start_time()::text`)
 	db.Close(ctx)
-	w := startWriter(s, svc.service, pw)
-	defer w.stop()
+	w := s.startWriterInto(svc.service, pw, 1, false, "INSERT INTO w (n) VALUES ($1)")
+	defer w.halt()
 	w.commitAfter(t, time.Now())
 
 	evctx, cancel := context.WithTimeout(ctx, upgradeWithin)
@@ -210,7 +104,7 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 		}
 		return e.Type == "operation.finished" && e.ResourceID == svc.ServiceID
 	})
-	acked := w.stop()
+	acked := w.halt()
 	t.Logf("%d rows acknowledged; longest gap between commits %v; steps %q", len(acked), w.longestGap(time.Time{}, time.Now()).Round(time.Millisecond), steps)
 
 	var got versionedService
@@ -224,14 +118,14 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 	if v := queryValues(t, db, `SHOW server_version`); len(v) != 1 || !strings.HasPrefix(v[0], "17.") {
 		t.Errorf("server_version %q after the upgrade, want 17", v)
 	}
-	have := map[int64]bool{}
+	have := map[int]bool{}
 	for _, v := range queryValues(t, db, `SELECT n::text FROM w`) {
-		n, _ := strconv.ParseInt(v, 10, 64)
+		n, _ := strconv.Atoi(v)
 		have[n] = true
 	}
 	missing := 0
-	for _, n := range acked {
-		if !have[n] {
+	for _, a := range acked {
+		if !have[a.id] {
 			missing++
 		}
 	}
@@ -258,7 +152,8 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 	// endpoint moved) was ended by the server, with a reason.
 	sawSwitch, duplicates := false, 0
 	var ended []string
-	for _, e := range w.ended {
+	endedBy, refusedBy := w.serverErrors()
+	for _, e := range endedBy {
 		if e.err.Code == "23505" {
 			duplicates++
 			continue
@@ -276,7 +171,7 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 	}
 	// New connections at the switch wait (in the old primary's listen
 	// queue) rather than being refused by it.
-	for _, e := range w.refused {
+	for _, e := range refusedBy {
 		if e.err.Code == "28000" {
 			t.Errorf("a connection at %s was refused by the old primary: %s %s %s (want it held until the switch)",
 				e.at.Format("15:04:05.000"), e.err.Severity, e.err.Code, e.err.Message)
