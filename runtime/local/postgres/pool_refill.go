@@ -152,6 +152,15 @@ func (m *Instances) Settled(dirs ...string) {
 	}
 }
 
+// ClaimsStarting is how many entries creates of this process claimed
+// whose service has not served yet (Settled), as far as the refill
+// waits for them (poolSettleMax at most).
+func (m *Instances) ClaimsStarting() int {
+	m.poolMu.Lock()
+	defer m.poolMu.Unlock()
+	return len(m.settling)
+}
+
 // settleUntil is when the refill may start as far as the creates that
 // claimed entries are concerned: the zero time when none is starting, or
 // when the pool cannot wait for them (a create waits, one cluster or none
