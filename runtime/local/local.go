@@ -439,6 +439,7 @@ func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*db
 	ctx, steps := withSteps(ctx)
 	obs, err := rt.ensureService(ctx, svc)
 	if err == nil {
+		rt.settled(svc)
 		rt.cfg.Logger.Info("service ensured", append([]any{"service", svc.ID}, steps.logAttrs()...)...)
 	}
 	return obs, userError(err)
