@@ -47,6 +47,9 @@ const (
 	// bgEndSessions bounds the wait for blue's sessions to end at the
 	// switch: one that takes longer fails the switch, which is undone.
 	bgEndSessions = 5 * time.Second
+	// bgServeBlue bounds putting blue back on the endpoint when dbcloud
+	// stops in the middle of an attempt.
+	bgServeBlue = 30 * time.Second
 	// bgCopyLimit bounds the initial copy.
 	bgCopyLimit = 6 * time.Hour
 )
@@ -150,6 +153,18 @@ func (rt *Runtime) UpgradeBlueGreen(ctx context.Context, svc *dbcloud.Service, s
 // next attempt undoes what this one left, from bluegreen.json).
 func (b *bgRun) failed(ctx context.Context, st *bgState, phase string, err error) error {
 	if ctx.Err() != nil {
+		// The rest of the undo is the next attempt's, but blue serves
+		// meanwhile: held or sealed, the service would be down for as
+		// long as dbcloud is.
+		if st != nil {
+			serve, cancel := context.WithTimeout(context.WithoutCancel(ctx), bgServeBlue)
+			defer cancel()
+			if ha, herr := b.ha(); herr != nil {
+				b.rt.cfg.Logger.Warn("blue/green upgrade cancelled; the old cluster may still be held", "service", b.svc.ID, "error", herr)
+			} else if _, serr := b.serveBlue(serve, ha, st); serr != nil {
+				b.rt.cfg.Logger.Warn("blue/green upgrade cancelled; the old cluster may still be held", "service", b.svc.ID, "error", serr)
+			}
+		}
 		return ctx.Err()
 	}
 	var f *dbcloud.UpgradeFailed
@@ -502,10 +517,14 @@ func swapAside(dir string, aside, back int) error {
 }
 
 // undo puts the service back on blue, as it was before the attempt:
-// green removed, blue cleaned of the upgrade's objects and serving
-// through the proxy again.
+// blue serving again first, then green removed and blue cleaned of the
+// upgrade's objects.
 func (b *bgRun) undo(ctx context.Context, st *bgState) error {
 	ha, err := b.ha()
+	if err != nil {
+		return err
+	}
+	blue, err := b.serveBlue(ctx, ha, st)
 	if err != nil {
 		return err
 	}
@@ -517,25 +536,6 @@ func (b *bgRun) undo(ctx context.Context, st *bgState) error {
 		return err
 	}
 	_ = os.RemoveAll(b.greenArchive(st))
-	// A Direct blue's postmaster runs again, and the ensure opens its
-	// pg_hba.conf again (a reload).
-	blue := b.blueSpec(ha, st, true)
-	if err := b.releaseBlue(blue); err != nil {
-		return err
-	}
-	if err := b.rt.instances.Ensure(ctx, blue); err != nil {
-		return err
-	}
-	switch {
-	case st.Direct:
-		if err := b.rt.stopProxy(ctx, b.svc.ID); err != nil {
-			return err
-		}
-	case b.rt.proxyRunning(b.svc.ID):
-		if err := b.rt.setProxy(ctx, b.svc.ID, b.base.Owner, b.rt.proxyListen(b.svc), b.target(blue)); err != nil {
-			return err
-		}
-	}
 	if err := b.cleanBlue(ctx, blue, st); err != nil {
 		return err
 	}
@@ -550,6 +550,34 @@ func (b *bgRun) undo(ctx context.Context, st *bgState) error {
 		return err
 	}
 	return os.Remove(b.rt.bgPath(b.svc.ID))
+}
+
+// serveBlue has blue serve the service's endpoint again, as before the
+// attempt: a Direct blue's postmaster continued (SIGCONT) and its
+// pg_hba.conf opened again (the ensure's reload), the proxy pointed back
+// at it or, for a Direct blue, stopped. First in an undo, before green's
+// teardown (a stop and the removal of a copy of the tenant's data), so
+// that the service is down no longer than the switch itself, and stays
+// up if the teardown fails. Idempotent.
+func (b *bgRun) serveBlue(ctx context.Context, ha *haState, st *bgState) (postgres.Spec, error) {
+	blue := b.blueSpec(ha, st, true)
+	if err := b.releaseBlue(blue); err != nil {
+		return blue, err
+	}
+	if err := b.rt.instances.Ensure(ctx, blue); err != nil {
+		return blue, err
+	}
+	switch {
+	case st.Direct:
+		if err := b.rt.stopProxy(ctx, b.svc.ID); err != nil {
+			return blue, err
+		}
+	case b.rt.proxyRunning(b.svc.ID):
+		if err := b.rt.setProxy(ctx, b.svc.ID, b.base.Owner, b.rt.proxyListen(b.svc), b.target(blue)); err != nil {
+			return blue, err
+		}
+	}
+	return blue, nil
 }
 
 // RollBackUpgrade returns the service to the cluster a BLUE_GREEN switch

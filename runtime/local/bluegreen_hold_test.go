@@ -188,3 +188,30 @@ func TestEndSessions_LoginInProgress(t *testing.T) {
 		t.Errorf("rows on blue: %q %v, want none", v, err)
 	}
 }
+
+// TestFailed_CancelledSwitchServesBlue: when dbcloud stops in the middle
+// of a switch (its context cancelled), the rest of the undo is left to
+// the next attempt, but blue serves again at once: continued and
+// unsealed, it takes a new login and a write, rather than the service
+// being down for as long as dbcloud is.
+func TestFailed_CancelledSwitchServesBlue(t *testing.T) {
+	const pw = "cancelled-password-1"
+	_, svc, b := blueBeforeSwitch(t, "bgcancel", pw)
+	holdBlue(t, b)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := b.failed(cancelled, &bgState{From: 15, To: 17, Direct: true}, "switch", errors.New("stopped")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("failed with a cancelled context: %v, want context.Canceled", err)
+	}
+	blue := b.base
+	ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+	c, err := pgx.Connect(ctx, fmt.Sprintf("host=%s port=%d user=tsdbadmin password=%s dbname=tsdb sslmode=disable connect_timeout=5", blue.RunDir(), blue.Port, pw))
+	if err == nil {
+		_, err = c.Exec(ctx, "INSERT INTO t VALUES ('after the cancelled switch')")
+		c.Close(ctx)
+	}
+	if err != nil {
+		t.Errorf("a login and a write on %s after its switch was cancelled: %v, want blue serving", svc.ID, err)
+	}
+}

@@ -265,8 +265,13 @@ func (b *bgRun) waitCopied(ctx context.Context, green postgres.Spec, dbs []bgDB)
 // its position once the sessions are gone, and returns that position.
 func (b *bgRun) caughtUp(ctx context.Context, blue *blueSessions) (string, error) {
 	conn, dbs := blue.conns["postgres"], blue.dbs
+	// The WAL inserted, not only written: a commit with synchronous_commit
+	// off is acknowledged once its record is inserted, and the walsenders
+	// send only what is flushed, which the walwriter (a held postmaster
+	// does not stop it) does within wal_writer_delay. Green has every
+	// acknowledged commit once it has applied this far.
 	var lsn string
-	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&lsn); err != nil {
 		return "", err
 	}
 	deadline := time.Now().Add(bgCatchUp)
