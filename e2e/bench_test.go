@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"os/exec"
@@ -31,7 +32,7 @@ import (
 // pool-<major>, whose size is the configured one (the main pool of an
 // older version keeps at most one).
 func (s *server) readyPool(b testing.TB) int {
-	newest := slices.Max(slices.Collect(maps.Keys(pgbin.Installed(""))))
+	newest, _ := newestInstalled()
 	dir := "pool"
 	if main, _, err := pgbin.Version(pgbin.Dir()); err != nil {
 		b.Fatal(err)
@@ -40,6 +41,14 @@ func (s *server) readyPool(b testing.TB) int {
 	}
 	n, _ := filepath.Glob(filepath.Join(s.dir, "runtime", dir, "ready-*"))
 	return len(n)
+}
+
+// newestInstalled is the newest PostgreSQL major version installed, the
+// one new services get, and its binaries' directory.
+func newestInstalled() (int, string) {
+	installed := pgbin.Installed("")
+	newest := slices.Max(slices.Collect(maps.Keys(installed)))
+	return newest, installed[newest]
 }
 
 // waitPool waits until the server's pool holds want prepared clusters,
@@ -157,7 +166,8 @@ type createTiming struct {
 // steady state; beside each of its creates comes a floor take: a prepared
 // cluster taken from a pool of the test's own (the runtime's code, sizes
 // and limits) from the rename of its data directory to the first TLS login
-// with a password set just before, what no create can beat. "floor"
+// with a password set just before, what no create can beat; that pool is
+// on the server's filesystem and of the version creates get. "floor"
 // reports those takes, and "pool" its p50 over theirs. "burst" has the
 // default pool and creates back to back, so the pool must grow and refill
 // ahead of the creates. "cli" has a full pool too and creates with the
@@ -189,10 +199,6 @@ func BenchmarkCreateToReady(b *testing.B) {
 				reportLatency(b, floors)
 				return
 			}
-			var floor *floorPool
-			if tc.pool > 0 && !tc.cli {
-				floor = newFloorPool(b, creates) // fills while the server's pool does
-			}
 			// Enough room on a 2-core host for the creates' shared
 			// services (500 millicores each).
 			args := []string{"--quota-services", "50", "--overcommit", "16"}
@@ -205,6 +211,10 @@ func BenchmarkCreateToReady(b *testing.B) {
 				args, want = append(args, "--pool-size", strconv.Itoa(tc.pool)), tc.pool
 			}
 			s := newServer(b, args...)
+			var floor *floorPool
+			if tc.pool > 0 && !tc.cli {
+				floor = newFloorPool(b, s, creates) // fills while the server's pool does
+			}
 			var tiger func(args ...string) *exec.Cmd
 			if tc.cli {
 				tiger = tigerCLI(b, s) // skips before any wait without the CLI
@@ -250,6 +260,11 @@ func BenchmarkCreateToReady(b *testing.B) {
 			}
 			if len(timings) > 0 {
 				b.Logf("pool preparations during the row, ms (median / max):\n%s", s.preparations(timings[0].start))
+			}
+			// The step that waits for the filesystem's commits: the
+			// password's ALTER ROLE on the new instance.
+			if d := s.stepTimes(timings, "password_ms"); len(d) > 0 {
+				b.ReportMetric(float64(percentile(d, 0.5).Microseconds())/1000, "password-p50-ms")
 			}
 			for _, p := range []float64{0.5, 0.95} {
 				d := percentile(took, p)
@@ -297,6 +312,28 @@ func (s *server) steps(t createTiming) string {
 	return out.String()
 }
 
+// stepTimes is how long the step (its field in "service ensured", e.g.
+// "password_ms") took in each of the creates that logged it.
+func (s *server) stepTimes(creates []createTiming, field string) []time.Duration {
+	raw, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
+	ids := map[string]bool{}
+	for _, c := range creates {
+		ids[c.id] = true
+	}
+	var out []time.Duration
+	for _, line := range strings.Split(string(raw), "\n") {
+		var entry map[string]any
+		if json.Unmarshal([]byte(line), &entry) != nil || entry["msg"] != "service ensured" || !ids[fmt.Sprint(entry["service"])] {
+			continue
+		}
+		if ms, ok := entry[field].(float64); ok {
+			out = append(out, time.Duration(ms*float64(time.Millisecond)))
+			delete(ids, fmt.Sprint(entry["service"])) // its first ensure: the create's
+		}
+	}
+	return out
+}
+
 // preparations sums up the pool's preparations the server logged since
 // since: how many, and the median and slowest of each step (the OS user of
 // the entry, the copy of the template, pg_resetwal, syncfs, and the whole
@@ -342,7 +379,11 @@ func (s *server) preparations(since time.Time) string {
 
 // floorPool is a pool of prepared clusters of the test's own, for floor
 // takes: each is the part of a create that only a faster PostgreSQL could
-// shorten.
+// shorten. It is on the server's filesystem (its runtime directory: the
+// btrfs image by default, the host's filesystem with
+// --storage-image-gib 0) and of the version creates get (the newest
+// installed), as the server's pool is: a floor on another filesystem or
+// version would not be the floor of those creates.
 type floorPool struct {
 	m      *postgres.Instances
 	n      int
@@ -352,9 +393,11 @@ type floorPool struct {
 	specs  []postgres.Spec
 }
 
-// newFloorPool starts filling a pool of n prepared clusters.
-func newFloorPool(b *testing.B, n int) *floorPool {
-	dir, err := os.MkdirTemp("", "dbcloud-floor-")
+// newFloorPool starts filling a pool of n prepared clusters beside s's
+// (see floorPool). Its cleanup comes before s's, which unmounts the image.
+func newFloorPool(b *testing.B, s *server, n int) *floorPool {
+	// A short name: its clusters' socket paths must fit in 107 bytes.
+	dir, err := os.MkdirTemp(s.runtimeDir(), "fl")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -362,7 +405,10 @@ func newFloorPool(b *testing.B, n int) *floorPool {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	m, err := postgres.NewInstances(postgres.Config{BinDir: pgbin.Dir(), PoolDir: filepath.Join(dir, "pool"), PoolSize: n})
+	_, binDir := newestInstalled()
+	// Its failures are the run's: a floor pool that cannot fill says why.
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	m, err := postgres.NewInstances(postgres.Config{BinDir: binDir, PoolDir: filepath.Join(dir, "pool"), PoolSize: n, Logger: logger})
 	if err != nil {
 		b.Fatal(err)
 	}

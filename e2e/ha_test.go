@@ -7,12 +7,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // haPrimary reads which instance is the service's primary from the
@@ -196,100 +193,16 @@ func removePrimaryData(t testing.TB, dir string) {
 func (s *server) failover(t testing.TB, svc service, password string, from int, breakPrimary func(t testing.TB, dir string)) failoverResult {
 	t.Helper()
 	ctx := context.Background()
-	var mu sync.Mutex
-	type ack struct {
-		id   int
-		port int
-		at   time.Time
-	}
-	var acks []ack
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		var conn *pgx.Conn
-		for i := from; ; i++ {
-			select {
-			case <-stop:
-				if conn != nil {
-					conn.Close(ctx)
-				}
-				return
-			default:
-			}
-			if conn == nil {
-				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				conn, _ = s.connect(cctx, svc, password)
-				cancel()
-				if conn == nil {
-					time.Sleep(20 * time.Millisecond)
-					continue
-				}
-			}
-			var port int
-			qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			err := conn.QueryRow(qctx, "INSERT INTO acked VALUES ($1) RETURNING inet_server_port()", i).Scan(&port)
-			cancel()
-			if err != nil {
-				conn.Close(ctx)
-				conn = nil
-				continue
-			}
-			mu.Lock()
-			acks = append(acks, ack{i, port, time.Now()})
-			mu.Unlock()
-		}
-	}()
+	w := s.startWriter(svc, password, from, false)
 	// Writes flow before the break.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		mu.Lock()
-		n := len(acks)
-		mu.Unlock()
-		if n >= 50 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the writer got no 50 commits acknowledged within 30 s")
-		}
-	}
+	w.waitAcks(t, 50, time.Time{}, anyServer, 30*time.Second)
 	primary, oldPort := s.haPrimary(svc.ServiceID)
 	broken, offset := time.Now(), s.logOffset()
 	breakPrimary(t, filepath.Join(s.dir, "runtime", "services", svc.ServiceID, strconv.Itoa(primary)))
-	var firstOK time.Time
-	for deadline := time.Now().Add(60 * time.Second); firstOK.IsZero(); time.Sleep(10 * time.Millisecond) {
-		mu.Lock()
-		for _, a := range acks {
-			if a.at.After(broken) && a.port != oldPort {
-				firstOK = a.at
-				break
-			}
-		}
-		mu.Unlock()
-		if time.Now().After(deadline) {
-			close(stop)
-			t.Fatal("no write through the endpoint within 60 s of the failure")
-		}
-	}
+	firstOK := w.waitAcks(t, 1, broken, func(a ack) bool { return a.port != oldPort }, 60*time.Second)
 	// A few writes on the new primary too.
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		mu.Lock()
-		n := 0
-		for _, a := range acks {
-			if a.at.After(firstOK) {
-				n++
-			}
-		}
-		mu.Unlock()
-		if n >= 10 {
-			break
-		}
-		if time.Now().After(deadline) {
-			close(stop)
-			t.Fatalf("%d writes acknowledged by the new primary within 60 s, want 10", n)
-		}
-	}
-	close(stop)
-	<-done
+	w.waitAcks(t, 10, firstOK, anyServer, 60*time.Second)
+	acks := w.halt()
 	// READY again with every instance: the old primary is rebuilt.
 	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		got, _ := s.get(svc.ServiceID)
@@ -309,24 +222,7 @@ func (s *server) failover(t testing.TB, svc service, password string, from int, 
 	if err := c.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil || inRecovery {
 		t.Fatalf("the endpoint reaches a standby (%v)", err)
 	}
-	ids := make([]int, len(acks))
-	for i, a := range acks {
-		ids[i] = a.id
-	}
-	var missing []int
-	rows, err := c.Query(ctx, "SELECT u.id FROM unnest($1::int[]) AS u(id) WHERE NOT EXISTS (SELECT FROM acked a WHERE a.id = u.id)", ids)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var id int
-		rows.Scan(&id)
-		missing = append(missing, id)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if len(missing) > 0 {
+	if missing := lostAcks(t, c, acks); len(missing) > 0 {
 		t.Fatalf("%d of %d acknowledged commits lost: %v", len(missing), len(acks), missing)
 	}
 	// The engine showed the service UNSTABLE during the failover, however

@@ -187,12 +187,16 @@ func TestRuntime_LogsAndMetrics(t *testing.T) {
 	}
 }
 
-// TestRuntime_HAFailover: a PROD service given one HA replica by setHA,
-// a row written, then its primary's pod deleted. The service accepts
-// writes again through the same endpoint, on the promoted replica, with
-// the row; the time from the delete to the first write acknowledged is
-// CNPG's detection and promotion, logged (docs/kubernetes.md quotes it).
-// The local runtime's failover is TestHA's.
+// TestRuntime_HAFailover: a PROD service given two HA replicas, one of
+// them synchronous, by setHA (TestHA's setting: with sync_replica_count 1
+// no acknowledged commit may be lost), its primary's pod deleted while a
+// writer commits through the endpoint. Every commit acknowledged, by the
+// old primary during its shutdown or by the new one, is on the new
+// primary; the endpoint reaches it; CNPG rebuilds the old pod as a
+// replica. The time from the delete to the first commit acknowledged by
+// another server is CNPG's detection and promotion, logged with the
+// longest time no commit was acknowledged (docs/kubernetes.md quotes
+// both). The local runtime's failover is TestHA's.
 func TestRuntime_HAFailover(t *testing.T) {
 	if !onKubernetes() {
 		t.Skip("deletes a CloudNativePG pod; TestHA fails the local runtime's primary")
@@ -203,90 +207,99 @@ func TestRuntime_HAFailover(t *testing.T) {
 	created := s.create(map[string]any{"name": "failover", "environment_tag": "PROD"})
 	id, pw := created.ServiceID, created.InitialPassword
 	s.waitStatus(id, "READY", readyWithin())
-	if code := s.call("POST", s.services()+"/"+id+"/setHA", map[string]int{"replica_count": 1, "sync_replica_count": 0}, nil); code != 202 {
+	if code := s.call("POST", s.services()+"/"+id+"/setHA", map[string]int{"replica_count": 2, "sync_replica_count": 1}, nil); code != 202 {
 		t.Fatalf("setHA: %d", code)
 	}
 	svc := s.waitSettled(id, readyWithin())
 	kc := kubeClient(t)
-	if pods := s.instancePods(kc, id); len(pods) != 2 {
-		t.Fatalf("%d instance pods after setHA 1, want 2", len(pods))
+	if pods := s.instancePods(kc, id); len(pods) != 3 {
+		t.Fatalf("%d instance pods after setHA 2, want 3", len(pods))
 	}
 	c := s.mustConnect(svc, pw)
-	if _, err := c.Exec(ctx, "CREATE TABLE acked (id int PRIMARY KEY); INSERT INTO acked VALUES (0)"); err != nil {
+	var syncNames string
+	if err := c.QueryRow(ctx, "SHOW synchronous_standby_names").Scan(&syncNames); err != nil || !strings.HasPrefix(syncNames, "ANY 1 (") {
+		t.Fatalf("synchronous_standby_names %q (%v), want ANY 1 of the standbys", syncNames, err)
+	}
+	if _, err := c.Exec(ctx, "CREATE TABLE acked (id int PRIMARY KEY)"); err != nil {
 		t.Fatal(err)
 	}
 	c.Close(ctx)
 
-	var cluster apiv1.Cluster
-	key := client.ObjectKey{Namespace: s.kubeNamespace(), Name: kubeCluster(id)}
-	if err := kc.Get(ctx, key, &cluster); err != nil {
-		t.Fatal(err)
+	// Two writers: one keeps its session, as an application's pool does;
+	// the other opens a connection per commit, as a new client does.
+	primary, oldIP := s.kubePrimary(kc, id)
+	session, fresh := s.startWriter(svc, pw, 0, false), s.startWriter(svc, pw, 1_000_000, true)
+	for _, w := range []*ackWriter{session, fresh} {
+		w.waitAcks(t, 20, time.Time{}, anyServer, time.Minute)
 	}
-	primary := cluster.Status.CurrentPrimary
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: primary}}
-	if err := kc.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
-		t.Fatal(err)
-	}
-	// A deleted pod's PostgreSQL shuts down smartly and takes writes for
-	// a moment: only a write on another pod's server counts.
-	oldIP := pod.Status.PodIP
 	deleted := time.Now()
-	if err := kc.Delete(ctx, pod); err != nil {
+	if err := kc.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: s.kubeNamespace(), Name: primary}}); err != nil {
 		t.Fatal(err)
 	}
-	took := s.firstWrite(svc, pw, 1, oldIP, 3*time.Minute).Sub(deleted)
-	t.Logf("failover: primary pod %s deleted, first write acknowledged through the endpoint %.1f s later", primary, took.Seconds())
+	// The deleted pod's PostgreSQL may go on acknowledging commits while
+	// it shuts down: those count as written, and only a commit by
+	// another server ends the failover.
+	var acks []ack
+	for _, w := range []*ackWriter{session, fresh} {
+		first := w.waitAcks(t, 1, deleted, func(a ack) bool { return a.server != oldIP }, 5*time.Minute)
+		w.waitAcks(t, 10, first, anyServer, time.Minute)
+		got := w.halt()
+		gap, _ := longestGap(got)
+		byOld := 0
+		for _, a := range got {
+			if a.at.After(deleted) && a.server == oldIP {
+				byOld++
+			}
+		}
+		kind := "session writer"
+		if w.fresh {
+			kind = "writer connecting per commit"
+		}
+		t.Logf("failover, %s: primary pod %s deleted; first commit by another server %.1f s later; longest time without a commit %.1f s; %d commits by the old primary after the delete",
+			kind, primary, first.Sub(deleted).Seconds(), gap.Seconds(), byOld)
+		acks = append(acks, got...)
+	}
 
-	if err := kc.Get(ctx, key, &cluster); err != nil {
-		t.Fatal(err)
-	}
-	if cluster.Status.CurrentPrimary == primary {
-		t.Errorf("CNPG's current primary is still %s after the write", primary)
+	if now, _ := s.kubePrimary(kc, id); now == primary {
+		t.Errorf("CNPG's current primary is still %s after the failover", primary)
 	}
 	c = s.mustConnect(svc, pw)
-	var n int
+	defer c.Close(ctx)
 	var inRecovery bool
-	if err := c.QueryRow(ctx, "SELECT count(*), pg_is_in_recovery() FROM acked WHERE id IN (0, 1)").Scan(&n, &inRecovery); err != nil || n != 2 || inRecovery {
-		t.Errorf("on the endpoint after the failover: %d of the 2 rows, in recovery %v (%v)", n, inRecovery, err)
+	if err := c.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil || inRecovery {
+		t.Errorf("the endpoint reaches a server in recovery after the failover (%v)", err)
 	}
+	if lost := lostAcks(t, c, acks); len(lost) > 0 {
+		t.Fatalf("%d of %d acknowledged commits lost in the failover: %v", len(lost), len(acks), lost)
+	}
+	t.Logf("%d acknowledged commits, all on the new primary", len(acks))
 	// READY again once the old primary is back as a replica.
 	for deadline := time.Now().Add(readyWithin()); ; time.Sleep(time.Second) {
 		got, _ := s.get(id)
-		if got.Status == "READY" && readyPods(s.instancePods(kc, id)) == 2 {
-			t.Logf("READY with 2 instances again %.1f s after the delete", time.Since(deleted).Seconds())
+		if got.Status == "READY" && readyPods(s.instancePods(kc, id)) == 3 {
+			t.Logf("READY with 3 instances again %.1f s after the delete", time.Since(deleted).Seconds())
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not READY with 2 instances within %v of the failover: %s (%s)", readyWithin(), got.Status, got.StatusReason)
+			t.Fatalf("not READY with 3 instances within %v of the failover: %s (%s)", readyWithin(), got.Status, got.StatusReason)
 		}
 	}
 }
 
-// firstWrite inserts row id into acked through the service's endpoint
-// until a server other than notAddr acknowledges the commit, and returns when.
-func (s *server) firstWrite(svc service, password string, id int, notAddr string, within time.Duration) time.Time {
+// kubePrimary is CNPG's current primary of a service's Cluster and its
+// pod's address (what inet_server_addr() says on it).
+func (s *server) kubePrimary(kc client.Client, id string) (string, string) {
 	s.t.Helper()
 	ctx := context.Background()
-	var last error
-	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		c, err := s.connect(cctx, svc, password)
-		var addr string
-		if err == nil {
-			err = c.QueryRow(cctx, "INSERT INTO acked VALUES ($1) ON CONFLICT (id) DO UPDATE SET id = EXCLUDED.id RETURNING host(inet_server_addr())", id).Scan(&addr)
-			c.Close(ctx)
-		}
-		cancel()
-		if err == nil && addr != notAddr {
-			return time.Now()
-		}
-		if err == nil {
-			err = fmt.Errorf("acknowledged by %s, the old primary", addr)
-		}
-		last = err
+	var cluster apiv1.Cluster
+	if err := kc.Get(ctx, client.ObjectKey{Namespace: s.kubeNamespace(), Name: kubeCluster(id)}, &cluster); err != nil {
+		s.t.Fatal(err)
 	}
-	s.t.Fatalf("no write acknowledged through %s:%d within %v: %v", svc.Endpoint.Host, svc.Endpoint.Port, within, last)
-	return time.Time{}
+	var pod corev1.Pod
+	if err := kc.Get(ctx, client.ObjectKey{Namespace: s.kubeNamespace(), Name: cluster.Status.CurrentPrimary}, &pod); err != nil {
+		s.t.Fatal(err)
+	}
+	return cluster.Status.CurrentPrimary, pod.Status.PodIP
 }
 
 // checkNothingLeft polls until the namespace holds nothing of the deleted
@@ -296,10 +309,17 @@ func (s *server) firstWrite(svc service, password string, id int, notAddr string
 func (s *server) checkNothingLeft(kc client.Client, id string, within time.Duration) {
 	s.t.Helper()
 	name := kubeCluster(id)
-	ofService := func(o metav1.Object) bool {
+	s.checkGone(kc, within, func(o metav1.Object) bool {
 		l := o.GetLabels()
 		return strings.HasPrefix(o.GetName(), name) || l["cnpg.io/cluster"] == name || l[kubernetes.LabelService] == id
-	}
+	})
+}
+
+// checkGone polls until the namespace holds no Cluster, pod,
+// PersistentVolumeClaim, Secret or Service that ofDeleted says belonged to
+// what was deleted.
+func (s *server) checkGone(kc client.Client, within time.Duration, ofDeleted func(metav1.Object) bool) {
+	s.t.Helper()
 	var left []string
 	for deadline := time.Now().Add(within); ; time.Sleep(time.Second) {
 		left = left[:0]
@@ -313,7 +333,7 @@ func (s *server) checkNothingLeft(kc client.Client, id string, within time.Durat
 				s.t.Fatal(err)
 			}
 			for _, o := range items {
-				if ofService(o) {
+				if ofDeleted(o) {
 					left = append(left, fmt.Sprintf("%T %s", o, o.GetName()))
 				}
 			}
@@ -322,7 +342,7 @@ func (s *server) checkNothingLeft(kc client.Client, id string, within time.Durat
 			return
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("%v after the service's delete: %v", within, left)
+			s.t.Fatalf("%v after the delete: %v", within, left)
 		}
 	}
 }

@@ -55,13 +55,14 @@ func (s *server) waitPooler(id string, want bool, within time.Duration) string {
 	}
 }
 
-// poolerDSN logs in as a user would through the pooler: TLS verified
-// against the CA, and the simple protocol, since PgBouncer 1.18 in
+// poolerDSN logs in as a user would through the pooler: TLS (verified
+// against the CA where the runtime's certificates are dbcloud's:
+// sslParams), and the simple protocol, since PgBouncer 1.18 in
 // transaction mode cannot carry prepared statements.
 func (s *server) poolerDSN(addr, password string) string {
 	host, port, _ := net.SplitHostPort(addr)
-	return fmt.Sprintf("postgresql://tsdbadmin:%s@%s:%s/tsdb?sslmode=verify-full&sslrootcert=%s&connect_timeout=30&default_query_exec_mode=simple_protocol",
-		password, host, port, s.boot.CAFile)
+	return fmt.Sprintf("postgresql://tsdbadmin:%s@%s:%s/tsdb?%s&connect_timeout=30&default_query_exec_mode=simple_protocol",
+		password, host, port, s.sslParams())
 }
 
 // stopPoolers kills, by PID, any PgBouncer a test left running under dir.

@@ -38,6 +38,9 @@ var kubernetesTests = map[string]bool{
 	"TestRuntime_ServiceLifecycle": true,
 	"TestRuntime_Resize":           true,
 	"TestRuntime_LogsAndMetrics":   true,
+	"TestRuntime_HAFailover":       true,
+	"TestRuntime_Pooler":           true,
+	"TestRuntime_ReplicaSet":       true,
 	"TestTigerCLILogin":            true,
 	"TestReadme_TigerCLI":          true,
 	// Starts its own kube-apiserver, whatever the run's runtime.
@@ -88,7 +91,6 @@ var localReasons = map[string]string{
 	"TestHistory":                                   "edits instances' files on this host and kills a postmaster",
 	"TestGuard_OSIsolation":                         "checks OS users, setpriv and cgroups on this host",
 	"TestLoad":                                      "measures host processes",
-	"TestRuntime_HAFailover":                        "not yet passed on real pods: its first run counted a write the deleted primary took during its smart shutdown; the check of the acknowledging server's address is unverified",
 	"TestPossibleFinal":                             "measures host processes",
 	"TestLogs":                                      "rotates and reads log files on this host",
 	"TestLogs_NoHostPath":                           "the host paths of this runtime's directories (a pod's paths are the container's own)",

@@ -2,125 +2,32 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
-
-// writer commits one numbered row at a time through a service's endpoint
-// until stopped, reconnecting when its session ends; it keeps what was
-// acknowledged, when, and the errors that ended sessions.
-type writer struct {
-	mu      sync.Mutex
-	acked   []int64
-	commits []time.Time
-	ended   []endedSession
-	cancel  context.CancelFunc
-	done    sync.WaitGroup
-}
-
-// endedSession is an error that ended one of the writer's sessions.
-type endedSession struct {
-	err *pgconn.PgError
-	at  time.Time
-}
-
-// startWriter starts a writer into table w (n bigint, made by the caller).
-func startWriter(s *server, svc service, pw string) *writer {
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &writer{cancel: cancel}
-	w.done.Add(1)
-	go func() {
-		defer w.done.Done()
-		n := int64(0)
-		for ctx.Err() == nil {
-			c, err := s.connect(ctx, svc, pw)
-			if err != nil {
-				time.Sleep(5 * time.Millisecond)
-				continue
-			}
-			for ctx.Err() == nil {
-				n++
-				if _, err := c.Exec(ctx, "INSERT INTO w (n) VALUES ($1)", n); err != nil {
-					var pe *pgconn.PgError
-					if errors.As(err, &pe) {
-						w.mu.Lock()
-						w.ended = append(w.ended, endedSession{pe, time.Now()})
-						w.mu.Unlock()
-					}
-					break
-				}
-				w.mu.Lock()
-				w.acked = append(w.acked, n)
-				w.commits = append(w.commits, time.Now())
-				w.mu.Unlock()
-			}
-			c.Close(context.Background())
-		}
-	}()
-	return w
-}
-
-// commitAfter waits until the writer has committed after t.
-func (w *writer) commitAfter(tb testing.TB, t time.Time) {
-	tb.Helper()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		w.mu.Lock()
-		last := time.Time{}
-		if len(w.commits) > 0 {
-			last = w.commits[len(w.commits)-1]
-		}
-		ended := len(w.ended)
-		w.mu.Unlock()
-		if last.After(t) {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("no commit through the endpoint after %v (%d sessions ended by errors)", t, ended)
-		}
-	}
-}
-
-// stop stops the writer and returns the rows it had acknowledged.
-func (w *writer) stop() []int64 {
-	w.cancel()
-	w.done.Wait()
-	return w.acked
-}
-
-// longestGap is the longest time between two commits that ends after
-// from and begins before to.
-func (w *writer) longestGap(from, to time.Time) time.Duration {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var gap time.Duration
-	for i := 1; i < len(w.commits); i++ {
-		if w.commits[i].After(from) && w.commits[i-1].Before(to) {
-			gap = max(gap, w.commits[i].Sub(w.commits[i-1]))
-		}
-	}
-	return gap
-}
 
 // TestUpgrade_BlueGreen upgrades a PostgreSQL 15 service to 17 by
 // BLUE_GREEN (decisions.md section 11) under a writer committing one row
-// at a time through the endpoint: every acknowledged row is on the new
-// cluster, which says 17 on the same host and port; the writer's session
-// at the switch was ended with an error saying why (57P01); the old
+// at a time through the endpoint: the 15 service writes logical WAL from
+// its creation, so the old primary serves without a restart until the
+// switch (the same postmaster, the writer's session untouched, through
+// the copy); every acknowledged row is on the new cluster, which says 17
+// on the same host and port; the writer's session at the switch was
+// ended with an error saying why (57P01, "switching to PostgreSQL 17"), and its new connections then
+// were held, not refused by the old primary; the old
 // passwords work; a table without a key kept its rows; a schema change
 // during the copy is refused naming the upgrade; every step is in the
 // event stream. Then ROLLBACK returns to 15 with the rows from before the
-// switch and without what was written after it, and a second ROLLBACK is
-// refused.
+// switch and without what was written after it, a second ROLLBACK is
+// refused, and a second BLUE_GREEN upgrade, of the service now behind its
+// endpoint proxy, ends on 17 with the rows.
 func TestUpgrade_BlueGreen(t *testing.T) {
 	t.Parallel()
 	requirePGVersion(t, 17)
@@ -136,9 +43,13 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 		CREATE ROLE app LOGIN PASSWORD 'app-secret-1'`); err != nil {
 		t.Fatal(err)
 	}
+	if v := queryValues(t, db, `SHOW wal_level`); !slices.Equal(v, []string{"logical"}) {
+		t.Errorf("wal_level of a new 15 service on a host with 17: %q, want logical (the upgrade would restart it)", v)
+	}
+	started := queryValues(t, db, `SELECT pg_postmaster_start_time()::text`)
 	db.Close(ctx)
-	w := startWriter(s, svc.service, pw)
-	defer w.stop()
+	w := s.startWriterInto(svc.service, pw, 1, false, "INSERT INTO w (n) VALUES ($1)")
+	defer w.halt()
 	w.commitAfter(t, time.Now())
 
 	evctx, cancel := context.WithTimeout(ctx, upgradeWithin)
@@ -166,6 +77,10 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 		if _, err := ddl.Exec(ctx, "ALTER ROLE app PASSWORD 'app-secret-2'"); err != nil {
 			t.Errorf("a password change during the copy: %v", err)
 		}
+		// The old primary has not restarted: no pause before the switch.
+		if v := queryValues(t, ddl, `SELECT pg_postmaster_start_time()::text`); !slices.Equal(v, started) {
+			t.Errorf("the old primary restarted before the copy: started %q, was %q", v, started)
+		}
 		var version string
 		_, err := ddl.Exec(ctx, "CREATE TABLE during_copy (v int)")
 		ddl.QueryRow(ctx, "SHOW server_version").Scan(&version)
@@ -189,7 +104,7 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 		}
 		return e.Type == "operation.finished" && e.ResourceID == svc.ServiceID
 	})
-	acked := w.stop()
+	acked := w.halt()
 	t.Logf("%d rows acknowledged; longest gap between commits %v; steps %q", len(acked), w.longestGap(time.Time{}, time.Now()).Round(time.Millisecond), steps)
 
 	var got versionedService
@@ -203,14 +118,14 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 	if v := queryValues(t, db, `SHOW server_version`); len(v) != 1 || !strings.HasPrefix(v[0], "17.") {
 		t.Errorf("server_version %q after the upgrade, want 17", v)
 	}
-	have := map[int64]bool{}
+	have := map[int]bool{}
 	for _, v := range queryValues(t, db, `SELECT n::text FROM w`) {
-		n, _ := strconv.ParseInt(v, 10, 64)
+		n, _ := strconv.Atoi(v)
 		have[n] = true
 	}
 	missing := 0
-	for _, n := range acked {
-		if !have[n] {
+	for _, a := range acked {
+		if !have[a.id] {
 			missing++
 		}
 	}
@@ -237,19 +152,34 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 	// endpoint moved) was ended by the server, with a reason.
 	sawSwitch, duplicates := false, 0
 	var ended []string
-	for _, e := range w.ended {
+	endedBy, refusedBy := w.serverErrors()
+	for _, e := range endedBy {
 		if e.err.Code == "23505" {
 			duplicates++
 			continue
 		}
 		ended = append(ended, e.at.Format("15:04:05.000")+" "+e.err.Severity+" "+e.err.Code+" "+e.err.Message)
-		sawSwitch = sawSwitch || (e.err.Code == "57P01" && e.err.Severity == "FATAL" && e.at.After(stepAt["copy"]) && e.at.Before(stepAt["switch"]))
+		if e.at.Before(stepAt["copy"]) {
+			t.Errorf("the writer's session was ended before the copy had finished (%s): %s %s %s",
+				stepAt["copy"].Format("15:04:05.000"), e.err.Severity, e.err.Code, e.err.Message)
+		}
+		sawSwitch = sawSwitch || (e.err.Code == "57P01" && e.err.Severity == "FATAL" && strings.Contains(e.err.Message, "switching to PostgreSQL 17") &&
+			e.at.After(stepAt["copy"]) && e.at.Before(stepAt["switch"]))
 	}
 	if duplicates > 0 {
 		t.Errorf("the writer hit a duplicate key %d times (a sequence behind its table)", duplicates)
 	}
+	// New connections at the switch wait (in the old primary's listen
+	// queue) rather than being refused by it.
+	for _, e := range refusedBy {
+		if e.err.Code == "28000" {
+			t.Errorf("a connection at %s was refused by the old primary: %s %s %s (want it held until the switch)",
+				e.at.Format("15:04:05.000"), e.err.Severity, e.err.Code, e.err.Message)
+			break
+		}
+	}
 	if !sawSwitch {
-		t.Errorf("the writer's session at the switch (%s to %s) was not ended with FATAL 57P01; sessions ended by %q",
+		t.Errorf("the writer's session at the switch (%s to %s) was not ended with FATAL 57P01 saying it is switching to PostgreSQL 17; sessions ended by %q",
 			stepAt["copy"].Format("15:04:05.000"), stepAt["switch"].Format("15:04:05.000"), ended)
 	}
 	for _, want := range []string{"new_cluster", "schema", "copy", "caught_up", "switch", "kept"} {
@@ -275,8 +205,9 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 	if v := queryValues(t, db, `SELECT count(*)::text FROM w WHERE n = -1`); !slices.Equal(v, []string{"0"}) {
 		t.Errorf("the row written after the switch is on 15 after the rollback: %q", v)
 	}
-	if v := queryValues(t, db, `SELECT count(*)::text FROM w WHERE n > 0`); len(v) != 1 || v[0] == "0" {
-		t.Errorf("rows from before the switch after the rollback: %q", v)
+	rows := queryValues(t, db, `SELECT count(*)::text FROM w WHERE n > 0`)
+	if len(rows) != 1 || rows[0] == "0" {
+		t.Errorf("rows from before the switch after the rollback: %q", rows)
 	}
 	if _, err := db.Exec(ctx, "CREATE TABLE after_rollback (v int)"); err != nil {
 		t.Errorf("DDL after the rollback (the upgrade's trigger gone): %v", err)
@@ -287,20 +218,52 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 		!strings.Contains(again.Message, "no old cluster") {
 		t.Errorf("a second rollback: %d %s", code, again.Message)
 	}
+
+	// Back on 15 the service is behind its endpoint proxy (the layout the
+	// switch left): BLUE_GREEN again holds new connections at the proxy,
+	// and ends on 17 with the rows.
+	var second service
+	if code := s.call("POST", s.services()+"/"+svc.ServiceID+"/upgrade", map[string]any{"pg_version": 17, "method": "BLUE_GREEN"}, &second); code != 202 {
+		t.Fatalf("a second BLUE_GREEN upgrade: %d %s", code, second.Message)
+	}
+	back = s.waitStatus(svc.ServiceID, "READY", upgradeWithin)
+	if code := s.call("GET", s.services()+"/"+svc.ServiceID, nil, &got); code != 200 || got.Metadata.PGVersion != 17 || back.StatusReason != "" {
+		t.Fatalf("after a second BLUE_GREEN upgrade: %d, metadata %+v, reason %q", code, got.Metadata, back.StatusReason)
+	}
+	db = s.mustConnect(got.service, pw)
+	defer db.Close(ctx)
+	if v := queryValues(t, db, `SELECT count(*)::text FROM w WHERE n > 0`); !slices.Equal(v, rows) {
+		t.Errorf("rows after a second BLUE_GREEN upgrade: %q, want %q", v, rows)
+	}
+	if v := queryValues(t, db, `SELECT count(*)::text FROM after_rollback`); !slices.Equal(v, []string{"0"}) {
+		t.Errorf("the table made after the rollback, after a second upgrade: %q", v)
+	}
 }
 
-// TestUpgrade_BlueGreenKilledMidway kills dbcloud (SIGKILL) while a
-// BLUE_GREEN upgrade has made the new cluster and its schema (as its
-// subscriptions are made): after the restart the
-// attempt is undone from bluegreen.json (the new cluster removed, the old
-// one cleaned) and made again, and the service ends READY on 17 with its
-// rows, its DDL no longer refused.
+// TestUpgrade_BlueGreenKilledMidway kills dbcloud (SIGKILL) during a
+// BLUE_GREEN upgrade of a service whose primary listens on the endpoint
+// itself, and restarts it. Killed once the new cluster has its schema (as
+// its subscriptions are made), before the commit point: the attempt is
+// undone from bluegreen.json (the new cluster removed, the old one
+// cleaned) and made again. Killed once the new cluster has every commit
+// (the commit point written: the old primary may be left stopped with
+// SIGSTOP, its clients held): the switch is finished. Either way the
+// service ends READY on 17 with its rows, its DDL no longer refused.
 func TestUpgrade_BlueGreenKilledMidway(t *testing.T) {
 	t.Parallel()
 	requirePGVersion(t, 17)
+	for _, at := range []string{"schema", "caught_up"} {
+		t.Run(at, func(t *testing.T) { killBlueGreenAt(t, at) })
+	}
+}
+
+// killBlueGreenAt upgrades a service by BLUE_GREEN, kills dbcloud when
+// the upgrade's step at is in the event stream, restarts it, and checks
+// the service ends upgraded.
+func killBlueGreenAt(t *testing.T, at string) {
 	s := newServer(t)
 	ctx := context.Background()
-	svc, db := s.killMidUpgrade(t, "BLUE_GREEN", "schema")
+	svc, db := s.killMidUpgrade(t, "BLUE_GREEN", at)
 	defer db.Close(ctx)
 	if _, err := db.Exec(ctx, "CREATE TABLE after_upgrade (v int)"); err != nil {
 		t.Errorf("DDL after the upgrade: %v", err)

@@ -15,7 +15,8 @@
  *
  * This file holds the hooks and the settings; roles.c the reserved roles
  * and the settings a tenant may not attach to a database or role,
- * readonly.c the read-only sessions, storage.c storage read-only.
+ * readonly.c the read-only sessions, storage.c storage read-only,
+ * ended.c the reason given to sessions dbcloud ends.
  */
 #include "postgres.h"
 
@@ -52,6 +53,7 @@ static ProcessUtility_hook_type prev_utility = NULL;
 static ExecutorStart_hook_type prev_executor_start = NULL;
 static object_access_hook_type prev_object_access = NULL;
 static ClientAuthentication_hook_type prev_client_auth = NULL;
+static emit_log_hook_type prev_emit_log = NULL;
 
 /* The tsdb_admin settings, as the original's extension names them. */
 bool		guard_ro_connection = false;
@@ -217,6 +219,14 @@ dbcloud_guard_client_auth(Port *port, int status)
 						port->database_name ? port->database_name : "")));
 }
 
+static void
+dbcloud_guard_emit_log(ErrorData *edata)
+{
+	give_end_reason(edata);
+	if (prev_emit_log)
+		prev_emit_log(edata);
+}
+
 void
 _PG_init(void)
 {
@@ -250,4 +260,6 @@ _PG_init(void)
 	object_access_hook = dbcloud_guard_object_access;
 	prev_client_auth = ClientAuthentication_hook;
 	ClientAuthentication_hook = dbcloud_guard_client_auth;
+	prev_emit_log = emit_log_hook;
+	emit_log_hook = dbcloud_guard_emit_log;
 }

@@ -48,4 +48,8 @@ extern void guard_storage_executor(QueryDesc *queryDesc);
 extern void guard_storage_function(Oid fn);
 extern void assign_storage_read_only(bool newval, void *extra);
 
+/* ended.c: the reason dbcloud gives the sessions it ends. */
+#define END_REASON_FILE "dbcloud_end_reason"
+extern void give_end_reason(ErrorData *edata);
+
 #endif

@@ -36,6 +36,9 @@ const (
 	database = "tsdb"
 	// originSource is the external cluster a fork or replica set reads from.
 	originSource = "origin"
+	// smartShutdownSeconds is how long a stopping instance lets its
+	// sessions end before it ends them (setCommon).
+	smartShutdownSeconds = 1
 )
 
 // Namespace is the namespace of a project.
@@ -136,6 +139,15 @@ func (rt *Runtime) setCommon(s *apiv1.ClusterSpec, size dbcloud.Size, major int)
 	// updated one instead of restarting it in place.
 	s.PrimaryUpdateStrategy = apiv1.PrimaryUpdateStrategyUnsupervised
 	s.PrimaryUpdateMethod = apiv1.PrimaryUpdateMethodSwitchover
+	// A deleted or evicted pod's PostgreSQL waits in a smart shutdown for
+	// its sessions to end, 180 s by CNPG's default, refusing every new
+	// connection meanwhile, and the replica is promoted only once it has
+	// stopped: a pool's sessions never end, so the primary's pod deleted
+	// meant three minutes without new connections. The local runtime's
+	// rule instead: smart for a second, then fast (sessions ended, their
+	// open transactions rolled back, every commit streamed to the
+	// standbys before the server exits).
+	s.SmartShutdownTimeout = ptr.To(int32(smartShutdownSeconds))
 	s.StorageConfiguration.Size = rt.cfg.StorageSize
 	if rt.cfg.StorageClass != "" {
 		s.StorageConfiguration.StorageClass = ptr.To(rt.cfg.StorageClass)

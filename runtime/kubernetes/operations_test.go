@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"dbcloud"
@@ -143,6 +144,11 @@ func TestOperationsMakeCNPGObjects(t *testing.T) {
 				}
 				if s.PrimaryUpdateMethod != apiv1.PrimaryUpdateMethodSwitchover {
 					t.Errorf("primaryUpdateMethod %q", s.PrimaryUpdateMethod)
+				}
+				// Not CNPG's 180 s: the primary's pod deleted would refuse
+				// new connections that long (TestRuntime_HAFailover).
+				if got := ptr.Deref(s.SmartShutdownTimeout, -1); got != 1 {
+					t.Errorf("smartShutdownTimeout %d (-1: unset, CNPG's 180), want 1", got)
 				}
 				if len(s.Plugins) != 1 || s.Plugins[0].Name != kubernetes.BarmanPlugin || s.Plugins[0].Parameters["barmanObjectName"] != store {
 					t.Errorf("plugins %+v", s.Plugins)

@@ -18,18 +18,23 @@ import (
 	"dbcloud/runtime/local/postgres"
 )
 
-// A BLUE_GREEN upgrade (decisions.md section 11) puts the service behind
-// its endpoint proxy (the HA layout, with the primary alone), makes a
-// cluster on the target version as another instance of the service
-// ("green"), copies the roles and the schema into it, and fills it by
-// logical replication from the primary ("blue"): a publication for all
-// tables in each database, a subscription in the new cluster. Schema
-// changes on blue are refused by an event trigger meanwhile. The switch
-// pauses new connections at the proxy, ends blue's sessions, waits until
-// green has applied blue's last WAL, copies the sequences, and points
-// the proxy at green. Blue is stopped and kept; bluegreen.json says how
-// far it got, so a crash of dbcloud finishes a switch that was made or
-// undoes one that was not.
+// A BLUE_GREEN upgrade (decisions.md section 11) makes a cluster on the
+// target version as another instance of the service ("green"), copies the
+// roles and the schema into it, and fills it by logical replication from
+// the primary ("blue"): a publication for all tables in each database, a
+// subscription in the new cluster. Schema changes on blue are refused by
+// an event trigger meanwhile, and blue serves as it did: nothing of it
+// restarts before the switch (logicalwal.go). The switch stops new
+// sessions reaching blue, ends blue's sessions, waits until green has
+// applied blue's last WAL, copies the sequences, and moves the endpoint to
+// green. A service behind its endpoint proxy (HA) has new connections
+// held there and the proxy pointed at green. A service whose primary
+// listens on the endpoint itself (Direct) has them held in blue's listen
+// queue (bluegreen_hold.go); then blue stops and the proxy, started
+// beforehand bound to nothing, takes the endpoint's address and forwards
+// to green: the service has the HA layout from then on. Blue is kept,
+// stopped; bluegreen.json says how far it got, so a crash of dbcloud
+// finishes a switch that was made or undoes one that was not.
 const (
 	blueGreenFile = "bluegreen.json"
 	// bgName names what the upgrade makes in the clusters: the
@@ -39,6 +44,12 @@ const (
 	// bgCatchUp bounds the wait for green at the switch, while new
 	// connections are held: past it the switch is undone.
 	bgCatchUp = 10 * time.Second
+	// bgEndSessions bounds the wait for blue's sessions to end at the
+	// switch: one that takes longer fails the switch, which is undone.
+	bgEndSessions = 5 * time.Second
+	// bgServeBlue bounds putting blue back on the endpoint when dbcloud
+	// stops in the middle of an attempt.
+	bgServeBlue = 30 * time.Second
 	// bgCopyLimit bounds the initial copy.
 	bgCopyLimit = 6 * time.Hour
 )
@@ -60,6 +71,9 @@ type bgState struct {
 	Blue      int `json:"blue"`
 	Green     int `json:"green"`
 	GreenPort int `json:"green_port"`
+	// Direct says blue listened on the endpoint itself, without the
+	// proxy, when the attempt began.
+	Direct bool `json:"direct,omitempty"`
 	// Password is the replication role's, which the subscriptions use.
 	Password string `json:"password,omitempty"`
 	// FullIdentity lists, per database, the tables without a key that
@@ -139,6 +153,18 @@ func (rt *Runtime) UpgradeBlueGreen(ctx context.Context, svc *dbcloud.Service, s
 // next attempt undoes what this one left, from bluegreen.json).
 func (b *bgRun) failed(ctx context.Context, st *bgState, phase string, err error) error {
 	if ctx.Err() != nil {
+		// The rest of the undo is the next attempt's, but blue serves
+		// meanwhile: held or sealed, the service would be down for as
+		// long as dbcloud is.
+		if st != nil {
+			serve, cancel := context.WithTimeout(context.WithoutCancel(ctx), bgServeBlue)
+			defer cancel()
+			if ha, herr := b.ha(); herr != nil {
+				b.rt.cfg.Logger.Warn("blue/green upgrade cancelled; the old cluster may still be held", "service", b.svc.ID, "error", herr)
+			} else if _, serr := b.serveBlue(serve, ha, st); serr != nil {
+				b.rt.cfg.Logger.Warn("blue/green upgrade cancelled; the old cluster may still be held", "service", b.svc.ID, "error", serr)
+			}
+		}
 		return ctx.Err()
 	}
 	var f *dbcloud.UpgradeFailed
@@ -166,8 +192,18 @@ func (b *bgRun) ha() (*haState, error) {
 
 // blueSpec is the old cluster's spec, as the primary it was; logical
 // while it may hold the upgrade's logical slots, which a server with a
-// lower wal_level refuses to start with.
+// lower wal_level refuses to start with. Until the switch gives it an
+// internal port, a Direct blue is the service's own spec.
 func (b *bgRun) blueSpec(ha *haState, st *bgState, logical bool) postgres.Spec {
+	if ha.Ports[st.Blue] == 0 {
+		s := b.base
+		s.Settings = maps.Clone(s.Settings)
+		if logical {
+			s.Settings["wal_level"] = "logical"
+		}
+		s.BinDir = b.rt.binDirs[st.From]
+		return s
+	}
 	h := *ha
 	h.Primary, h.Members, h.Sync, h.SyncCount, h.Logical = st.Blue, []int{st.Blue}, nil, 0, logical
 	s := b.rt.haSpec(b.svc, b.base, &h, st.Blue)
@@ -220,14 +256,48 @@ func (b *bgRun) behindProxy(ctx context.Context) (*haState, error) {
 	return b.rt.loadHA(b.svc.ID)
 }
 
-// copy makes green and fills it; it returns once green streams blue's
-// changes with every table copied.
-func (b *bgRun) copy(ctx context.Context) (*bgState, error) {
-	ha, err := b.behindProxy(ctx)
+// logicalDirect readies a primary that listens on the endpoint itself:
+// one that does not write logical WAL yet (it has run since before
+// services on older versions were given it) restarts into it, in place.
+func (b *bgRun) logicalDirect(ctx context.Context) (*haState, error) {
+	ha, err := b.ha()
 	if err != nil {
 		return nil, err
 	}
-	st := &bgState{From: b.from.Major, To: b.to.Major, Phase: bgCopying, Blue: ha.Primary}
+	level, err := b.rt.queryStrings(ctx, b.base, "postgres", "SHOW wal_level")
+	if err != nil {
+		return nil, err
+	}
+	if len(level) == 1 && level[0] == "logical" {
+		return ha, nil
+	}
+	if err := b.rt.markLogicalWAL(b.svc.ID); err != nil {
+		return nil, err
+	}
+	b.base.Settings = maps.Clone(b.base.Settings)
+	b.base.Settings["wal_level"] = "logical"
+	if err := b.rt.instances.Ensure(ctx, b.base); err != nil {
+		return nil, err
+	}
+	b.done("wal_level", "the primary restarted once to write logical WAL")
+	return ha, nil
+}
+
+// copy makes green and fills it; it returns once green streams blue's
+// changes with every table copied.
+func (b *bgRun) copy(ctx context.Context) (*bgState, error) {
+	direct := !b.rt.isHA(b.svc)
+	var ha *haState
+	var err error
+	if direct {
+		ha, err = b.logicalDirect(ctx)
+	} else {
+		ha, err = b.behindProxy(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	st := &bgState{From: b.from.Major, To: b.to.Major, Phase: bgCopying, Blue: ha.Primary, Direct: direct}
 	blue := b.blueSpec(ha, st, true)
 	if err := b.refuseTimescale(ctx, blue); err != nil {
 		return nil, err
@@ -274,15 +344,21 @@ func (b *bgRun) copy(ctx context.Context) (*bgState, error) {
 	return st, nil
 }
 
-// switchOver moves the service to green: new connections held at the
-// proxy, blue's sessions ended, green caught up with blue's last WAL, the
-// sequences copied. It returns at the commit point (bgSwitched).
+// switchOver moves the service to green: new connections held (at the
+// proxy, or in a Direct blue's listen queue), blue's sessions ended, green
+// caught up with blue's last WAL, the sequences copied. It returns at the
+// commit point (bgSwitched).
 func (b *bgRun) switchOver(ctx context.Context, st *bgState) error {
-	ha, err := b.rt.loadHA(b.svc.ID)
+	ha, err := b.ha()
 	if err != nil {
 		return err
 	}
 	blue, green := b.blueSpec(ha, st, true), b.greenSpec(ha, st, false)
+	if st.Direct {
+		if err := b.readyDirect(ctx, blue, green); err != nil {
+			return err
+		}
+	}
 	// The pooler connects to blue itself, not through the proxy: it
 	// stops, and the ensure after the upgrade starts it on green.
 	if err := b.rt.stopPooler(ctx, b.svc.ID); err != nil {
@@ -290,23 +366,34 @@ func (b *bgRun) switchOver(ctx context.Context, st *bgState) error {
 	}
 	b.rt.unwatchPrimary(b.svc.ID)
 	b.rt.sessions.close(ctx, b.svc.ID)
+	sessions, err := b.openBlue(ctx, blue)
+	if err != nil {
+		return err
+	}
+	defer sessions.close(ctx)
 	paused := time.Now()
-	if err := b.rt.pauseProxy(ctx, b.svc.ID, b.base.Owner, b.rt.proxyListen(b.svc), b.target(blue)); err != nil {
+	if err := b.holdNewSessions(ctx, st, blue); err != nil {
 		return err
 	}
-	ended, err := b.endSessions(ctx, blue)
+	postmaster, ok := b.rt.instances.Running(blue)
+	if !ok {
+		return fmt.Errorf("blue/green switch of %s: the old primary is not running", b.svc.ID)
+	}
+	clearReason := b.giveEndReason(blue)
+	ended, err := b.endSessions(ctx, sessions, blue, postmaster)
+	clearReason()
 	if err != nil {
 		return err
 	}
-	lsn, err := b.caughtUp(ctx, blue)
+	lsn, err := b.caughtUp(ctx, sessions)
 	if err != nil {
 		return err
 	}
-	seqs, err := b.copySequences(ctx, blue, green)
+	seqs, err := b.copySequences(ctx, sessions, green)
 	if err != nil {
 		return err
 	}
-	if _, err := b.copyPasswords(ctx, blue, green); err != nil {
+	if _, err := b.copyPasswords(ctx, sessions, green); err != nil {
 		return err
 	}
 	st.Phase = bgSwitched
@@ -322,19 +409,39 @@ func (b *bgRun) switchOver(ctx context.Context, st *bgState) error {
 // then stops blue, cleaned of what the upgrade made in it, and keeps it.
 // Idempotent from bgSwitched on.
 func (b *bgRun) finishSwitch(ctx context.Context, st *bgState) error {
-	ha, err := b.rt.loadHA(b.svc.ID)
-	if err != nil || ha == nil {
-		return fmt.Errorf("blue/green upgrade of %s: no HA state to switch: %w", b.svc.ID, err)
+	ha, err := b.ha()
+	if err != nil {
+		return err
 	}
-	blue, green := b.blueSpec(ha, st, true), b.greenSpec(ha, st, false)
 	if ha.Primary != st.Green {
 		ha.Ports[st.Green] = st.GreenPort
+		if ha.Ports[st.Blue] == 0 {
+			// A Direct blue moves to an internal port for its cleaning.
+			if ha.Ports[st.Blue], err = b.rt.freeInternalPort(ha); err != nil {
+				return err
+			}
+		}
 		ha.Primary, ha.Members, ha.Sync, ha.SyncCount, ha.Logical, ha.Rebuild = st.Green, []int{st.Green}, nil, 0, false, nil
 		if err := b.rt.saveHA(b.svc.ID, ha); err != nil {
 			return err
 		}
 	}
+	blue, green := b.blueSpec(ha, st, true), b.greenSpec(ha, st, false)
+	// Blue stays sealed for its cleaning: a write there now would be
+	// lost, or come back at a ROLLBACK.
+	blue.Sealed = true
 	if st.Phase == bgSwitched {
+		if st.Direct {
+			// Blue holds the endpoint's address until it exits, and
+			// green has every commit of it: it stops at once, without
+			// the shutdown checkpoint (and the archiving) that a clean
+			// stop would make the pause wait for; its start for the
+			// cleaning below recovers from its WAL. Held (SIGSTOP), it
+			// takes the SIGQUIT as the stop continues it.
+			if err := b.rt.instances.StopImmediately(ctx, blue, 30*time.Second); err != nil {
+				return err
+			}
+		}
 		if err := b.rt.setProxy(ctx, b.svc.ID, b.base.Owner, b.rt.proxyListen(b.svc), b.target(green)); err != nil {
 			return err
 		}
@@ -410,12 +517,16 @@ func swapAside(dir string, aside, back int) error {
 }
 
 // undo puts the service back on blue, as it was before the attempt:
-// green removed, blue cleaned of the upgrade's objects and serving
-// through the proxy again.
+// blue serving again first, then green removed and blue cleaned of the
+// upgrade's objects.
 func (b *bgRun) undo(ctx context.Context, st *bgState) error {
-	ha, err := b.rt.loadHA(b.svc.ID)
-	if err != nil || ha == nil {
-		return fmt.Errorf("blue/green upgrade of %s: no HA state to undo: %w", b.svc.ID, err)
+	ha, err := b.ha()
+	if err != nil {
+		return err
+	}
+	blue, err := b.serveBlue(ctx, ha, st)
+	if err != nil {
+		return err
 	}
 	green := b.greenSpec(ha, st, false)
 	if err := b.rt.stopInstance(ctx, green, 30*time.Second); err != nil {
@@ -425,17 +536,12 @@ func (b *bgRun) undo(ctx context.Context, st *bgState) error {
 		return err
 	}
 	_ = os.RemoveAll(b.greenArchive(st))
-	blue := b.blueSpec(ha, st, true)
-	if err := b.rt.instances.Ensure(ctx, blue); err != nil {
-		return err
-	}
-	if b.rt.proxyRunning(b.svc.ID) {
-		if err := b.rt.setProxy(ctx, b.svc.ID, b.base.Owner, b.rt.proxyListen(b.svc), b.target(blue)); err != nil {
-			return err
-		}
-	}
 	if err := b.cleanBlue(ctx, blue, st); err != nil {
 		return err
+	}
+	if st.Direct {
+		// It keeps logical WAL, as its next start would give it.
+		return os.Remove(b.rt.bgPath(b.svc.ID))
 	}
 	// Only now, with the slots gone, may the primary go back to
 	// wal_level replica (the ensure that follows restarts it).
@@ -444,6 +550,34 @@ func (b *bgRun) undo(ctx context.Context, st *bgState) error {
 		return err
 	}
 	return os.Remove(b.rt.bgPath(b.svc.ID))
+}
+
+// serveBlue has blue serve the service's endpoint again, as before the
+// attempt: a Direct blue's postmaster continued (SIGCONT) and its
+// pg_hba.conf opened again (the ensure's reload), the proxy pointed back
+// at it or, for a Direct blue, stopped. First in an undo, before green's
+// teardown (a stop and the removal of a copy of the tenant's data), so
+// that the service is down no longer than the switch itself, and stays
+// up if the teardown fails. Idempotent.
+func (b *bgRun) serveBlue(ctx context.Context, ha *haState, st *bgState) (postgres.Spec, error) {
+	blue := b.blueSpec(ha, st, true)
+	if err := b.releaseBlue(blue); err != nil {
+		return blue, err
+	}
+	if err := b.rt.instances.Ensure(ctx, blue); err != nil {
+		return blue, err
+	}
+	switch {
+	case st.Direct:
+		if err := b.rt.stopProxy(ctx, b.svc.ID); err != nil {
+			return blue, err
+		}
+	case b.rt.proxyRunning(b.svc.ID):
+		if err := b.rt.setProxy(ctx, b.svc.ID, b.base.Owner, b.rt.proxyListen(b.svc), b.target(blue)); err != nil {
+			return blue, err
+		}
+	}
+	return blue, nil
 }
 
 // RollBackUpgrade returns the service to the cluster a BLUE_GREEN switch

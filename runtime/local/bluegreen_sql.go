@@ -261,32 +261,17 @@ func (b *bgRun) waitCopied(ctx context.Context, green postgres.Spec, dbs []bgDB)
 	return nil
 }
 
-// endSessions ends every client session of blue, waiting for each to
-// exit: a session in the middle of its commit finishes it first, and that
-// commit must be in the WAL the switch waits for.
-func (b *bgRun) endSessions(ctx context.Context, blue postgres.Spec) (int, error) {
-	out, err := b.rt.queryStrings(ctx, blue, "postgres", `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000))::text
-FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`)
-	if err != nil || len(out) != 1 {
-		return 0, err
-	}
-	return strconv.Atoi(out[0])
-}
-
 // caughtUp waits until every subscription has applied blue's WAL up to
 // its position once the sessions are gone, and returns that position.
-func (b *bgRun) caughtUp(ctx context.Context, blue postgres.Spec) (string, error) {
-	conn, err := b.rt.instances.Connect(ctx, blue, "postgres")
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
+func (b *bgRun) caughtUp(ctx context.Context, blue *blueSessions) (string, error) {
+	conn, dbs := blue.conns["postgres"], blue.dbs
+	// The WAL inserted, not only written: a commit with synchronous_commit
+	// off is acknowledged once its record is inserted, and the walsenders
+	// send only what is flushed, which the walwriter (a held postmaster
+	// does not stop it) does within wal_writer_delay. Green has every
+	// acknowledged commit once it has applied this far.
 	var lsn string
-	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
-		return "", err
-	}
-	dbs, err := b.listDBs(ctx, blue)
-	if err != nil {
+	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&lsn); err != nil {
 		return "", err
 	}
 	deadline := time.Now().Add(bgCatchUp)
@@ -315,14 +300,10 @@ FROM pg_stat_replication WHERE application_name LIKE 'dbcloud\_upgrade\_%'`, lsn
 // copySequences sets every sequence of green to blue's value, and then
 // commits once on green with a synchronous commit, which flushes all that
 // green applied before it.
-func (b *bgRun) copySequences(ctx context.Context, blue, green postgres.Spec) (int, error) {
-	dbs, err := b.listDBs(ctx, blue)
-	if err != nil {
-		return 0, err
-	}
+func (b *bgRun) copySequences(ctx context.Context, blue *blueSessions, green postgres.Spec) (int, error) {
 	n := 0
-	for _, db := range dbs {
-		vals, err := b.rt.queryStrings(ctx, blue, db.Name, "SELECT format('%I.%I', schemaname, sequencename) || ' ' || last_value FROM pg_sequences WHERE last_value IS NOT NULL")
+	for _, db := range blue.dbs {
+		vals, err := blue.strings(ctx, db.Name, "SELECT format('%I.%I', schemaname, sequencename) || ' ' || last_value FROM pg_sequences WHERE last_value IS NOT NULL")
 		if err != nil {
 			return n, err
 		}
@@ -351,8 +332,8 @@ func (b *bgRun) copySequences(ctx context.Context, blue, green postgres.Spec) (i
 // copyPasswords sets every role's password verifier on green to blue's:
 // a password changed during the copy (ALTER ROLE is no DDL an event
 // trigger sees) is the one that works after the switch.
-func (b *bgRun) copyPasswords(ctx context.Context, blue, green postgres.Spec) (int, error) {
-	stmts, err := b.rt.queryStrings(ctx, blue, "postgres", `SELECT format('DO $x$ BEGIN IF EXISTS (SELECT FROM pg_roles WHERE rolname = %L) THEN ALTER ROLE %I PASSWORD %L; END IF; END $x$',
+func (b *bgRun) copyPasswords(ctx context.Context, blue *blueSessions, green postgres.Spec) (int, error) {
+	stmts, err := blue.strings(ctx, "postgres", `SELECT format('DO $x$ BEGIN IF EXISTS (SELECT FROM pg_roles WHERE rolname = %L) THEN ALTER ROLE %I PASSWORD %L; END IF; END $x$',
 	rolname, rolname, rolpassword) FROM pg_authid WHERE rolpassword IS NOT NULL AND rolname <> '`+bgName+`'`)
 	if err != nil {
 		return 0, err
@@ -393,6 +374,10 @@ WHERE s.subname LIKE 'dbcloud\_upgrade\_%'`)
 // the DDL refusal, the replica identities it changed, the slots (once no
 // subscription streams from them) and the role.
 func (b *bgRun) cleanBlue(ctx context.Context, blue postgres.Spec, st *bgState) error {
+	// Left by a switch cut short between its writing and its removal.
+	if err := clearEndReason(blue); err != nil {
+		return err
+	}
 	dbs, err := b.listDBs(ctx, blue)
 	if err != nil {
 		return err

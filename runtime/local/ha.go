@@ -108,6 +108,10 @@ func (rt *Runtime) haSpec(svc *dbcloud.Service, base postgres.Spec, st *haState,
 	s.Settings = rt.storageSettings(svc.ID, rt.cfg.StorageLimits.Of(svc.Spec.Size), sizing.WithAddons(sizing.For(svc.Spec.Size), svc.Spec.Addons))
 	s.Settings["wal_log_hints"] = "on" // pg_rewind of a former primary
 	s.Settings["hot_standby"] = "on"
+	if rt.logicalWAL(svc.ID) {
+		// Every member, so that a promoted standby needs no restart.
+		s.Settings["wal_level"] = "logical"
+	}
 	if n == st.Primary {
 		if st.Logical {
 			s.Settings["wal_level"] = "logical"

@@ -53,6 +53,15 @@ func (rt *Runtime) claimDir(id string) string {
 	return filepath.Join(rt.serviceDir(id), postgres.PoolVolumeEntry)
 }
 
+// settled tells the pool a create of svc claimed from that svc serves
+// now, so its refill, held off meanwhile, goes on (see
+// postgres.Instances.Settled); nothing when svc claimed nothing.
+func (rt *Runtime) settled(svc *dbcloud.Service) {
+	if binDir, err := rt.binDirOf(svc); err == nil {
+		rt.instances.Version(binDir).Settled(rt.serviceDir(svc.ID), rt.claimDir(svc.ID))
+	}
+}
+
 // ownerKey is the osuser key of the service's identity: the recorded one
 // (recorded now, if a claim was cut short before), else the service's ID.
 func (rt *Runtime) ownerKey(id string) (string, error) {

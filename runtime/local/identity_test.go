@@ -1,10 +1,13 @@
 package local
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"dbcloud"
+	"dbcloud/internal/pgbin"
 	"dbcloud/runtime/local/postgres"
 )
 
@@ -49,5 +52,33 @@ func TestFinishClaim_AfterCrash(t *testing.T) {
 		if _, err := os.Stat(claimed); !os.IsNotExist(err) {
 			t.Errorf("claimed entry left: %v", err)
 		}
+	}
+}
+
+// TestSettled_EndsTheClaimsHold: once a service that claimed a pool entry
+// serves, the runtime tells the pool of its version, whose refill held
+// off for it.
+func TestSettled_EndsTheClaimsHold(t *testing.T) {
+	dir := t.TempDir()
+	m, err := postgres.NewInstances(postgres.Config{BinDir: pgbin.Dir(), PoolDir: filepath.Join(dir, "pool"), PoolSize: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &Runtime{cfg: Config{DataDir: dir, BinDir: pgbin.Dir()}, instances: m}
+	svc := &dbcloud.Service{ID: "abcdefghij"}
+	for _, d := range []string{filepath.Join(m.PoolDir, "ready-0123456789abcdef"), rt.serviceDir(svc.ID)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok, err := m.Claim(context.Background(), rt.claimDir(svc.ID)); err != nil || !ok {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	if n := m.ClaimsStarting(); n != 1 {
+		t.Fatalf("after the claim the pool waits for %d creates, want 1", n)
+	}
+	rt.settled(svc)
+	if n := m.ClaimsStarting(); n != 0 {
+		t.Errorf("the service serves, yet the pool's refill still waits for %d creates", n)
 	}
 }

@@ -338,9 +338,13 @@ func (rt *Runtime) instanceBase(svc *dbcloud.Service) (postgres.Spec, error) {
 	if err != nil {
 		return postgres.Spec{}, err
 	}
+	settings := rt.storageSettings(svc.ID, rt.cfg.StorageLimits.Of(svc.Spec.Size), sizing.WithAddons(res, svc.Spec.Addons))
+	if rt.logicalWAL(svc.ID) {
+		settings["wal_level"] = "logical"
+	}
 	return postgres.Spec{
 		ID: svc.ID + "-0", Dir: filepath.Join(rt.serviceDir(svc.ID), "0"), ListenAddr: listen, BinDir: binDir,
-		Port: svc.Endpoint.Port, Settings: rt.storageSettings(svc.ID, rt.cfg.StorageLimits.Of(svc.Spec.Size), sizing.WithAddons(res, svc.Spec.Addons)),
+		Port: svc.Endpoint.Port, Settings: settings,
 		CPUMillis: res.CPUMillis, CPUShares: res.CPUShares, MemoryBytes: res.MemoryBytes, ArchiveDir: rt.archiveDir(svc.ID),
 		Owner: owner,
 	}, nil
@@ -397,6 +401,9 @@ func (rt *Runtime) preparedBase(ctx context.Context, svc *dbcloud.Service) (post
 	if err := rt.finishClaim(svc.ID); err != nil {
 		return postgres.Spec{}, err
 	}
+	if err := rt.logicalAtStart(svc, &base); err != nil {
+		return postgres.Spec{}, err
+	}
 	stepDone(ctx, "service_dir")
 	issuing.Wait()
 	if certErr != nil {
@@ -432,6 +439,7 @@ func (rt *Runtime) EnsureService(ctx context.Context, svc *dbcloud.Service) (*db
 	ctx, steps := withSteps(ctx)
 	obs, err := rt.ensureService(ctx, svc)
 	if err == nil {
+		rt.settled(svc)
 		rt.cfg.Logger.Info("service ensured", append([]any{"service", svc.ID}, steps.logAttrs()...)...)
 	}
 	return obs, userError(err)

@@ -387,7 +387,12 @@ func (rt *Runtime) queryStrings(ctx context.Context, spec postgres.Spec, db, sql
 		return nil, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	rows, err := conn.Query(ctx, sql)
+	return connStrings(ctx, conn, sql)
+}
+
+// connStrings reads one text column on conn.
+func connStrings(ctx context.Context, conn *pgx.Conn, sql string, args ...any) ([]string, error) {
+	rows, err := conn.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}

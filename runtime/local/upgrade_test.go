@@ -40,26 +40,7 @@ func TestPGUpgradeReason(t *testing.T) {
 // step), the old data is put back and served again on the old version,
 // with the reason, and nothing of the attempt is left.
 func TestRuntime_UpgradeFailsAfterStop(t *testing.T) {
-	dirs := pgbin.Installed("/usr/lib/postgresql")
-	if dirs[15] == "" || dirs[17] == "" {
-		t.Skip("needs PostgreSQL 15 and 17 (scripts/postgresql.sh)")
-	}
-	for _, major := range []int{15, 17} {
-		if _, err := os.Stat(filepath.Join(filepath.Dir(dirs[major]), "lib", postgres.GuardLibrary+".so")); err != nil {
-			t.Skipf("no guard for %d: %v", major, err)
-		}
-	}
-	base := localtest.Base(t)
-	ca, err := tlsca.LoadOrCreateCA(filepath.Join(base, "ca"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := New(Config{BinDir: dirs[15], BinDirs: map[int]string{15: dirs[15], 17: dirs[17]}, DataDir: filepath.Join(base, "data"),
-		Host: "127.0.0.1", CA: ca, Logger: localtest.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rt.Close() })
+	rt := versionsRuntime(t)
 	const pw = "upgrade-password-1"
 	svc := newTestService(t, rt, "upfail", pw, nil)
 	svc.Spec.PGVersion = 15
@@ -101,4 +82,32 @@ func TestRuntime_UpgradeFailsAfterStop(t *testing.T) {
 			t.Errorf("%s left behind", left)
 		}
 	}
+}
+
+// versionsRuntime returns a Runtime with PostgreSQL 15 and 17, each with
+// the guard, and no pool, closed at the end of the test; it skips the
+// test on a host without them.
+func versionsRuntime(t *testing.T) *Runtime {
+	t.Helper()
+	dirs := pgbin.Installed("/usr/lib/postgresql")
+	if dirs[15] == "" || dirs[17] == "" {
+		t.Skip("needs PostgreSQL 15 and 17 (scripts/postgresql.sh)")
+	}
+	for _, major := range []int{15, 17} {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(dirs[major]), "lib", postgres.GuardLibrary+".so")); err != nil {
+			t.Skipf("no guard for %d: %v", major, err)
+		}
+	}
+	base := localtest.Base(t)
+	ca, err := tlsca.LoadOrCreateCA(filepath.Join(base, "ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := New(Config{BinDir: dirs[15], BinDirs: map[int]string{15: dirs[15], 17: dirs[17]}, DataDir: filepath.Join(base, "data"),
+		Host: "127.0.0.1", CA: ca, Logger: localtest.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	return rt
 }

@@ -111,6 +111,10 @@ type Instances struct {
 	// lastTake when a create last took a cluster.
 	burstTarget int
 	lastTake    time.Time
+	// settling holds, by the directory it went to, when each entry that
+	// a create of this process claimed was taken, until its service has
+	// served (Settled): the refill holds off meanwhile (settleUntil).
+	settling map[string]time.Time
 	// waiting counts the creates of this process that found the pool
 	// empty and wait for the refill.
 	waiting atomic.Int32

@@ -462,6 +462,7 @@ func (m *Instances) Claim(ctx context.Context, dst string) (key string, ok bool,
 	if m.Identities != nil {
 		key = PoolIdentityKey(strings.TrimPrefix(name, poolReadyPrefix))
 	}
+	m.noteClaimed(dst, time.Now())
 	m.Logger.Info("pool entry claimed", "entry", name, "dir", dst)
 	return key, true, nil
 }

@@ -2,6 +2,9 @@ package postgres
 
 import (
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -44,6 +47,72 @@ func TestNoteTake_Burst(t *testing.T) {
 		m.noteTake(0)
 		if !m.bursting() || m.PoolTarget() != want {
 			t.Fatalf("after a take from an empty pool: bursting %v, target %d; want a burst, %d", m.bursting(), m.PoolTarget(), want)
+		}
+	}
+}
+
+// TestSettleUntil: while a create that claimed an entry has not served,
+// the refill holds off (poolSettleMax at most), so its preparation's
+// syncs do not come beside that create's first commits; it goes on once
+// the create has served, and at once when the pool cannot wait: a create
+// waits, one cluster or none is left, or a burst is on.
+func TestSettleUntil(t *testing.T) {
+	now := time.Now()
+	newPool := func(t *testing.T, ready int) *Instances {
+		m := &Instances{PoolDir: t.TempDir(), PoolSize: 3, PoolMaxSize: 8, refill: make(chan struct{}, 1), Logger: slog.New(slog.DiscardHandler)}
+		for i := range ready {
+			if err := os.Mkdir(filepath.Join(m.PoolDir, poolReadyPrefix+strconv.Itoa(i)), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return m
+	}
+	claimed := "/runtime/services/a"
+
+	m := newPool(t, 2)
+	if got := m.settleUntil(now); !got.IsZero() {
+		t.Fatalf("no claim: the refill holds until %v, want no hold", got)
+	}
+	m.noteClaimed(claimed, now)
+	if got := m.settleUntil(now); !got.Equal(now.Add(poolSettleMax)) {
+		t.Fatalf("a claimed create still starting: the refill holds until %v, want %v", got, now.Add(poolSettleMax))
+	}
+	m.Settled("/runtime/services/other")
+	if got := m.settleUntil(now); got.IsZero() {
+		t.Fatal("another service's settle ended the hold of a create still starting")
+	}
+	m.Settled(claimed, "/runtime/services/a/claimed")
+	if got := m.settleUntil(now); !got.IsZero() {
+		t.Fatalf("the create served: the refill holds until %v, want no hold", got)
+	}
+	select {
+	case <-m.refill:
+	default:
+		t.Fatal("the create served but the refill was not woken")
+	}
+
+	m.noteClaimed(claimed, now)
+	if got := m.settleUntil(now.Add(poolSettleMax)); !got.IsZero() {
+		t.Fatalf("a claim poolSettleMax old (its create failed): the refill holds until %v, want no hold", got)
+	}
+
+	for name, pool := range map[string]func() *Instances{
+		"one left": func() *Instances { return newPool(t, 1) },
+		"a create waits": func() *Instances {
+			m := newPool(t, 2)
+			m.waiting.Add(1)
+			return m
+		},
+		"a burst": func() *Instances {
+			m := newPool(t, 2)
+			m.burstTarget = 6
+			return m
+		},
+	} {
+		m := pool()
+		m.noteClaimed(claimed, now)
+		if got := m.settleUntil(now); !got.IsZero() {
+			t.Errorf("%s: the refill holds until %v for a claimed create, want no hold", name, got)
 		}
 	}
 }

@@ -97,3 +97,22 @@ func (m *Instances) moveTree(cg *cgroup.Group, root int) {
 		}
 	}
 }
+
+// Children returns the live children of the instance's postmaster pid
+// (not zombies: exited and not reaped yet). They are looked for among the
+// processes of its cgroup, a few, where it has one, else in all of /proc.
+func (m *Instances) Children(s Spec, postmaster int) []int {
+	candidates := proc.All()
+	if cg := m.cgroups.Of(s.ID); cg != nil && cg.Exists() {
+		if pids, err := cg.Procs(); err == nil {
+			candidates = pids
+		}
+	}
+	var out []int
+	for _, pid := range candidates {
+		if state, ppid, err := proc.State(pid); err == nil && ppid == postmaster && state != 'Z' && state != 'X' {
+			out = append(out, pid)
+		}
+	}
+	return out
+}

@@ -46,13 +46,25 @@ func (m *Instances) killLeftovers(ctx context.Context, s Spec, cg *cgroup.Group,
 // the instance is not running; timeout bounds the whole stop.
 func (m *Instances) Stop(ctx context.Context, s Spec, timeout time.Duration) error {
 	defer m.Lock(s.Dir)()
-	if err := m.stop(ctx, s, timeout); err != nil {
+	if err := m.stop(ctx, s, timeout, false); err != nil {
 		return fmt.Errorf("stop instance %s: %w", s.ID, err)
 	}
 	return nil
 }
 
-func (m *Instances) stop(ctx context.Context, s Spec, timeout time.Duration) error {
+// StopImmediately is Stop without the shutdown checkpoint: SIGQUIT, then
+// SIGKILL. The next start recovers from the WAL, so it is for a server
+// whose every commit is also elsewhere already and whose stop must be
+// quick: the old cluster at a BLUE_GREEN switch.
+func (m *Instances) StopImmediately(ctx context.Context, s Spec, timeout time.Duration) error {
+	defer m.Lock(s.Dir)()
+	if err := m.stop(ctx, s, timeout, true); err != nil {
+		return fmt.Errorf("stop instance %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+func (m *Instances) stop(ctx context.Context, s Spec, timeout time.Duration, immediate bool) error {
 	if timeout <= 0 {
 		timeout = defaultStopTimeout
 	}
@@ -66,12 +78,16 @@ func (m *Instances) stop(ctx context.Context, s Spec, timeout time.Duration) err
 			}
 			return nil
 		}
-		sig, err := m.sup.Stop(ctx, postmaster, []proc.Step{
+		steps := []proc.Step{
 			{Signal: syscall.SIGTERM, Bound: min(timeout/10, time.Second)}, // smart: waits for clients
 			{Signal: syscall.SIGINT, Bound: timeout / 2},                   // fast: disconnects them, checkpoints
 			{Signal: syscall.SIGQUIT, Bound: timeout / 5},                  // immediate: no checkpoint
 			{Signal: syscall.SIGKILL, Bound: time.Until(deadline)},
-		})
+		}
+		if immediate {
+			steps = steps[2:]
+		}
+		sig, err := m.sup.Stop(ctx, postmaster, steps)
 		if err != nil {
 			return fmt.Errorf("postmaster %d: %w", pid, err)
 		}
@@ -109,7 +125,7 @@ func (m *Instances) Destroy(ctx context.Context, s Spec) error {
 		return fmt.Errorf("destroy instance %s: invalid id", s.ID)
 	}
 	defer m.Lock(s.Dir)()
-	if err := m.stop(ctx, s, defaultStopTimeout); err != nil {
+	if err := m.stop(ctx, s, defaultStopTimeout, false); err != nil {
 		return fmt.Errorf("destroy instance %s: %w", s.ID, err)
 	}
 	if cg := m.cgroups.Of(s.ID); cg != nil {

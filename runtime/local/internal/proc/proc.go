@@ -216,7 +216,10 @@ type Step struct {
 // Stop stops the processes find returns, by PID: each step's signal goes
 // to whatever find still returns, and the step waits up to its bound for
 // all of them to exit. It returns the signal that stopped them (0 when
-// nothing ran) or an error when they survive the last step.
+// nothing ran) or an error when they survive the last step. Each signal
+// is followed by SIGCONT: a process stopped (SIGSTOP: a BLUE_GREEN switch
+// holding a postmaster, or its OS user) takes no other signal but SIGKILL
+// until it continues, and then handles the pending one first.
 func (s *Supervisor) Stop(ctx context.Context, find func() []int, steps []Step) (syscall.Signal, error) {
 	for _, step := range steps {
 		pids := find()
@@ -227,6 +230,7 @@ func (s *Supervisor) Stop(ctx context.Context, find func() []int, steps []Step) 
 			if err := syscall.Kill(pid, step.Signal); err != nil && !errors.Is(err, syscall.ESRCH) {
 				return 0, fmt.Errorf("signal %d: %w", pid, err)
 			}
+			_ = syscall.Kill(pid, syscall.SIGCONT)
 		}
 		stopped := true
 		for _, pid := range pids {

@@ -141,3 +141,39 @@ func TestLogTail_OnlyRegularFiles(t *testing.T) {
 		t.Fatal("LogTail still blocked on a FIFO after 10 s")
 	}
 }
+
+// A stopped process (SIGSTOP) is stopped by the ladder's first rung it
+// heeds, not left for SIGKILL: the signal is followed by SIGCONT.
+func TestSupervisor_StopStopped(t *testing.T) {
+	s := NewSupervisor()
+	c, _, err := s.Spawn(Spec{
+		Path: "/bin/sh", Args: []string{"-c", `trap "exit 0" TERM; while :; do sleep 0.05; done`},
+		Dir: t.TempDir(), Env: []string{"PATH=/usr/bin:/bin"}, LogPath: filepath.Join(t.TempDir(), "out.log"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(c.PID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		if state, _, err := State(c.PID); err == nil && state == 'T' {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("child %d not stopped (state %c, %v)", c.PID, state, err)
+		}
+	}
+	find := func() []int {
+		if s.Live(c.PID, nil) {
+			return []int{c.PID}
+		}
+		return nil
+	}
+	sig, err := s.Stop(context.Background(), find, []Step{{syscall.SIGTERM, 30 * time.Second}, {syscall.SIGKILL, 30 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sig != syscall.SIGTERM {
+		t.Errorf("a stopped process was stopped by %v, want SIGTERM (which it heeds once continued)", sig)
+	}
+}

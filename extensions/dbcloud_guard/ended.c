@@ -1,0 +1,63 @@
+/*
+ * ended.c: the reason dbcloud gives the sessions it ends.
+ *
+ * At a BLUE_GREEN upgrade's switch dbcloud ends the sessions of the old
+ * server with pg_terminate_backend, which has no argument for a reason:
+ * every client would read only "terminating connection due to
+ * administrator command". Nor can the endpoint add one, since the
+ * client's TLS session ends at the server. So dbcloud writes the reason
+ * to END_REASON_FILE in the data directory (every server process's
+ * working directory) before it ends them, and removes it after; a FATAL
+ * that ends a session for an administrator (SQLSTATE 57P01) while the
+ * file is there carries the reason as its message, the standard message
+ * as its detail, and keeps its SQLSTATE, so drivers that connect again on
+ * 57P01 still do. The file is in the service's own directory: a tenant
+ * who writes one there changes only what its own sessions are told.
+ */
+#include "postgres.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "dbcloud_guard.h"
+
+/* A reason longer than this is cut: it is one sentence. */
+#define END_REASON_MAX 255
+
+void
+give_end_reason(ErrorData *edata)
+{
+	char		buf[END_REASON_MAX + 1];
+	ssize_t		n;
+	int			fd;
+
+	if (edata->elevel != FATAL || edata->sqlerrcode != ERRCODE_ADMIN_SHUTDOWN ||
+		!edata->output_to_client)
+		return;
+	/* Never an error here: this runs while an error is being reported. */
+	fd = open(END_REASON_FILE, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	n = read(fd, buf, END_REASON_MAX);
+	close(fd);
+	if (n <= 0)
+		return;
+	buf[n] = '\0';
+	/* One line of printable text, whatever the file holds. */
+	for (ssize_t i = 0; i < n; i++)
+	{
+		if (buf[i] == '\n')
+		{
+			buf[i] = '\0';
+			break;
+		}
+		if ((unsigned char) buf[i] < 0x20 || (unsigned char) buf[i] == 0x7f)
+			buf[i] = ' ';
+	}
+	if (buf[0] == '\0')
+		return;
+	/* In the error's own memory context, which EmitErrorReport has made current. */
+	if (edata->detail == NULL)
+		edata->detail = edata->message;
+	edata->message = pstrdup(buf);
+}
