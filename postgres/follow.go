@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,18 +38,23 @@ const (
 // (sqlstore's revisionCache says what that means for read-your-writes).
 // While the connection is down the Store is told to read the table again,
 // and each new connection starts with a full read, so nothing missed in
-// between is kept.
+// between is kept. It also listens to the planes' own messages (planes.go),
+// in the same order as the counters, for read-your-writes across planes.
 type follower struct {
 	cfg    *pgx.ConnConfig
 	store  *sqlstore.Store
+	planes *planes
 	logger *slog.Logger
+	// pid is the server process of the current connection, for tests.
+	pid atomic.Uint32
 
 	cancel context.CancelFunc
 	done   sync.WaitGroup
 }
 
-// startFollower starts following the counters of the database dsn names.
-func startFollower(dsn string, s *sqlstore.Store) (*follower, error) {
+// connConfig is the configuration of the store's own connections (the
+// follower's, the sender's) to the database dsn names.
+func connConfig(dsn string) (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("parse the store's address: %w", err)
@@ -58,13 +64,20 @@ func startFollower(dsn string, s *sqlstore.Store) (*follower, error) {
 	// no notification arrives and the counters kept grow old.
 	d := &net.Dialer{KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: time.Second, Count: 3}}
 	cfg.DialFunc = d.DialContext
+	return cfg, nil
+}
+
+// startFollower starts following the counters of the database cfg names,
+// and the planes' messages for p.
+func startFollower(cfg *pgx.ConnConfig, s *sqlstore.Store, p *planes) *follower {
+	cfg = cfg.Copy()
 	// Named, so that an operator (and a test) can tell it in pg_stat_activity.
 	cfg.RuntimeParams["application_name"] = followerName
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &follower{cfg: cfg, store: s, logger: slog.Default().With("component", "store", "channel", revisionsChannel), cancel: cancel}
+	f := &follower{cfg: cfg, store: s, planes: p, logger: slog.Default().With("component", "store", "channel", revisionsChannel), cancel: cancel}
 	f.done.Add(1)
 	go f.run(ctx)
-	return f, nil
+	return f
 }
 
 // stop ends the follower and waits for it.
@@ -80,6 +93,7 @@ func (f *follower) run(ctx context.Context) {
 		began := time.Now()
 		err := f.follow(ctx)
 		f.store.UnfollowRevisions()
+		f.planes.listen(time.Time{})
 		if ctx.Err() != nil {
 			return
 		}
@@ -104,20 +118,33 @@ func (f *follower) follow(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close(context.Background())
+	f.pid.Store(conn.PgConn().PID())
 	// LISTEN before the read: a commit after the read is then announced,
 	// and one before it is in what is read.
-	if _, err := conn.Exec(ctx, "LISTEN "+revisionsChannel); err != nil {
-		return fmt.Errorf("listen: %w", err)
+	for _, ch := range []string{revisionsChannel, planesChannel} {
+		if _, err := conn.Exec(ctx, "LISTEN "+ch); err != nil {
+			return fmt.Errorf("listen: %w", err)
+		}
 	}
+	// Taken once LISTEN returned: every message sent before it was sent
+	// before this moment.
+	listening := time.Now()
 	all, err := readAll(ctx, conn)
 	if err != nil {
 		return err
 	}
 	f.store.FollowRevisions(all)
+	f.planes.listen(listening)
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return err
+		}
+		if n.Channel == planesChannel {
+			if err := f.planes.receive(n.Payload); err != nil {
+				return err
+			}
+			continue
 		}
 		scope, rev, err := parseRevision(n.Payload)
 		if err != nil {

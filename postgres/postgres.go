@@ -51,6 +51,7 @@ const (
 type Store struct {
 	*sqlstore.Store
 	follow *follower
+	planes *planes
 }
 
 // Dialect is PostgreSQL's sqlstore.Dialect.
@@ -86,17 +87,31 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		return nil, err
 	}
 	// Every API read asks for the change counters; a connection of its
-	// own keeps them in memory (follow.go), so those reads cost no query.
-	f, err := startFollower(dsn, s)
+	// own keeps them in memory (follow.go), so those reads cost no query,
+	// and writes wait for the other planes instead (planes.go).
+	cfg, err := connConfig(dsn)
 	if err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("open postgres store: %w", err)
 	}
-	return &Store{Store: s, follow: f}, nil
+	p, err := newPlanes(cfg, s)
+	if err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("open postgres store: %w", err)
+	}
+	s.LeaseRevisions()
+	s.AfterCommit(p.awaitSeen)
+	f := startFollower(cfg, s, p)
+	p.start()
+	return &Store{Store: s, follow: f, planes: p}, nil
 }
 
-// Close stops following the counters and closes the pool.
+// Close says goodbye to the other planes, stops following the counters
+// and closes the pool.
 func (s *Store) Close() error {
+	if s.planes != nil {
+		s.planes.stop()
+	}
 	if s.follow != nil {
 		s.follow.stop()
 	}

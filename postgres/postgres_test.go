@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -130,6 +131,30 @@ func BenchmarkFindService(b *testing.B) { storetest.BenchmarkFindService(b, newD
 
 func BenchmarkUpdateService(b *testing.B) { storetest.BenchmarkUpdateService(b, newDB) }
 
+// BenchmarkUpdateServicePlanes is BenchmarkUpdateService with planes
+// other than the writer open on the database ("N-other"), whose acks each
+// write waits for (planes.go), beside the writer alone ("0-other").
+func BenchmarkUpdateServicePlanes(b *testing.B) {
+	for _, others := range []int{0, 1, 2} {
+		b.Run(fmt.Sprintf("%d-other", others), func(b *testing.B) {
+			storetest.BenchmarkUpdateService(b, func(tb testing.TB) storetest.Opener {
+				dsn := mustCreateDatabase(tb)
+				for range others {
+					MustOpen(tb, dsn)
+				}
+				return func(tb testing.TB) dbcloud.Store {
+					s := MustOpen(tb, dsn)
+					deadline := time.Now().Add(10 * time.Second)
+					for !postgres.Settled(s) && time.Now().Before(deadline) {
+						time.Sleep(10 * time.Millisecond)
+					}
+					return s
+				}
+			})
+		})
+	}
+}
+
 func BenchmarkRecordHistory(b *testing.B) { storetest.BenchmarkRecordHistory(b, newDB) }
 
 func BenchmarkQueryHistory(b *testing.B) { storetest.BenchmarkQueryHistory(b, newDB) }
@@ -141,58 +166,65 @@ func TestStore_RevisionsFromMemory(t *testing.T) {
 	storetest.RevisionsFromMemory(t, s, s.ReadDB())
 }
 
+// servicesRev reads the services counter of project p1 through s.
+func servicesRev(t *testing.T, s *postgres.Store) int64 {
+	t.Helper()
+	n, err := s.Revisions(t.Context(), dbcloud.RevisionServices("p1"))
+	if err != nil {
+		t.Fatalf("Revisions: %v", err)
+	}
+	return n[0]
+}
+
+// insertService commits a new service of project p1 through s.
+func insertService(t *testing.T, s *postgres.Store, id string) {
+	t.Helper()
+	storetest.MustUpdate(t, s, func(tx dbcloud.Tx) error { return tx.InsertService(storetest.NewService("p1", id, time.Now())) })
+}
+
+// following counts the planes that listen and have read the counters
+// since (their connection waits, idle, after that read); only the one of
+// the follower connection pid unless pid is 0.
+func following(t *testing.T, s *postgres.Store, pid int) int {
+	t.Helper()
+	var n int
+	if err := s.DB().QueryRowContext(t.Context(), `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = 'dbcloud revisions'
+		AND state = 'idle' AND query LIKE 'SELECT scope, rev FROM revisions%'
+		AND ($1 = 0 OR pid = $1)`, pid).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// awaitFollowing waits until want planes follow the counters (following).
+func awaitFollowing(t *testing.T, what string, s *postgres.Store, want, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for n := following(t, s, pid); n < want; n = following(t, s, pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d planes follow the counters, want %d", what, n, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // TestStore_FollowAfterReconnect: a plane whose notification connection
-// is cut still sees every commit made meanwhile and afterwards: it reads
-// the counters from the store until it listens again, then reads them all
+// is cut sees every commit another plane made meanwhile and afterwards,
+// at its first read after that plane's Update returned: it reads the
+// counters from the store until it listens again, then reads them all
 // once.
 func TestStore_FollowAfterReconnect(t *testing.T) {
 	dsn := mustCreateDatabase(t)
 	a, b := MustOpen(t, dsn), MustOpen(t, dsn)
-	p1 := dbcloud.RevisionServices("p1")
-	read := func() int64 {
-		t.Helper()
-		n, err := a.Revisions(t.Context(), p1)
-		if err != nil {
-			t.Fatalf("Revisions: %v", err)
-		}
-		return n[0]
-	}
 	seen := func(what string, want int64) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for read() != want && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
-		if got := read(); got != want {
+		if got := servicesRev(t, a); got != want {
 			t.Fatalf("%s: services/p1 reads %d, want %d", what, got, want)
 		}
 	}
-	insert := func(id string) {
-		t.Helper()
-		storetest.MustUpdate(t, b, func(tx dbcloud.Tx) error { return tx.InsertService(storetest.NewService("p1", id, time.Now())) })
-	}
-	// following counts the planes that listen and have read the counters
-	// since (their connection waits, idle, after that read).
-	following := func() int {
-		t.Helper()
-		var n int
-		if err := b.DB().QueryRowContext(t.Context(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND application_name = 'dbcloud revisions'
-			AND state = 'idle' AND query LIKE 'SELECT scope, rev FROM revisions%'`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	bothFollow := func(what string) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for following() < 2 && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if n := following(); n < 2 {
-			t.Fatalf("%s: %d planes follow the counters, want 2", what, n)
-		}
-	}
+	insert := func(id string) { t.Helper(); insertService(t, b, id) }
+	bothFollow := func(what string) { t.Helper(); awaitFollowing(t, what, b, 2, 0) }
 	bothFollow("after Open")
 	insert("s1")
 	seen("before the cut", 1)
@@ -207,4 +239,44 @@ func TestStore_FollowAfterReconnect(t *testing.T) {
 	bothFollow("after the cut")
 	insert("after")
 	seen("a commit after the reconnect", 4)
+}
+
+// TestStore_StalledFollowerReadsTheStore: a plane whose notification
+// connection stalls without failing (here its server process is stopped;
+// a cut cable looks the same) answers no read from the counters it keeps,
+// once another plane's write returned: the write waited until the
+// stalled plane's lease ran out. Once the connection moves again, the
+// plane is exact as before.
+func TestStore_StalledFollowerReadsTheStore(t *testing.T) {
+	dsn := mustCreateDatabase(t)
+	a, b := MustOpen(t, dsn), MustOpen(t, dsn)
+	// The other plane follows the counters, so keeps them in memory.
+	deadline := time.Now().Add(10 * time.Second)
+	for postgres.FollowerPID(b) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	pid := postgres.FollowerPID(b)
+	awaitFollowing(t, "before the stall", a, 1, pid)
+	insertService(t, a, "s1")
+	if got := servicesRev(t, b); got != 1 {
+		t.Fatalf("before the stall: services/p1 reads %d on the other plane, want 1", got)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("stop the follower's server process %d: %v", pid, err)
+	}
+	resume := func() {
+		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+			t.Errorf("resume the follower's server process %d: %v", pid, err)
+		}
+	}
+	t.Cleanup(resume)
+	insertService(t, a, "s2")
+	if got := servicesRev(t, b); got != 2 {
+		t.Errorf("stalled follower: services/p1 reads %d on the other plane, want 2", got)
+	}
+	resume()
+	insertService(t, a, "s3")
+	if got := servicesRev(t, b); got != 3 {
+		t.Errorf("after the stall: services/p1 reads %d on the other plane, want 3", got)
+	}
 }

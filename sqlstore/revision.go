@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Revisions returns the change counters of scopes, in their order
@@ -96,6 +97,38 @@ func (s *Store) FollowRevisions(all map[string]int64) {
 	s.revs.follow(all)
 }
 
+// LeaseRevisions makes the counters a follower keeps answer only within
+// a lease that RenewRevisionLease extends, and not at all after each
+// FollowRevisions until it is renewed: a follower whose connection stalls
+// without failing (a frozen server process, a cut cable) stops answering
+// from memory once the lease runs out, without having to notice the
+// stall. Call it before the Store is used.
+func (s *Store) LeaseRevisions() {
+	s.revs.mu.Lock()
+	defer s.revs.mu.Unlock()
+	s.revs.leased = true
+}
+
+// RenewRevisionLease lets the counters followed answer until until (see
+// LeaseRevisions). The caller renews only once every commit up to a
+// moment has reached NoteRevision, and until lies at most the lease's
+// length after that moment. A lease never shrinks.
+func (s *Store) RenewRevisionLease(until time.Time) {
+	s.revs.mu.Lock()
+	defer s.revs.mu.Unlock()
+	if until.After(s.revs.until) {
+		s.revs.until = until
+	}
+}
+
+// AfterCommit calls wait after every commit of Update that moved a change
+// counter, with the moment Commit returned, before Update returns: the
+// PostgreSQL store waits there until no other plane can answer from
+// counters older than that commit. Call it before the Store is used.
+func (s *Store) AfterCommit(wait func(committed time.Time)) {
+	s.afterCommit = wait
+}
+
 // NoteRevision records a counter a commit left (a notification from
 // another process, or the Store's own commit). Counters only grow, so
 // an older note than what is kept changes nothing.
@@ -142,14 +175,15 @@ func (s *Store) AllRevisions(ctx context.Context) (map[string]int64, error) {
 //     themselves consult, so a commit that a new read would see has
 //     already made lookup drop everything kept.
 //   - Other planes on one PostgreSQL store: their commits arrive as
-//     notifications (NoteRevision). PostgreSQL sends one only once the
-//     commit is visible, but it reaches this plane a moment later: a
-//     request here in that moment (typically well under a millisecond on
-//     one host) is answered as before the other plane's write. Every
-//     request after the notification sees it; a client that must read
-//     its own write at once reads it from the plane it wrote through.
-//     While the listener is not connected nothing is trusted: counters
-//     are read from the store, and after a reconnect all are read again.
+//     notifications (NoteRevision), a moment after the commit is
+//     visible. That moment is closed by the writer, not by a query here:
+//     the other plane's Update returns only once this plane has said it
+//     applied the commit, or can no longer answer from memory because its
+//     lease (LeaseRevisions) ran out (postgres/planes.go). So a client
+//     that got its answer from one plane reads its write from any other
+//     at once. While the listener is not connected nothing is trusted:
+//     counters are read from the store, and after a reconnect all are
+//     read again.
 //
 // Kept counters that are too new are harmless: what is cached under them
 // was read after them (cloud's read order), so at worst a cached answer
@@ -164,6 +198,9 @@ type revisionCache struct {
 	// (a follower loaded the whole table), so a missing one reads 0.
 	trusted, complete bool
 	revs              map[string]int64
+	// leased: trusted answers only before until (LeaseRevisions).
+	leased bool
+	until  time.Time
 	// epoch grows whenever revs is dropped, so that a read of the
 	// database that began before is not kept after.
 	epoch uint64
@@ -190,7 +227,7 @@ func (c *revisionCache) lookup(scopes []string) (out []int64, epoch uint64, ok b
 		}
 		c.trusted = vok
 	}
-	if !c.trusted {
+	if !c.trusted || c.leased && !time.Now().Before(c.until) {
 		return nil, c.epoch, false
 	}
 	out = make([]int64, len(scopes))
@@ -250,6 +287,9 @@ func (c *revisionCache) follow(all map[string]int64) {
 	c.drop()
 	c.revs = all
 	c.trusted, c.complete = true, true
+	// A lease held before the follower lost its connection says nothing
+	// of what was committed while it was gone: the next renewal will.
+	c.until = time.Time{}
 }
 
 func (c *revisionCache) unfollow() {

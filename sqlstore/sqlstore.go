@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"dbcloud"
 )
@@ -106,6 +107,9 @@ type Store struct {
 	revStmts map[int]*sql.Stmt // by number of scopes
 	// revs keeps the counters in memory (revision.go).
 	revs revisionCache
+	// afterCommit, if set, runs after each commit that moved a counter
+	// (AfterCommit).
+	afterCommit func(committed time.Time)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -188,6 +192,12 @@ func (s *Store) run(ctx context.Context, db *sql.DB, opts *sql.TxOptions, forUpd
 		return fmt.Errorf("commit %s transaction: %w", s.dialect.Name, s.formatError(err))
 	}
 	s.revs.committed(t.bumped)
+	// After Commit, so the connection is back in the pool meanwhile; only
+	// writes move counters, and the dialects that wait here (PostgreSQL)
+	// have no writer's turn held around run.
+	if len(t.bumped) > 0 && s.afterCommit != nil {
+		s.afterCommit(time.Now())
+	}
 	return nil
 }
 

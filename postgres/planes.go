@@ -1,0 +1,405 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"dbcloud/sqlstore"
+)
+
+// Read-your-writes across planes.
+//
+// Each plane answers cached reads from change counters kept in memory,
+// moved by the other planes' commits as their notifications arrive
+// (follow.go). A notification reaches a plane a moment after the commit
+// is visible, so without more a client that got its answer from plane A
+// and at once asks plane B could be answered from B's older counters.
+// Asking the store on every read would close that gap at the price of a
+// round trip per read; waiting in the writer closes it for free on reads:
+//
+//   - Every plane says on planesChannel, over a connection of its own (the
+//     sender), who it is and what it has applied: "beat ID K" every
+//     beatEvery, "ack ID WRITER N" once its follower applied writer's
+//     fence N, "bye ID" when it closes. PostgreSQL delivers every
+//     notification of the database to each listener in commit order, so
+//     a message's arrival says everything committed before it arrived
+//     before it.
+//   - Lease: a plane answers from memory only until leaseTTL after it sent
+//     a beat that its own follower has since received back: by then the
+//     follower had applied every commit made before that beat. A follower
+//     that stalls without failing (a frozen server process, a cut cable)
+//     stops receiving its beats, so its plane reads the store within
+//     leaseTTL, without having to notice the stall.
+//   - Fence: after a commit that moved a counter, the writer has its
+//     sender announce "fence ID N" (one fence serves every commit that
+//     asked before it was sent) and its Update returns once its own
+//     follower has received the fence (so it has heard every plane's
+//     messages sent before), and every plane it heard from within
+//     leaseTTL (+ clockSlack) has acked N or has gone silent for that
+//     long. A plane heard from earlier, or never, holds no lease that
+//     could still answer from counters older than the commit.
+//   - Bound: whatever happens to connections, the wait ends leaseTTL +
+//     clockSlack after the commit: any lease a plane holds from a beat
+//     sent before the commit has run out by then, and a lease from a
+//     later beat covers the commit. So a plane that does not ack in time
+//     costs writers at most that, and only while it has recently beaten.
+//
+// An unchanged cached read thus costs no round trip; a write costs the
+// fence's trip to every live plane and back (measured in
+// BenchmarkUpdateServicePlanes). Clocks: durations are compared across
+// planes; planes on one host share the clock, and clockSlack covers the
+// rates of different hosts' clocks drifting apart.
+const (
+	planesChannel = "dbcloud_planes"
+	senderName    = "dbcloud planes"
+
+	leaseTTL   = time.Second
+	beatEvery  = leaseTTL / 4
+	clockSlack = leaseTTL / 10
+	// sendTimeout bounds one send; a sender that hangs longer reconnects.
+	sendTimeout = leaseTTL
+)
+
+// planes is one plane's side of the protocol above: what its follower
+// heard, what its writers wait for, and what its sender must say.
+type planes struct {
+	id     string
+	store  *sqlstore.Store
+	cfg    *pgx.ConnConfig
+	logger *slog.Logger
+	wake   chan struct{} // the sender has something to say
+
+	mu sync.Mutex
+	// changed is closed and replaced whenever a waiting writer may be done.
+	changed chan struct{}
+	// listening is when the follower's current connection had begun to
+	// listen (zero while it has none); seenListening is that of the
+	// connection that received fence seen.
+	listening, seenListening time.Time
+	heard                    map[string]time.Time // plane -> when its last message arrived
+	acked                    map[string]uint64    // plane -> the last of our fences it applied
+	asked, sent, seen        uint64               // our fences: asked for, sent, received back
+	toAck                    map[string]uint64    // writer -> its last fence applied here, to ack
+	beat                     uint64               // our last beat
+	beats                    map[uint64]time.Time // our beats not yet received back -> when sent
+	beatDue                  bool
+
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+}
+
+func newPlanes(cfg *pgx.ConnConfig, s *sqlstore.Store) (*planes, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("name the plane: %w", err)
+	}
+	id := hex.EncodeToString(b[:])
+	cfg = cfg.Copy()
+	cfg.RuntimeParams["application_name"] = senderName
+	return &planes{
+		id: id, store: s, cfg: cfg,
+		logger:  slog.Default().With("component", "store", "channel", planesChannel, "plane", id),
+		wake:    make(chan struct{}, 1),
+		changed: make(chan struct{}),
+		heard:   map[string]time.Time{}, acked: map[string]uint64{},
+		toAck: map[string]uint64{}, beats: map[uint64]time.Time{},
+	}, nil
+}
+
+// awaitSeen returns once no other plane can answer a read from counters
+// older than a commit that returned at committed (sqlstore.AfterCommit).
+// It does not give up on a cancelled request: the commit is made, and the
+// wait is bounded anyway.
+func (p *planes) awaitSeen(committed time.Time) {
+	deadline := committed.Add(leaseTTL + clockSlack)
+	p.mu.Lock()
+	p.asked++
+	n := p.asked
+	p.mu.Unlock()
+	p.poke()
+	for {
+		p.mu.Lock()
+		done, recheck := p.covered(n, time.Now())
+		changed := p.changed
+		p.mu.Unlock()
+		if done {
+			return
+		}
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			p.logger.Debug("writer waited its whole bound for the other planes")
+			return
+		}
+		if !recheck.IsZero() {
+			wait = min(wait, time.Until(recheck))
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-changed:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+// covered reports whether fence n has been applied by every plane that
+// may still answer from memory; if not, recheck is when that may change
+// without a message (zero: only with one). Called with mu held.
+func (p *planes) covered(n uint64, now time.Time) (ok bool, recheck time.Time) {
+	if p.seen < n {
+		return false, time.Time{}
+	}
+	// A plane may have beaten before our follower listened, unheard.
+	if quiet := p.seenListening.Add(leaseTTL + clockSlack); now.Before(quiet) {
+		return false, quiet
+	}
+	for plane, at := range p.heard {
+		gone := at.Add(leaseTTL + clockSlack)
+		if !now.Before(gone) {
+			delete(p.heard, plane)
+			delete(p.acked, plane)
+			continue
+		}
+		if p.acked[plane] < n && (recheck.IsZero() || gone.Before(recheck)) {
+			recheck = gone
+		}
+	}
+	return recheck.IsZero(), recheck
+}
+
+// listen says the follower listens since at (zero: it lost its connection).
+func (p *planes) listen(at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.listening = at
+}
+
+// receive handles a message on planesChannel, in the order the follower
+// receives them, after every revision notification before it.
+func (p *planes) receive(payload string) error {
+	f := strings.Fields(payload)
+	if len(f) < 2 {
+		return fmt.Errorf("plane message %q: too short", payload)
+	}
+	kind, from := f[0], f[1]
+	num := func(i int) (uint64, error) {
+		if len(f) <= i {
+			return 0, fmt.Errorf("plane message %q: too short", payload)
+		}
+		return strconv.ParseUint(f[i], 10, 64)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	switch kind {
+	case "beat":
+		k, err := num(2)
+		if err != nil {
+			return err
+		}
+		if from == p.id {
+			p.renew(k)
+			return nil
+		}
+		p.heard[from] = now
+	case "fence":
+		n, err := num(2)
+		if err != nil {
+			return err
+		}
+		if from == p.id {
+			if n > p.seen {
+				p.seen, p.seenListening = n, p.listening
+				p.broadcast()
+			}
+			return nil
+		}
+		p.heard[from] = now
+		p.toAck[from] = max(p.toAck[from], n)
+		p.poke()
+	case "ack":
+		n, err := num(3)
+		if err != nil {
+			return err
+		}
+		if from == p.id {
+			return nil
+		}
+		p.heard[from] = now
+		if f[2] == p.id && n > p.acked[from] {
+			p.acked[from] = n
+			p.broadcast()
+		}
+	case "bye":
+		delete(p.heard, from)
+		delete(p.acked, from)
+		p.broadcast()
+	default:
+		return fmt.Errorf("plane message %q: unknown kind", payload)
+	}
+	return nil
+}
+
+// renew extends the lease with our beat k, just received back. Called
+// with mu held.
+func (p *planes) renew(k uint64) {
+	sentAt, ok := p.beats[k]
+	if !ok {
+		return
+	}
+	for b := range p.beats {
+		if b <= k {
+			delete(p.beats, b)
+		}
+	}
+	p.store.RenewRevisionLease(sentAt.Add(leaseTTL))
+}
+
+func (p *planes) broadcast() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// poke wakes the sender.
+func (p *planes) poke() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// outbox takes what the sender must say now. A beat's time is taken here,
+// before it is sent, so that the lease it gives is never too long.
+func (p *planes) outbox() (msgs []string, fence uint64, acks map[string]uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.asked > p.sent {
+		fence = p.asked
+		msgs = append(msgs, fmt.Sprintf("fence %s %d", p.id, fence))
+	}
+	acks = p.toAck
+	p.toAck = map[string]uint64{}
+	for writer, n := range acks {
+		msgs = append(msgs, fmt.Sprintf("ack %s %s %d", p.id, writer, n))
+	}
+	if p.beatDue {
+		p.beatDue = false
+		p.beat++
+		now := time.Now()
+		p.beats[p.beat] = now
+		msgs = append(msgs, fmt.Sprintf("beat %s %d", p.id, p.beat))
+		// Beats lost with a connection would pile up otherwise.
+		for b, at := range p.beats {
+			if now.Sub(at) > leaseTTL {
+				delete(p.beats, b)
+			}
+		}
+	}
+	return msgs, fence, acks
+}
+
+// sentOK records what one send delivered, or puts back what it failed to.
+func (p *planes) sentOK(fence uint64, acks map[string]uint64, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ok {
+		p.sent = max(p.sent, fence)
+		return
+	}
+	for writer, n := range acks {
+		p.toAck[writer] = max(p.toAck[writer], n)
+	}
+}
+
+// start runs the sender until stop.
+func (p *planes) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	p.done.Add(1)
+	go p.run(ctx)
+}
+
+// stop says goodbye, so that writers stop waiting for this plane, and ends
+// the sender.
+func (p *planes) stop() {
+	p.cancel()
+	p.done.Wait()
+}
+
+func (p *planes) run(ctx context.Context) {
+	defer p.done.Done()
+	wait := followRetryMin
+	for {
+		began := time.Now()
+		err := p.send(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		p.logger.Warn("store plane messages lost; writers wait their whole bound until reconnected", "error", err)
+		if time.Since(began) > followRetryMax {
+			wait = followRetryMin
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, followRetryMax)
+	}
+}
+
+// send connects and says what outbox has, at once when poked and every
+// beatEvery, until the connection fails or ctx ends.
+func (p *planes) send(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, p.cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	ticker := time.NewTicker(beatEvery)
+	defer ticker.Stop()
+	p.mu.Lock()
+	p.beatDue = true
+	p.mu.Unlock()
+	for {
+		msgs, fence, acks := p.outbox()
+		if len(msgs) > 0 {
+			err := p.say(ctx, conn, msgs)
+			p.sentOK(fence, acks, err == nil)
+			if err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			bye, cancel := context.WithTimeout(context.Background(), sendTimeout)
+			defer cancel()
+			return p.say(bye, conn, []string{"bye " + p.id})
+		case <-p.wake:
+		case <-ticker.C:
+			p.mu.Lock()
+			p.beatDue = true
+			p.mu.Unlock()
+		}
+	}
+}
+
+// say sends msgs in one transaction.
+func (p *planes) say(ctx context.Context, conn *pgx.Conn, msgs []string) error {
+	ctx, cancel := context.WithTimeout(ctx, sendTimeout)
+	defer cancel()
+	_, err := conn.Exec(ctx, `SELECT pg_notify($1, m) FROM unnest($2::text[]) AS m`, planesChannel, msgs)
+	if err != nil {
+		return fmt.Errorf("notify %s: %w", planesChannel, err)
+	}
+	return nil
+}
