@@ -13,6 +13,7 @@ import (
 	"dbcloud"
 	"dbcloud/cloud"
 	"dbcloud/engine"
+	"dbcloud/storetest"
 )
 
 // TestEngine_WakeFailedPausesAgain: a wake whose start fails (the
@@ -81,15 +82,8 @@ func (f *fixture) pausedByIdleClock(t *testing.T, id string) {
 	t.Helper()
 	now := time.Now()
 	if err := f.store.Update(t.Context(), func(tx dbcloud.Tx) error {
-		ops, err := tx.ListOperations(dbcloud.OperationFilter{ResourceID: id, Pending: true})
-		if err != nil {
+		if err := storetest.SucceedPending(tx, id); err != nil {
 			return err
-		}
-		for _, op := range ops {
-			op.State = dbcloud.OpSucceeded
-			if err := tx.UpdateOperation(op); err != nil {
-				return err
-			}
 		}
 		s, err := tx.FindService(f.pid, id)
 		if err != nil {
