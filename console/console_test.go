@@ -17,6 +17,7 @@ import (
 
 	"dbcloud"
 	"dbcloud/http"
+	"dbcloud/storetest"
 )
 
 // fakeRuntime stands in for the runtime: these tests are about the
@@ -205,15 +206,8 @@ func TestConsoleServicesAndCSRF(t *testing.T) {
 func settle(t *testing.T, s *site, id string, status dbcloud.ServiceStatus) {
 	t.Helper()
 	err := s.cloud.Store.Update(context.Background(), func(tx dbcloud.Tx) error {
-		ops, err := tx.ListOperations(dbcloud.OperationFilter{ResourceID: id, Pending: true})
-		if err != nil {
+		if err := storetest.SucceedPending(tx, id); err != nil {
 			return err
-		}
-		for _, op := range ops {
-			op.State = dbcloud.OpSucceeded
-			if err := tx.UpdateOperation(op); err != nil {
-				return err
-			}
 		}
 		svc, err := tx.FindService(s.boot.Project.ID, id)
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"dbcloud"
 	"dbcloud/http"
+	"dbcloud/storetest"
 )
 
 // fuzzSeeds reach every route of the API (TestFuzzSeeds_CoverRoutes holds
@@ -181,15 +182,8 @@ func (w *fuzzWorld) names() *strings.Replacer {
 func (w *fuzzWorld) reset(tb testing.TB) {
 	e, pid := w.e, w.e.a.ProjectID
 	err := e.store.Update(tb.Context(), func(tx dbcloud.Tx) error {
-		ops, err := tx.ListOperations(dbcloud.OperationFilter{Pending: true})
-		if err != nil {
+		if err := storetest.SucceedPending(tx, ""); err != nil {
 			return err
-		}
-		for _, op := range ops {
-			op.State = dbcloud.OpSucceeded
-			if err := tx.UpdateOperation(op); err != nil {
-				return err
-			}
 		}
 		svcs, err := tx.ListServices(pid)
 		if err != nil {

@@ -27,6 +27,7 @@ import (
 	"dbcloud/internal/pgtest"
 	"dbcloud/postgres"
 	"dbcloud/sqlite"
+	"dbcloud/storetest"
 )
 
 // pg is one throwaway PostgreSQL server for the package; each test gets a
@@ -383,15 +384,8 @@ func (e *env) createService(body map[string]any) service {
 func (e *env) settle(id string, status dbcloud.ServiceStatus) {
 	e.t.Helper()
 	err := e.cloud.Store.Update(context.Background(), func(tx dbcloud.Tx) error {
-		ops, err := tx.ListOperations(dbcloud.OperationFilter{ResourceID: id, Pending: true})
-		if err != nil {
+		if err := storetest.SucceedPending(tx, id); err != nil {
 			return err
-		}
-		for _, op := range ops {
-			op.State = dbcloud.OpSucceeded
-			if err := tx.UpdateOperation(op); err != nil {
-				return err
-			}
 		}
 		if s, err := tx.FindService(e.a.ProjectID, id); err == nil {
 			s.Status = status

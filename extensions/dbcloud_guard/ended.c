@@ -43,7 +43,11 @@ give_end_reason(ErrorData *edata)
 	if (n <= 0)
 		return;
 	buf[n] = '\0';
-	/* One line of printable text, whatever the file holds. */
+	/*
+	 * One line of printable ASCII, whatever the file holds: a byte past
+	 * ASCII could be half a character once cut, and the conversion to the
+	 * client's encoding would then fail while the FATAL is being sent.
+	 */
 	for (ssize_t i = 0; i < n; i++)
 	{
 		if (buf[i] == '\n')
@@ -51,12 +55,19 @@ give_end_reason(ErrorData *edata)
 			buf[i] = '\0';
 			break;
 		}
-		if ((unsigned char) buf[i] < 0x20 || (unsigned char) buf[i] == 0x7f)
+		if ((unsigned char) buf[i] < 0x20 || (unsigned char) buf[i] >= 0x7f)
 			buf[i] = ' ';
 	}
 	if (buf[0] == '\0')
 		return;
-	/* In the error's own memory context, which EmitErrorReport has made current. */
+	/*
+	 * In the error's own memory context, which EmitErrorReport has made
+	 * current. elog.h calls edits of edata other than output_to_server
+	 * unsupported; on 15 and 17 (the versions built and tested) the message
+	 * is sent to the client after the hook, from edata. The hook runs only
+	 * when the FATAL goes to the server's log too, as it does unless
+	 * log_min_messages is PANIC, which only a superuser sets.
+	 */
 	if (edata->detail == NULL)
 		edata->detail = edata->message;
 	edata->message = pstrdup(buf);
