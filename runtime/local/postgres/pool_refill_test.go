@@ -95,6 +95,10 @@ func TestSettleUntil(t *testing.T) {
 	if got := m.settleUntil(now.Add(poolSettleMax)); !got.IsZero() {
 		t.Fatalf("a claim poolSettleMax old (its create failed): the refill holds until %v, want no hold", got)
 	}
+	m.noteClaimed(claimed, now.Add(-poolSettleMax))
+	if n := m.ClaimsStarting(); n != 0 {
+		t.Fatalf("a claim poolSettleMax old counts as %d creates starting, want 0: the refill no longer waits for it", n)
+	}
 
 	for name, pool := range map[string]func() *Instances{
 		"one left": func() *Instances { return newPool(t, 1) },
