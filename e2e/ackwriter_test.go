@@ -129,19 +129,6 @@ func (w *ackWriter) commitAfter(tb testing.TB, t time.Time) {
 	w.waitAcks(tb, 1, t, anyServer, time.Minute)
 }
 
-// longestGap is the longest time between two commits that ends after
-// from and begins before to.
-func (w *ackWriter) longestGap(from, to time.Time) time.Duration {
-	acks := w.snapshot()
-	var gap time.Duration
-	for i := 1; i < len(acks); i++ {
-		if acks[i].at.After(from) && acks[i-1].at.Before(to) {
-			gap = max(gap, acks[i].at.Sub(acks[i-1].at))
-		}
-	}
-	return gap
-}
-
 // snapshot is what was acknowledged so far.
 func (w *ackWriter) snapshot() []ack {
 	w.mu.Lock()
@@ -207,12 +194,14 @@ func lostAcks(t testing.TB, c *pgx.Conn, acks []ack) []int {
 }
 
 // longestGap is the longest time between two consecutive acknowledged
-// commits: how long the service took no writes.
-func longestGap(acks []ack) (gap time.Duration, after time.Time) {
+// commits that ends after from and begins before to: how long the
+// service took no writes then. Zero times leave that side open.
+func longestGap(acks []ack, from, to time.Time) time.Duration {
+	var gap time.Duration
 	for i := 1; i < len(acks); i++ {
-		if d := acks[i].at.Sub(acks[i-1].at); d > gap {
-			gap, after = d, acks[i-1].at
+		if acks[i].at.After(from) && (to.IsZero() || acks[i-1].at.Before(to)) {
+			gap = max(gap, acks[i].at.Sub(acks[i-1].at))
 		}
 	}
-	return gap, after
+	return gap
 }

@@ -244,7 +244,7 @@ func TestRuntime_HAFailover(t *testing.T) {
 		first := w.waitAcks(t, 1, deleted, func(a ack) bool { return a.server != oldIP }, 5*time.Minute)
 		w.waitAcks(t, 10, first, anyServer, time.Minute)
 		got := w.halt()
-		gap, _ := longestGap(got)
+		gap := longestGap(got, time.Time{}, time.Time{})
 		byOld := 0
 		for _, a := range got {
 			if a.at.After(deleted) && a.server == oldIP {

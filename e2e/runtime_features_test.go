@@ -71,22 +71,31 @@ func TestRuntime_Pooler(t *testing.T) {
 		t.Fatalf("disablePooler: %d", code)
 	}
 	s.waitPooler(id, false, readyWithin())
-	for deadline := time.Now().Add(readyWithin()); ; time.Sleep(500 * time.Millisecond) {
-		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		c, err := pgx.Connect(cctx, s.poolerDSN(addr, pw))
-		cancel()
-		if err != nil {
-			break
-		}
-		c.Close(ctx)
-		if time.Now().After(deadline) {
-			t.Fatalf("the pooler's endpoint %s still accepts logins %v after disablePooler", addr, readyWithin())
-		}
-	}
+	waitLoginsRefused(t, "the pooler's endpoint "+addr+" after disablePooler", func(ctx context.Context) (*pgx.Conn, error) {
+		return pgx.Connect(ctx, s.poolerDSN(addr, pw))
+	})
 	if onKubernetes() {
 		s.checkPoolerGone(kubeClient(t), id, readyWithin())
 	}
 	s.waitSettled(id, readyWithin())
+}
+
+// waitLoginsRefused waits, up to readyWithin, until connect fails: what
+// names the endpoint that must stop accepting logins.
+func waitLoginsRefused(t *testing.T, what string, connect func(context.Context) (*pgx.Conn, error)) {
+	t.Helper()
+	for deadline := time.Now().Add(readyWithin()); ; time.Sleep(500 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		c, err := connect(ctx)
+		cancel()
+		if err != nil {
+			return
+		}
+		c.Close(context.Background())
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still accepts logins %v later", what, readyWithin())
+		}
+	}
 }
 
 // pooledTransactions runs txs transactions as one client through the
@@ -236,18 +245,9 @@ func TestRuntime_ReplicaSet(t *testing.T) {
 	if _, code := s.get(rs.ID); code != 404 {
 		t.Fatalf("GET the deleted set: %d, want 404", code)
 	}
-	for deadline := time.Now().Add(readyWithin()); ; time.Sleep(500 * time.Millisecond) {
-		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		c, err := s.connect(cctx, set, pw)
-		cancel()
-		if err != nil {
-			break
-		}
-		c.Close(ctx)
-		if time.Now().After(deadline) {
-			t.Fatalf("the deleted set's endpoint still accepts logins %v after the delete", readyWithin())
-		}
-	}
+	waitLoginsRefused(t, "the deleted set's endpoint", func(ctx context.Context) (*pgx.Conn, error) {
+		return s.connect(ctx, set, pw)
+	})
 	if onKubernetes() {
 		cluster := kubernetes.ReplicaClusterName(&dbcloud.ReadReplicaSet{ID: rs.ID})
 		s.checkGone(kubeClient(t), readyWithin(), func(o metav1.Object) bool {

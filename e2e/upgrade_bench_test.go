@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 )
@@ -48,37 +47,18 @@ func BenchmarkUpgradeInPlace(b *testing.B) {
 // upgrade's time from accepted to READY.
 func benchUpgradeOnce(b *testing.B, s *server, mib int64) (gap, total time.Duration) {
 	b.StopTimer()
-	body := map[string]any{"name": "bench-upgrade", "pg_version": 15, "cpu_millis": "2000", "memory_gbs": "8"}
-	created := s.create(body)
+	created := s.create(map[string]any{"name": "bench-upgrade", "pg_version": 15, "cpu_millis": "2000", "memory_gbs": "8"})
 	svc := s.waitStatus(created.ServiceID, "READY", 2*time.Minute)
-	loadTable(b, s, svc, created.InitialPassword, mib)
-	ctx, cancel := context.WithCancel(context.Background())
-	var (
-		mu      sync.Mutex
-		commits []time.Time
-		wg      sync.WaitGroup
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for ctx.Err() == nil {
-			c, err := s.connect(ctx, svc, created.InitialPassword)
-			if err != nil {
-				time.Sleep(5 * time.Millisecond)
-				continue
-			}
-			c.Exec(ctx, "CREATE TABLE IF NOT EXISTS beats (at timestamptz)")
-			for ctx.Err() == nil {
-				if _, err := c.Exec(ctx, "INSERT INTO beats VALUES (now())"); err != nil {
-					break
-				}
-				mu.Lock()
-				commits = append(commits, time.Now())
-				mu.Unlock()
-			}
-			c.Close(context.Background())
-		}
-	}()
+	pw := created.InitialPassword
+	loadTable(b, s, svc, pw, mib)
+	db := s.mustConnect(svc, pw)
+	if _, err := db.Exec(context.Background(), "CREATE TABLE w (id bigserial PRIMARY KEY, n bigint NOT NULL, at timestamptz NOT NULL DEFAULT now())"); err != nil {
+		b.Fatal(err)
+	}
+	db.Close(context.Background())
+	w := s.startWriterInto(svc, pw, 1, false, "INSERT INTO w (n) VALUES ($1)")
+	defer w.halt()
+	w.commitAfter(b, time.Now())
 	b.StartTimer()
 	began := time.Now()
 	var accepted service
@@ -91,25 +71,13 @@ func benchUpgradeOnce(b *testing.B, s *server, mib int64) (gap, total time.Durat
 	total = time.Since(began)
 	b.StopTimer()
 	// The writer's first commit on the new version ends the gap.
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		mu.Lock()
-		last := commits[len(commits)-1]
-		mu.Unlock()
-		if last.After(began.Add(total)) || time.Now().After(deadline) {
-			break
-		}
-	}
-	cancel()
-	wg.Wait()
+	w.commitAfter(b, time.Now())
+	acks := w.halt()
 	if after.StatusReason != "" {
 		b.Fatalf("the upgrade failed: %s", after.StatusReason)
 	}
-	for i := 1; i < len(commits); i++ {
-		if commits[i].After(began) {
-			gap = max(gap, commits[i].Sub(commits[i-1]))
-		}
-	}
-	b.Logf("%d MiB: longest gap between commits %v, accepted to READY %v, %d commits", mib, gap.Round(time.Millisecond), total.Round(time.Millisecond), len(commits))
+	gap = longestGap(acks, began, time.Time{})
+	b.Logf("%d MiB: longest gap between commits %v, accepted to READY %v, %d commits", mib, gap.Round(time.Millisecond), total.Round(time.Millisecond), len(acks))
 	s.call("DELETE", s.services()+"/"+svc.ServiceID, nil, nil)
 	s.waitGone(svc.ServiceID, 2*time.Minute)
 	return gap, total

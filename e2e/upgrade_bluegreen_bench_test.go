@@ -77,13 +77,13 @@ func benchBlueGreenOnce(b *testing.B, s *server, mib int64) (pause, before, tota
 	total = time.Since(began)
 	b.StopTimer()
 	w.commitAfter(b, time.Now())
-	commits := len(w.halt())
+	acks := w.halt()
 	if after.StatusReason != "" {
 		b.Fatalf("the upgrade failed: %s", after.StatusReason)
 	}
-	pause, before = w.longestGap(copied, time.Now()), w.longestGap(began, copied)
+	pause, before = longestGap(acks, copied, time.Time{}), longestGap(acks, began, copied)
 	b.Logf("%d MiB: switch pause %v, longest gap before the switch %v, accepted to READY %v, %d commits",
-		mib, pause.Round(time.Millisecond), before.Round(time.Millisecond), total.Round(time.Millisecond), commits)
+		mib, pause.Round(time.Millisecond), before.Round(time.Millisecond), total.Round(time.Millisecond), len(acks))
 	s.call("DELETE", s.services()+"/"+svc.ServiceID, nil, nil)
 	s.waitGone(svc.ServiceID, 2*time.Minute)
 	return pause, before, total

@@ -105,7 +105,7 @@ func TestUpgrade_BlueGreen(t *testing.T) {
 		return e.Type == "operation.finished" && e.ResourceID == svc.ServiceID
 	})
 	acked := w.halt()
-	t.Logf("%d rows acknowledged; longest gap between commits %v; steps %q", len(acked), w.longestGap(time.Time{}, time.Now()).Round(time.Millisecond), steps)
+	t.Logf("%d rows acknowledged; longest gap between commits %v; steps %q", len(acked), longestGap(acked, time.Time{}, time.Time{}).Round(time.Millisecond), steps)
 
 	var got versionedService
 	if code := s.call("GET", s.services()+"/"+svc.ServiceID, nil, &got); code != 200 || got.Metadata.PGVersion != 17 || back.StatusReason != "" {
