@@ -255,3 +255,52 @@ func TestRuntime_ReplicaSet(t *testing.T) {
 		})
 	}
 }
+
+// TestRuntime_PGVersions creates a service on PostgreSQL 17 and one on 15
+// through the API only, so it runs on every runtime (on Kubernetes, in pods
+// of each version's image): each server and the service's metadata say its
+// version; on 17 tsdbadmin connects over TLS, the addons' TimescaleDB and
+// pgvector work, and dbcloud_guard is loaded and refuses what it reserves.
+func TestRuntime_PGVersions(t *testing.T) {
+	parallelOnLocal(t)
+	if !onKubernetes() {
+		requirePGVersion(t, 17)
+	}
+	s := newServer(t)
+	ctx := context.Background()
+	began := time.Now()
+	svc, pw := s.createOn(t, 17, []string{"time-series", "ai"})
+	t.Logf("create to READY on 17: %.1f s", time.Since(began).Seconds())
+	db := s.mustConnect(svc.service, pw)
+	if got := queryValues(t, db, `SELECT current_user || ' ' || ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()`); len(got) != 1 || got[0] != "tsdbadmin true" {
+		t.Errorf("session on 17: %q, want tsdbadmin over TLS", got)
+	}
+	checkHypertableAndVector(t, db)
+	// A setting the guard defines exists only where the library is loaded
+	// (shared_preload_libraries itself is not readable by tsdbadmin on
+	// every runtime).
+	if got := queryValues(t, db, `SELECT coalesce(current_setting('dbcloud_guard.storage_read_only', true), 'not defined')`); len(got) != 1 || got[0] != "off" {
+		t.Errorf("dbcloud_guard.storage_read_only on 17: %q, want off (the guard loaded)", got)
+	}
+	// PostgreSQL refuses ALTER SYSTEM to non-superusers too, with another
+	// message: this one is the guard's.
+	if _, err := db.Exec(ctx, `ALTER SYSTEM SET work_mem = '1MB'`); err == nil || !strings.Contains(err.Error(), "ALTER SYSTEM is not allowed on this service") {
+		t.Errorf("ALTER SYSTEM as tsdbadmin on 17: %v, want the guard's refusal", err)
+	}
+	if onKubernetes() {
+		pods := s.instancePods(kubeClient(t), svc.ServiceID)
+		if len(pods) == 0 {
+			t.Errorf("no instance pod of %s", svc.ServiceID)
+		}
+		for _, p := range pods {
+			for _, c := range p.Spec.Containers {
+				if c.Name == "postgres" && !strings.HasSuffix(c.Image, ":17") {
+					t.Errorf("pod %s runs %s, want the 17 image", p.Name, c.Image)
+				}
+			}
+		}
+	}
+	began = time.Now()
+	s.createOn(t, 15, nil)
+	t.Logf("create to READY on 15 beside it: %.1f s", time.Since(began).Seconds())
+}

@@ -6,8 +6,9 @@
 #
 # Services are exposed as NodePorts on the node's bridge address (the only address kube-proxy
 # serves them on), on the port each dbcloud server claims: the apiserver's node port range
-# covers the e2e suite's port blocks (scripts/kube-node.env). The PostgreSQL image is the one
-# built here, with TimescaleDB and pgvector.
+# covers the e2e suite's port blocks (scripts/kube-node.env). The PostgreSQL images, 15 and 17,
+# are the ones built here, with TimescaleDB, pgvector and dbcloud_guard (which every instance
+# preloads).
 #
 #   E2E_RUN    -run pattern (default: the whole suite; local-only tests skip, saying why)
 #   E2E_ARGS   more go test flags
@@ -30,7 +31,7 @@ rc=0
 # shellcheck disable=SC2086 # E2E_ARGS are go test flags
 go test -count=1 -timeout 90m -v ${E2E_ARGS:-} ./e2e/ ${E2E_RUN:+-run "$E2E_RUN"} -args \
 	-e2e.runtime=kubernetes -e2e.kubeconfig="$kc" \
-	-e2e.kube-args="--kube-expose nodeport --public-host $KUBE_NODE_IP --kube-image $KUBE_IMAGE_POSTGRES --kube-extensions timescaledb,vector" ||
+	-e2e.kube-args="--kube-expose nodeport --public-host $KUBE_NODE_IP --kube-image $KUBE_IMAGE_POSTGRES --kube-images 17=$KUBE_IMAGE_POSTGRES17 --kube-extensions timescaledb,vector --kube-guard" ||
 	rc=$?
 log "go test finished in $(($(date +%s) - t)) s (exit $rc)"
 exit "$rc"

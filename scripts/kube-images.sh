@@ -8,6 +8,10 @@
 #   scripts/kube-images.sh postgres    CNPG operand: Debian bookworm (mmdebstrap) with
 #                                      postgresql-15, TimescaleDB and pgvector (the host's builds
 #                                      of scripts/extensions.sh), postgres as uid 26
+#   scripts/kube-images.sh postgres17  CNPG operand for 17: Debian trixie (mmdebstrap) with the
+#                                      postgresql-17, pgvector and TimescaleDB packages at the
+#                                      versions scripts/postgresql.sh installs on the host,
+#                                      postgres as uid 26
 #   scripts/kube-images.sh operator    CNPG's manager as /operator/manager_amd64, /manager -> it
 #   scripts/kube-images.sh pgbouncer   PgBouncer for CNPG's Pooler: the version scripts/pgbouncer.sh
 #                                      builds for the host (Debian 12's 1.18 lacks auth_dbname),
@@ -22,8 +26,10 @@ repo="$here/.."
 . "$here/kube-node.env"
 # shellcheck source=buildlib.sh
 . "$here/buildlib.sh"
+# shellcheck source=debsrc.sh
+. "$here/debsrc.sh"
 
-what=${1:?usage: kube-images.sh pause|postgres|operator|pgbouncer}
+what=${1:?usage: kube-images.sh pause|postgres|postgres17|operator|pgbouncer}
 log() { echo "dbcloud: kube image $what: $*" >&2; }
 [ "$(id -u)" -eq 0 ] || { log "run as root (mmdebstrap, image file ownership)"; exit 1; }
 CACHE="$KUBE_CACHE/images"
@@ -33,7 +39,9 @@ mkdir -p "$CACHE"
 # Debian mirror as the host's packages and from nowhere else.
 SOURCES=/etc/apt/sources.list.d/debian.sources
 [ -f "$SOURCES" ] || SOURCES=/etc/apt/sources.list
-PG_BIN=/usr/lib/postgresql/$KUBE_PG_MAJOR/bin
+suite=$KUBE_DEBIAN_SUITE
+mirrors=("$SOURCES")
+major=$KUBE_PG_MAJOR
 
 # Inputs of each image, hashed into its cache key.
 case "$what" in
@@ -62,6 +70,30 @@ postgres)
 		sha256sum "$guardlib"
 	}
 	;;
+postgres17)
+	name=$KUBE_IMAGE_POSTGRES17
+	major=17
+	# shellcheck source=extensions.env
+	. "$here/extensions.env"
+	suite=$DBCLOUD_EXT_SUITE
+	# The suite's own packages, pinned where scripts/postgresql.sh pins the host's, and from
+	# the host's mirror the way that script reads it: the host runs the very same builds.
+	pkgs17="postgresql-17=$POSTGRESQL17_VERSION,postgresql-17-pgvector=$PGVECTOR_SRC_VERSION"
+	pkgs17+=",postgresql-17-timescaledb=$TIMESCALEDB_SRC_VERSION"
+	keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+	mirrors=("deb [signed-by=$keyring] $(debian_mirror) $suite main")
+	security=$(debian_mirror security)
+	[ -z "$security" ] || mirrors+=("deb [signed-by=$keyring] $security $suite-security main")
+	# dbcloud_guard for 17 is built against the host's 17 (the same packages), so it needs it.
+	"$here/postgresql.sh" 17 >&2
+	"$here/guard.sh" 17 >&2
+	guardlib="$(/usr/lib/postgresql/17/bin/pg_config --pkglibdir)/dbcloud_guard.so"
+	key() {
+		echo "$suite $pkgs17 1"
+		printf '%s\n' "${mirrors[@]}"
+		sha256sum "$guardlib"
+	}
+	;;
 operator)
 	name=$KUBE_IMAGE_OPERATOR
 	bindir=$("$here/kube-build.sh" cnpg)
@@ -78,6 +110,7 @@ pgbouncer)
 	;;
 *) log "unknown image"; exit 2 ;;
 esac
+PG_BIN=/usr/lib/postgresql/$major/bin
 hash=$({ echo "$name"; key; } | sha256sum | cut -c1-16)
 out="$CACHE/$what-$hash.tar"
 [ -f "$out" ] && { echo "$out"; exit 0; }
@@ -132,15 +165,32 @@ operator)
 	layer_of "$tmp/root"
 	archive "$tmp/layer.tar" "$(config '["/manager"]' 65532 '["PATH=/usr/local/bin:/usr/bin:/bin"]')"
 	;;
-postgres | pgbouncer)
-	if [ "$what" = postgres ]; then
-		pkgs="postgresql-$KUBE_PG_MAJOR"
+postgres | postgres17 | pgbouncer)
+	if [ "$what" != pgbouncer ]; then
+		pkgs="postgresql-$major"
 		# CNPG runs PostgreSQL as uid 26 (its images' postgres); gid 26 is Debian's tape
 		# group, and CNPG sets the pod's group itself, so only the uid moves.
 		hooks=(--customize-hook='chroot "$1" usermod -u 26 postgres'
 			--customize-hook='chroot "$1" chown -R 26 /var/lib/postgresql /var/run/postgresql /var/log/postgresql /etc/postgresql')
-		for d in "${extdirs[@]}"; do hooks+=(--customize-hook="cp -a $d/. \"\$1\"/"); done
+		if [ "$what" = postgres ]; then
+			for d in "${extdirs[@]}"; do hooks+=(--customize-hook="cp -a $d/. \"\$1\"/"); done
+		else
+			pkgs=$pkgs17
+		fi
 		hooks+=(--customize-hook="install -m 0755 $guardlib \"\$1$guardlib\"")
+		# The 17 image's server starts with the guard and TimescaleDB preloaded: the guard is
+		# built on the host (Debian 12's compiler, trixie's headers), and if trixie's server
+		# cannot load it, that fails here, not in a pod.
+		if [ "$what" = postgres17 ]; then
+			cat >"$tmp/loadcheck.sh" <<EOF
+set -e
+d=\$(mktemp -d)
+trap 'rm -rf "\$d"' EXIT
+$PG_BIN/initdb -A trust -U postgres -D "\$d/data" >/dev/null
+echo 'SELECT 1' | $PG_BIN/postgres --single -D "\$d/data" -c shared_preload_libraries=dbcloud_guard,timescaledb postgres >/dev/null
+EOF
+			hooks+=(--customize-hook="chroot --userspec=26:26 \"\$1\" sh <$tmp/loadcheck.sh")
+		fi
 		path="$PG_BIN:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 		user=26 entry='["'$PG_BIN'/postgres"]'
 	else
@@ -152,7 +202,7 @@ postgres | pgbouncer)
 		user=996 entry='["/usr/sbin/pgbouncer"]'
 	fi
 	build_deps mmdebstrap
-	log "mmdebstrap $KUBE_DEBIAN_SUITE with $pkgs (log: $buildlog)"
+	log "mmdebstrap $suite with $pkgs (log: $buildlog)"
 	# The packaged cluster is not wanted (CNPG runs initdb), and docs, man pages and apt's
 	# lists are dead weight in an image.
 	mmdebstrap --variant=minbase --include="$pkgs" \
@@ -161,7 +211,7 @@ postgres | pgbouncer)
 		--dpkgopt='path-exclude=/usr/share/locale/*' \
 		"${hooks[@]}" \
 		--customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
-		"$KUBE_DEBIAN_SUITE" "$tmp/layer.tar" "$SOURCES" >>"$buildlog" 2>&1 || fail "mmdebstrap failed"
+		"$suite" "$tmp/layer.tar" "${mirrors[@]}" >>"$buildlog" 2>&1 || fail "mmdebstrap failed"
 	if [ "$what" = pgbouncer ]; then
 		user=$(tar -xOf "$tmp/layer.tar" ./etc/passwd | awk -F: '$1 == "postgres" { print $3 }')
 	fi

@@ -369,7 +369,7 @@ EOF
 
 images_import() {
 	local img path name
-	for img in pause postgres operator pgbouncer; do
+	for img in pause postgres postgres17 operator pgbouncer; do
 		path=$("$here/kube-images.sh" "$img")
 		name=$(tar -xOf "$path" manifest.json | sed -E 's/.*"RepoTags":\["([^"]+)".*/\1/')
 		# Re-import only a changed archive: the imported digest is the archive's config.
@@ -590,7 +590,7 @@ up() {
 	BIN=$("$here/kube-build.sh" kube-node)
 	DNSBIN=$("$here/kube-build.sh" coredns)
 	export PATH="$BIN:$PATH" # kubectl
-	for i in pause postgres operator pgbouncer; do "$here/kube-images.sh" "$i" >/dev/null; done
+	for i in pause postgres postgres17 operator pgbouncer; do "$here/kube-images.sh" "$i" >/dev/null; done
 	log "binaries and images ready in $((($(now_ms) - t0) / 1000)) s"
 	t=$(now_ms)
 	mkdir -p "$KUBE_STATE" "$KUBE_RUN"

@@ -28,6 +28,8 @@ type KubeConfig struct {
 	StorageSize  string
 	StorageClass string
 	ObjectStore  string
+	// Guard: the images ship dbcloud_guard, which every instance preloads.
+	Guard bool
 	// Extensions the image ships, comma-separated (timescaledb, vector).
 	Extensions string
 	// Expose is loadbalancer, nodeport or clusterip (kubernetes.Expose).
@@ -39,6 +41,7 @@ type KubeConfig struct {
 
 func kubeFlags(fs interface {
 	StringVar(p *string, name string, value string, usage string)
+	BoolVar(p *bool, name string, value bool, usage string)
 }, c *Config) {
 	fs.StringVar(&c.Runtime, "runtime", "local", "where services run: local (processes on this host) or kubernetes (CloudNativePG clusters; docs/kubernetes.md)")
 	fs.StringVar(&c.Kube.Kubeconfig, "kubeconfig", "", "kubeconfig of the cluster for --runtime kubernetes (empty: the pod's service account)")
@@ -49,6 +52,7 @@ func kubeFlags(fs interface {
 	fs.StringVar(&c.Kube.Extensions, "kube-extensions", "", "comma-separated extensions --kube-image ships, which addons may create (timescaledb, vector); none by default, so addons answer ADDON_UNAVAILABLE")
 	fs.StringVar(&c.Kube.Expose, "kube-expose", string(kubernetes.ExposeLoadBalancer), "how users outside the cluster reach services: loadbalancer (a LoadBalancer Service each; the endpoint is its address once assigned), nodeport (the claimed port as node port on --public-host; --port-min/--port-max inside the node port range) or clusterip (cluster-internal addresses only)")
 	fs.StringVar(&c.Kube.ExposeAnnotations, "kube-expose-annotations", "", "comma-separated key=value annotations of the exposing Services (a provider's internal load balancer, say)")
+	fs.BoolVar(&c.Kube.Guard, "kube-guard", false, "the PostgreSQL images ship dbcloud_guard (scripts/kube-images.sh's do): every instance preloads it, keeping tenants inside their database as on this host's runtime; off by default, since an image without it would not start")
 	fs.StringVar(&c.Kube.ObjectStore, "kube-object-store", "", "barman-cloud ObjectStore in each project's namespace for WAL archives and backups (empty: none, so no PITR forks)")
 }
 
@@ -87,7 +91,7 @@ func (m *Main) kubernetesRuntime(context.Context) (runtimeProvisioner, dbcloud.N
 	}
 	rt, err := kubernetes.NewForConfig(rc, kubernetes.Config{
 		Extensions: exts, ImageName: k.Image, Images: images, StorageSize: k.StorageSize, StorageClass: k.StorageClass,
-		ObjectStore: k.ObjectStore, Expose: expose, ExposeAnnotations: annotations, Logger: m.Logger,
+		ObjectStore: k.ObjectStore, Guard: k.Guard, Expose: expose, ExposeAnnotations: annotations, Logger: m.Logger,
 	})
 	if err != nil {
 		return nil, nil, err

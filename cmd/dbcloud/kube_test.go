@@ -16,10 +16,10 @@ func TestRuntimeFlag(t *testing.T) {
 		t.Fatalf("--runtime nomad: %v", err)
 	}
 	m = NewMain(io.Discard)
-	if err := m.ParseFlags([]string{"--runtime", "kubernetes", "--kubeconfig", "/etc/kube/config", "--kube-object-store", "archive"}); err != nil {
+	if err := m.ParseFlags([]string{"--runtime", "kubernetes", "--kubeconfig", "/etc/kube/config", "--kube-object-store", "archive", "--kube-guard"}); err != nil {
 		t.Fatal(err)
 	}
-	if m.Config.Runtime != "kubernetes" || m.Config.Kube.Kubeconfig != "/etc/kube/config" || m.Config.Kube.ObjectStore != "archive" {
+	if m.Config.Runtime != "kubernetes" || m.Config.Kube.Kubeconfig != "/etc/kube/config" || m.Config.Kube.ObjectStore != "archive" || !m.Config.Kube.Guard {
 		t.Fatalf("config %+v", m.Config.Kube)
 	}
 }

@@ -96,7 +96,6 @@ func (rt *Runtime) setClusterSpec(c *apiv1.Cluster, svc *dbcloud.Service, bootst
 			Method: apiv1.SynchronousReplicaConfigurationMethodAny, Number: svc.Spec.SyncReplicas,
 		}
 	}
-	s.PostgresConfiguration.AdditionalLibraries = nil
 	var sql []string
 	for _, a := range svc.Spec.Addons {
 		if a == dbcloud.AddonTimeSeries {
@@ -127,6 +126,9 @@ func (rt *Runtime) setClusterSpec(c *apiv1.Cluster, svc *dbcloud.Service, bootst
 	}
 }
 
+// guardLibrary is dbcloud_guard's name in shared_preload_libraries.
+const guardLibrary = "dbcloud_guard"
+
 // setCommon is what a service's Cluster and a replica set's share.
 func (rt *Runtime) setCommon(s *apiv1.ClusterSpec, size dbcloud.Size, major int) {
 	if img := rt.imageFor(major); img != "" {
@@ -135,6 +137,12 @@ func (rt *Runtime) setCommon(s *apiv1.ClusterSpec, size dbcloud.Size, major int)
 	res, settings := resourcesFor(size)
 	s.Resources = res
 	s.PostgresConfiguration.Parameters = settings
+	// The guard on every instance a tenant reaches, read replica sets too;
+	// the addons' libraries follow (setClusterSpec).
+	s.PostgresConfiguration.AdditionalLibraries = nil
+	if rt.cfg.Guard {
+		s.PostgresConfiguration.AdditionalLibraries = []string{guardLibrary}
+	}
 	// A resize restarts the standbys first, then moves the primary to an
 	// updated one instead of restarting it in place.
 	s.PrimaryUpdateStrategy = apiv1.PrimaryUpdateStrategyUnsupervised

@@ -60,6 +60,11 @@ type Config struct {
 	// create. Nothing is assumed: an image without them answers
 	// ADDON_UNAVAILABLE.
 	Extensions map[string]bool
+	// Guard says the images ship dbcloud_guard (scripts/kube-images.sh
+	// builds them so): every instance preloads it, which keeps tenants
+	// inside their database as on the host (docs/security.md). Off by
+	// default: an image without the library would not start.
+	Guard bool
 	// ObjectStore, when set, names a barman-cloud plugin ObjectStore in
 	// each project's namespace: services archive WAL to it and take
 	// scheduled backups through the plugin, which is what PITR forks need.
