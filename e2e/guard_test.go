@@ -18,6 +18,26 @@ import (
 // connection (internal/common/connection.go), byte for byte.
 const tigerReadOnly = "&options=-c%20tsdb_admin.read_only_connection%3Dtrue"
 
+// tenantEscapes are statements by which tsdbadmin would reach beyond its
+// database (the host's or pod's programs and files, the server's
+// configuration, reserved roles, C code), each refused with 42501 on every
+// runtime: they need the table out(line text).
+var tenantEscapes = []string{
+	"GRANT pg_execute_server_program, pg_read_server_files TO tsdbadmin",
+	"COPY out FROM PROGRAM 'id'",
+	"COPY out FROM PROGRAM 'cat /proc/*/cmdline'",
+	"CREATE ROLE esc IN ROLE pg_execute_server_program",
+	"ALTER GROUP pg_read_server_files ADD USER tsdbadmin",
+	"COPY out FROM '/etc/passwd'",
+	"COPY out TO '/tmp/dbcloud-e2e-guard'",
+	"ALTER SYSTEM SET work_mem = '1MB'",
+	"LOAD 'dbcloud_guard'",
+	"ALTER ROLE postgres PASSWORD 'x'",
+	"CREATE ROLE dbcloud_evil",
+	"SET ROLE postgres",
+	"CREATE FUNCTION c_fn() RETURNS void LANGUAGE c AS 'dbcloud_guard', '_PG_init'",
+}
+
 // TestGuard_Tenant drives the real binary: a service made through the API,
 // its tsdbadmin over TLS making issue 13's reproduction and the other ways
 // out of its database (each must answer 42501, while a second service of
@@ -51,21 +71,7 @@ func TestGuard_Tenant(t *testing.T) {
 	}
 
 	t.Run("Escapes", func(t *testing.T) {
-		for _, sql := range []string{
-			"GRANT pg_execute_server_program, pg_read_server_files TO tsdbadmin",
-			"COPY out FROM PROGRAM 'id'",
-			"COPY out FROM PROGRAM 'cat /proc/*/cmdline'",
-			"CREATE ROLE esc IN ROLE pg_execute_server_program",
-			"ALTER GROUP pg_read_server_files ADD USER tsdbadmin",
-			"COPY out FROM '/etc/passwd'",
-			"COPY out TO '/tmp/dbcloud-e2e-guard'",
-			"ALTER SYSTEM SET work_mem = '1MB'",
-			"LOAD 'dbcloud_guard'",
-			"ALTER ROLE postgres PASSWORD 'x'",
-			"CREATE ROLE dbcloud_evil",
-			"SET ROLE postgres",
-			"CREATE FUNCTION c_fn() RETURNS void LANGUAGE c AS 'dbcloud_guard', '_PG_init'",
-		} {
+		for _, sql := range tenantEscapes {
 			if _, err := ca.Exec(ctx, sql); pgtest.SQLState(err) != "42501" {
 				t.Errorf("%s: got %v, want SQLSTATE 42501", sql, err)
 			}

@@ -41,6 +41,7 @@ var kubernetesTests = map[string]bool{
 	"TestRuntime_HAFailover":       true,
 	"TestRuntime_Pooler":           true,
 	"TestRuntime_ReplicaSet":       true,
+	"TestRuntime_TenantConfined":   true,
 	"TestRuntime_PGVersions":       true,
 	"TestTigerCLILogin":            true,
 	"TestReadme_TigerCLI":          true,
