@@ -4,7 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -189,17 +193,20 @@ func TestRuntime_LogsAndMetrics(t *testing.T) {
 
 // TestRuntime_HAFailover: a PROD service given two HA replicas, one of
 // them synchronous, by setHA (TestHA's setting: with sync_replica_count 1
-// no acknowledged commit may be lost), its primary's pod deleted while a
-// writer commits through the endpoint. Every commit acknowledged, by the
-// old primary during its shutdown or by the new one, is on the new
-// primary; the endpoint reaches it; CNPG rebuilds the old pod as a
-// replica. The time from the delete to the first commit acknowledged by
-// another server is CNPG's detection and promotion, logged with the
-// longest time no commit was acknowledged (docs/kubernetes.md quotes
-// both). The local runtime's failover is TestHA's.
+// no acknowledged commit may be lost), its primary broken twice while
+// writers commit through the endpoint: first killed (every process of its
+// PostgreSQL container at once, as a crash of its node would, with no
+// shutdown), then its pod deleted (CNPG's graceful path). Every commit
+// acknowledged, by the old primary during its shutdown or by the new one,
+// is on the primary that serves afterwards; the endpoint reaches it; CNPG
+// brings the service back to three instances. The time from the break to
+// the first commit after it (for the delete: by another server) is CNPG's
+// detection and promotion, logged with the longest time no commit was
+// acknowledged (docs/kubernetes.md quotes both). The local runtime's
+// failover is TestHA's.
 func TestRuntime_HAFailover(t *testing.T) {
 	if !onKubernetes() {
-		t.Skip("deletes a CloudNativePG pod; TestHA fails the local runtime's primary")
+		t.Skip("breaks a CloudNativePG pod; TestHA fails the local runtime's primary")
 	}
 	parallelOnLocal(t)
 	s := newServer(t)
@@ -225,29 +232,56 @@ func TestRuntime_HAFailover(t *testing.T) {
 	}
 	c.Close(ctx)
 
-	// Two writers: one keeps its session, as an application's pool does;
-	// the other opens a connection per commit, as a new client does.
+	from := 0
+	for _, round := range []struct {
+		how string
+		// mustMove: only a commit by another server ends the failover.
+		mustMove bool
+		breakIt  func(primary string)
+	}{
+		{"killed", false, func(primary string) { killContainer(t, s.pod(kc, primary), "postgres") }},
+		{"deleted", true, func(primary string) {
+			if err := kc.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: s.kubeNamespace(), Name: primary}}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		s.failoverRound(t, kc, svc, pw, from, round.how, round.mustMove, round.breakIt)
+		from += 10_000_000
+	}
+}
+
+// failoverRound runs two writers through svc's endpoint, one keeping its
+// session as an application's pool does, the other opening a connection
+// per commit as a new client does (ids from from on), breaks the primary
+// with breakIt, and checks what TestRuntime_HAFailover says.
+func (s *server) failoverRound(t *testing.T, kc client.Client, svc service, pw string, from int, how string, mustMove bool, breakIt func(primary string)) {
+	ctx := context.Background()
+	id := svc.ServiceID
 	primary, oldIP := s.kubePrimary(kc, id)
-	session, fresh := s.startWriter(svc, pw, 0, false), s.startWriter(svc, pw, 1_000_000, true)
+	session, fresh := s.startWriter(svc, pw, from, false), s.startWriter(svc, pw, from+1_000_000, true)
 	for _, w := range []*ackWriter{session, fresh} {
 		w.waitAcks(t, 20, time.Time{}, anyServer, time.Minute)
 	}
-	deleted := time.Now()
-	if err := kc.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: s.kubeNamespace(), Name: primary}}); err != nil {
-		t.Fatal(err)
-	}
-	// The deleted pod's PostgreSQL may go on acknowledging commits while
+	broken := time.Now()
+	breakIt(primary)
+	// A deleted pod's PostgreSQL may go on acknowledging commits while
 	// it shuts down: those count as written, and only a commit by
-	// another server ends the failover.
+	// another server ends the failover. A killed one acknowledges
+	// nothing more, and the next commit may be by its own restart.
+	after := anyServer
+	if mustMove {
+		after = func(a ack) bool { return a.server != oldIP }
+	}
 	var acks []ack
 	for _, w := range []*ackWriter{session, fresh} {
-		first := w.waitAcks(t, 1, deleted, func(a ack) bool { return a.server != oldIP }, 5*time.Minute)
+		first := w.waitAcks(t, 1, broken, after, 5*time.Minute)
 		w.waitAcks(t, 10, first, anyServer, time.Minute)
 		got := w.halt()
 		gap := longestGap(got, time.Time{}, time.Time{})
 		byOld := 0
 		for _, a := range got {
-			if a.at.After(deleted) && a.server == oldIP {
+			if a.at.After(broken) && a.server == oldIP {
 				byOld++
 			}
 		}
@@ -255,35 +289,103 @@ func TestRuntime_HAFailover(t *testing.T) {
 		if w.fresh {
 			kind = "writer connecting per commit"
 		}
-		t.Logf("failover, %s: primary pod %s deleted; first commit by another server %.1f s later; longest time without a commit %.1f s; %d commits by the old primary after the delete",
-			kind, primary, first.Sub(deleted).Seconds(), gap.Seconds(), byOld)
+		t.Logf("failover, %s: primary pod %s %s; first commit after it %.1f s later; longest time without a commit %.1f s; %d commits by the old primary's address after it",
+			kind, primary, how, first.Sub(broken).Seconds(), gap.Seconds(), byOld)
 		acks = append(acks, got...)
 	}
 
-	if now, _ := s.kubePrimary(kc, id); now == primary {
-		t.Errorf("CNPG's current primary is still %s after the failover", primary)
+	now, _ := s.kubePrimary(kc, id)
+	switch {
+	case now == primary && mustMove:
+		t.Errorf("CNPG's current primary is still %s after its pod was %s", primary, how)
+	case now == primary:
+		t.Logf("primary pod %s %s: CNPG restarted it in place as the primary", primary, how)
+	default:
+		t.Logf("primary pod %s %s: CNPG promoted %s", primary, how, now)
 	}
-	c = s.mustConnect(svc, pw)
+	c := s.mustConnect(svc, pw)
 	defer c.Close(ctx)
 	var inRecovery bool
 	if err := c.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil || inRecovery {
 		t.Errorf("the endpoint reaches a server in recovery after the failover (%v)", err)
 	}
 	if lost := lostAcks(t, c, acks); len(lost) > 0 {
-		t.Fatalf("%d of %d acknowledged commits lost in the failover: %v", len(lost), len(acks), lost)
+		t.Fatalf("%s: %d of %d acknowledged commits lost in the failover: %v", how, len(lost), len(acks), lost)
 	}
-	t.Logf("%d acknowledged commits, all on the new primary", len(acks))
+	t.Logf("%s: %d acknowledged commits, all on the primary", how, len(acks))
 	// READY again once the old primary is back as a replica.
 	for deadline := time.Now().Add(readyWithin()); ; time.Sleep(time.Second) {
 		got, _ := s.get(id)
 		if got.Status == "READY" && readyPods(s.instancePods(kc, id)) == 3 {
-			t.Logf("READY with 3 instances again %.1f s after the delete", time.Since(deleted).Seconds())
+			t.Logf("READY with 3 instances again %.1f s after the primary was %s", time.Since(broken).Seconds(), how)
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("not READY with 3 instances within %v of the failover: %s (%s)", readyWithin(), got.Status, got.StatusReason)
 		}
 	}
+}
+
+// pod is the pod named name in the run's project namespace.
+func (s *server) pod(kc client.Client, name string) corev1.Pod {
+	s.t.Helper()
+	var pod corev1.Pod
+	if err := kc.Get(context.Background(), client.ObjectKey{Namespace: s.kubeNamespace(), Name: name}, &pod); err != nil {
+		s.t.Fatal(err)
+	}
+	return pod
+}
+
+// killContainer SIGKILLs the first process of a pod's container, found
+// from this host (the cluster's only node): its PID namespace ends with
+// it, so the kernel kills every process of the container at once, which
+// is what a crash of the node does to it, with no shutdown of any kind.
+// The container's processes are in its pids cgroup, at
+// kubepods[/QoS class]/pod<UID>/<container ID> (cgroupfs driver).
+func killContainer(t *testing.T, pod corev1.Pod, container string) {
+	t.Helper()
+	var cid string
+	for _, st := range pod.Status.ContainerStatuses {
+		if st.Name == container {
+			_, cid, _ = strings.Cut(st.ContainerID, "://")
+		}
+	}
+	if cid == "" {
+		t.Fatalf("pod %s has no running container %s", pod.Name, container)
+	}
+	var procs []string
+	for _, pattern := range []string{"/sys/fs/cgroup/pids/kubepods/pod%s/%s/cgroup.procs", "/sys/fs/cgroup/pids/kubepods/*/pod%s/%s/cgroup.procs"} {
+		found, _ := filepath.Glob(fmt.Sprintf(pattern, pod.UID, cid))
+		procs = append(procs, found...)
+	}
+	if len(procs) != 1 {
+		t.Fatalf("pids cgroup of container %s of pod %s: %q, want one", container, pod.Name, procs)
+	}
+	b, err := os.ReadFile(procs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range strings.Fields(string(b)) {
+		status, err := os.ReadFile("/proc/" + f + "/status")
+		if err != nil {
+			continue
+		}
+		// NSpid lists the process's PID in each namespace, the
+		// container's last: 1 is its first process.
+		for _, line := range strings.Split(string(status), "\n") {
+			if ns, ok := strings.CutPrefix(line, "NSpid:"); ok && strings.HasSuffix(strings.TrimSpace(ns), "\t1") {
+				pid, err := strconv.Atoi(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+					t.Fatalf("kill the first process %d of container %s of pod %s: %v", pid, container, pod.Name, err)
+				}
+				return
+			}
+		}
+	}
+	t.Fatalf("no first process among %q of container %s of pod %s", strings.Fields(string(b)), container, pod.Name)
 }
 
 // kubePrimary is CNPG's current primary of a service's Cluster and its
