@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -101,6 +102,15 @@ func TestHoldNewSessions_DirectHoldsLogins(t *testing.T) {
 	const pw = "hold-logins-password-1"
 	_, svc, b := blueBeforeSwitch(t, "bghold", pw)
 	ctx, blue := context.Background(), b.base
+	// The postmaster runs the installed guard, which has the seal: no
+	// pg_hba.conf reload is needed (guardSeals); a process without it has
+	// none.
+	if pid, _ := b.rt.instances.Running(blue); !guardSeals(pid) {
+		t.Fatalf("blue's postmaster %d: no guard with the seal (scripts/guard.sh installs it)", pid)
+	}
+	if guardSeals(os.Getpid()) {
+		t.Errorf("the test process, without the guard, seals")
+	}
 	sessions, err := b.openBlue(ctx, blue)
 	if err != nil {
 		t.Fatal(err)
@@ -266,5 +276,46 @@ func TestWriteRootFile_NewInode(t *testing.T) {
 	}
 	if got, err := os.ReadFile(filepath.Join(blue.PGData(), endReasonFile)); err != nil || string(got) != "the reason\n" {
 		t.Errorf("the reason file: %q %v", got, err)
+	}
+}
+
+// TestGuardSeals: a process that maps the installed guard has the seal,
+// even once the file was replaced (an install renames a new build over
+// it); one that maps an older build, without the seal, has not, and the
+// switch then seals through pg_hba.conf. Here the test process maps the
+// libraries itself.
+func TestGuardSeals(t *testing.T) {
+	installed := "/usr/lib/postgresql/15/lib/" + postgres.GuardLibrary + ".so"
+	older := "/usr/lib/postgresql/15/lib/plpgsql.so" // stands for a guard without the seal
+	for _, c := range []struct {
+		from string
+		want bool
+	}{{installed, true}, {older, false}} {
+		lib, err := os.ReadFile(c.from)
+		if err != nil {
+			t.Skip(err)
+		}
+		path := filepath.Join(t.TempDir(), postgres.GuardLibrary+".so")
+		if err := os.WriteFile(path, lib, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mem, err := syscall.Mmap(int(f.Fd()), 0, len(lib), syscall.PROT_READ, syscall.MAP_PRIVATE)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		if got := guardSeals(os.Getpid()); got != c.want {
+			t.Errorf("a process mapping (a since deleted copy of) %s: seals %v, want %v", c.from, got, c.want)
+		}
+		if err := syscall.Munmap(mem); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
