@@ -379,8 +379,13 @@ func (b *bgRun) switchOver(ctx context.Context, st *bgState) error {
 	if !ok {
 		return fmt.Errorf("blue/green switch of %s: the old primary is not running", b.svc.ID)
 	}
+	logins, err := b.loginsInProgress(ctx, sessions, blue, postmaster)
+	if err != nil {
+		return err
+	}
+	defer closeAll(logins)
 	clearReason := b.giveEndReason(blue)
-	ended, err := b.endSessions(ctx, sessions, blue, postmaster)
+	ended, err := b.endSessions(ctx, sessions, logins)
 	clearReason()
 	if err != nil {
 		return err

@@ -297,17 +297,12 @@ func removeRootFile(blue postgres.Spec, name string) error {
 // blue's stopped postmaster reaps none of them meanwhile.
 //
 // The logins in progress when blue was sealed are ended too, and waited
-// for (loginsInProgress): one that passed the guard's check before the
+// for (loginsInProgress, taken right after the seal): one that passed the guard's check before the
 // seal could otherwise become a session once the others were ended, and
 // commit after the WAL position the switch waits for. A login that begins
 // later meets the seal, so it is not waited for: a client connecting in a
 // loop (on blue's internal port, or its socket) cannot hold the switch up.
-func (b *bgRun) endSessions(ctx context.Context, sessions *blueSessions, blue postgres.Spec, postmaster int) (int, error) {
-	logins, err := b.loginsInProgress(ctx, sessions, blue, postmaster)
-	if err != nil {
-		return 0, err
-	}
-	defer closeAll(logins)
+func (b *bgRun) endSessions(ctx context.Context, sessions *blueSessions, logins []*proc.Pidfd) (int, error) {
 	ended := map[int]bool{}
 	deadline := time.Now().Add(bgEndSessions)
 	for {

@@ -76,6 +76,20 @@ func holdBlue(t *testing.T, b *bgRun) *blueSessions {
 	return sessions
 }
 
+// endBlueSessions ends blue's sessions as the switch does, with the logins
+// in progress now.
+func endBlueSessions(t *testing.T, b *bgRun, sessions *blueSessions) (int, error) {
+	t.Helper()
+	ctx := context.Background()
+	postmaster, _ := b.rt.instances.Running(b.base)
+	logins, err := b.loginsInProgress(ctx, sessions, b.base, postmaster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll(logins)
+	return b.endSessions(ctx, sessions, logins)
+}
+
 // TestEndSessions_TellsWhy: a session the switch ends is told, in its
 // error's message, that the service is switching to the new version
 // (the guard library reads the reason dbcloud left in the data
@@ -92,9 +106,8 @@ func TestEndSessions_TellsWhy(t *testing.T) {
 	}
 	defer client.Close(ctx)
 	sessions := holdBlue(t, b)
-	postmaster, _ := b.rt.instances.Running(blue)
 	clear := b.giveEndReason(blue)
-	if _, err := b.endSessions(ctx, sessions, blue, postmaster); err != nil {
+	if _, err := endBlueSessions(t, b, sessions); err != nil {
 		t.Fatalf("end sessions: %v", err)
 	}
 	clear()
@@ -168,7 +181,7 @@ func TestEndSessions_LoginInProgress(t *testing.T) {
 		t.Errorf("a check of the held service: %+v %v, want running with the database unmeasured", obs, err)
 	}
 	postmaster, _ := rt.instances.Running(blue)
-	ended, err := b.endSessions(ctx, sessions, blue, postmaster)
+	ended, err := endBlueSessions(t, b, sessions)
 	if err != nil {
 		t.Fatalf("end sessions: %v", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -138,10 +139,15 @@ func TestHoldNewSessions_DirectHoldsLogins(t *testing.T) {
 	}
 	logins.waitAttempts(t, 20)
 	errs := logins.end()
+	var other []error
 	for _, err := range errs {
 		if !isSwitching(err) {
-			t.Errorf("a login to %s across its holds: %v, want let in, held, or refused with 57P03 (the switch)", svc.ID, err)
+			other = append(other, err)
 		}
+	}
+	if len(other) > 0 {
+		t.Errorf("%d logins to %s across its holds failed otherwise than with 57P03 (the switch), the first: %v; want each let in, held, or refused with 57P03",
+			len(other), svc.ID, other[0])
 	}
 	t.Logf("%d logins attempted; %d refused by the seal", logins.attempts.Load(), len(errs))
 }
@@ -169,10 +175,9 @@ func TestEndSessions_LoginsInALoop(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	logins := startLogins(t, blue, pw, 4)
-	logins.waitAttempts(t, 20)
-	postmaster, _ := b.rt.instances.Running(blue)
-	if _, err := b.endSessions(ctx, sessions, blue, postmaster); err != nil {
+	logins := startLogins(t, blue, pw, 16)
+	logins.waitAttempts(t, 50)
+	if _, err := endBlueSessions(t, b, sessions); err != nil {
 		t.Errorf("end the sessions of %s while a client logs in in a loop: %v", svc.ID, err)
 	}
 	logins.waitAttempts(t, 4)
@@ -186,6 +191,62 @@ func TestEndSessions_LoginsInALoop(t *testing.T) {
 	}
 	if !isSwitching(err) {
 		t.Errorf("a login to the sealed blue: %v, want 57P03 saying the service is switching", err)
+	}
+}
+
+// TestEndSessions_LeavesLaterLogins: a login begun after the seal is not
+// the switch's to end or wait for (a client connecting in a loop would
+// otherwise always have one for it): left alone while it authenticates,
+// it meets the seal and is refused with 57P03, not killed.
+func TestEndSessions_LeavesLaterLogins(t *testing.T) {
+	const pw = "later-password-1"
+	_, svc, b := blueBeforeSwitch(t, "bglater", pw)
+	ctx, blue := context.Background(), b.base
+	sessions, err := b.openBlue(ctx, blue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sessions.close(ctx)
+	if err := writeRootFile(blue, postgres.SealFile, "sealed\n"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.releaseBlue(blue); err != nil {
+			t.Error(err)
+		}
+	})
+	postmaster, _ := b.rt.instances.Running(blue)
+	logins, err := b.loginsInProgress(ctx, sessions, blue, postmaster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll(logins)
+
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=tsdbadmin password=%s dbname=tsdb sslmode=disable", blue.RunDir(), blue.Port, pw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := &gatedConn{waiting: make(chan struct{}), gate: make(chan struct{})}
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		later.Conn = c
+		return later, err
+	}
+	done := make(chan error, 1)
+	go func() {
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err == nil {
+			conn.Close(ctx)
+		}
+		done <- err
+	}()
+	<-later.waiting
+	if _, err := b.endSessions(ctx, sessions, logins); err != nil {
+		t.Fatalf("end the sessions of %s: %v", svc.ID, err)
+	}
+	close(later.gate)
+	if err := <-done; !isSwitching(err) {
+		t.Errorf("a login begun after the seal, once the sessions were ended: %v, want refused by the seal with 57P03", err)
 	}
 }
 
@@ -204,8 +265,7 @@ func TestOpenBlue_ConnectionsFull(t *testing.T) {
 	}
 	tenant := fill(t, fmt.Sprintf("host=%s port=%d user=tsdbadmin password=%s dbname=tsdb sslmode=disable", blue.RunDir(), blue.Port, pw))
 	sessions := holdBlue(t, b)
-	postmaster, _ := b.rt.instances.Running(blue)
-	ended, err := b.endSessions(ctx, sessions, blue, postmaster)
+	ended, err := endBlueSessions(t, b, sessions)
 	if err != nil {
 		t.Fatalf("end the sessions of %s with its connections full: %v", svc.ID, err)
 	}
