@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"strings"
@@ -199,10 +200,21 @@ func guardSeals(pid int) bool {
 		if len(f) < 6 || !strings.HasSuffix(f[5], "/"+postgres.GuardLibrary+".so") {
 			continue
 		}
-		lib, err := os.ReadFile(fmt.Sprintf("/proc/%d/map_files/%s", pid, f[0]))
-		return err == nil && bytes.Contains(lib, []byte(postgres.SealFile+"\x00"))
+		return hasSeal(fmt.Sprintf("/proc/%d/map_files/%s", pid, f[0]))
 	}
 	return false
+}
+
+// hasSeal reads a guard library, bounded (the service's OS user controls
+// what its postmaster maps), for the seal file's name.
+func hasSeal(lib string) bool {
+	f, err := os.Open(lib)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 64<<20))
+	return err == nil && bytes.Contains(b, []byte(postgres.SealFile+"\x00"))
 }
 
 // holdNew stops blue's postmaster (SIGSTOP): new connections wait in the
