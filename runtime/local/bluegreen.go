@@ -375,18 +375,7 @@ func (b *bgRun) switchOver(ctx context.Context, st *bgState) error {
 	if err := b.holdNewSessions(ctx, st, blue); err != nil {
 		return err
 	}
-	postmaster, ok := b.rt.instances.Running(blue)
-	if !ok {
-		return fmt.Errorf("blue/green switch of %s: the old primary is not running", b.svc.ID)
-	}
-	logins, err := b.loginsInProgress(ctx, sessions, blue, postmaster)
-	if err != nil {
-		return err
-	}
-	defer closeAll(logins)
-	clearReason := b.giveEndReason(blue)
-	ended, err := b.endSessions(ctx, sessions, logins)
-	clearReason()
+	ended, err := b.endAll(ctx, sessions, blue)
 	if err != nil {
 		return err
 	}

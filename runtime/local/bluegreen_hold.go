@@ -302,6 +302,23 @@ func removeRootFile(blue postgres.Spec, name string) error {
 	return nil
 }
 
+// endAll ends blue's sessions for the switch, right after the seal: the
+// logins in progress are taken first, and the sessions told why.
+func (b *bgRun) endAll(ctx context.Context, sessions *blueSessions, blue postgres.Spec) (int, error) {
+	postmaster, ok := b.rt.instances.Running(blue)
+	if !ok {
+		return 0, fmt.Errorf("blue/green switch of %s: the old primary is not running", b.svc.ID)
+	}
+	logins, err := b.loginsInProgress(ctx, sessions, blue, postmaster)
+	if err != nil {
+		return 0, err
+	}
+	defer closeAll(logins)
+	clearReason := b.giveEndReason(blue)
+	defer clearReason()
+	return b.endSessions(ctx, sessions, logins)
+}
+
 // endSessions ends every session of blue but dbcloud's own, and waits
 // until each has left pg_stat_activity: a session in the middle of its
 // commit finishes it first, and that commit must be in the WAL the switch

@@ -76,20 +76,6 @@ func holdBlue(t *testing.T, b *bgRun) *blueSessions {
 	return sessions
 }
 
-// endBlueSessions ends blue's sessions as the switch does, with the logins
-// in progress now.
-func endBlueSessions(t *testing.T, b *bgRun, sessions *blueSessions) (int, error) {
-	t.Helper()
-	ctx := context.Background()
-	postmaster, _ := b.rt.instances.Running(b.base)
-	logins, err := b.loginsInProgress(ctx, sessions, b.base, postmaster)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeAll(logins)
-	return b.endSessions(ctx, sessions, logins)
-}
-
 // TestEndSessions_TellsWhy: a session the switch ends is told, in its
 // error's message, that the service is switching to the new version
 // (the guard library reads the reason dbcloud left in the data
@@ -106,11 +92,9 @@ func TestEndSessions_TellsWhy(t *testing.T) {
 	}
 	defer client.Close(ctx)
 	sessions := holdBlue(t, b)
-	clear := b.giveEndReason(blue)
-	if _, err := endBlueSessions(t, b, sessions); err != nil {
+	if _, err := b.endAll(ctx, sessions, blue); err != nil {
 		t.Fatalf("end sessions: %v", err)
 	}
-	clear()
 	// What the idle session was sent as it ended, read as a client
 	// waiting on the connection reads it.
 	wait, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -181,7 +165,7 @@ func TestEndSessions_LoginInProgress(t *testing.T) {
 		t.Errorf("a check of the held service: %+v %v, want running with the database unmeasured", obs, err)
 	}
 	postmaster, _ := rt.instances.Running(blue)
-	ended, err := endBlueSessions(t, b, sessions)
+	ended, err := b.endAll(ctx, sessions, blue)
 	if err != nil {
 		t.Fatalf("end sessions: %v", err)
 	}

@@ -177,7 +177,7 @@ func TestEndSessions_LoginsInALoop(t *testing.T) {
 	})
 	logins := startLogins(t, blue, pw, 16)
 	logins.waitAttempts(t, 50)
-	if _, err := endBlueSessions(t, b, sessions); err != nil {
+	if _, err := b.endAll(ctx, sessions, blue); err != nil {
 		t.Errorf("end the sessions of %s while a client logs in in a loop: %v", svc.ID, err)
 	}
 	logins.waitAttempts(t, 4)
@@ -265,7 +265,7 @@ func TestOpenBlue_ConnectionsFull(t *testing.T) {
 	}
 	tenant := fill(t, fmt.Sprintf("host=%s port=%d user=tsdbadmin password=%s dbname=tsdb sslmode=disable", blue.RunDir(), blue.Port, pw))
 	sessions := holdBlue(t, b)
-	ended, err := endBlueSessions(t, b, sessions)
+	ended, err := b.endAll(ctx, sessions, blue)
 	if err != nil {
 		t.Fatalf("end the sessions of %s with its connections full: %v", svc.ID, err)
 	}
