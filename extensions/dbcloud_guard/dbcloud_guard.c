@@ -16,7 +16,8 @@
  * This file holds the hooks and the settings; roles.c the reserved roles
  * and the settings a tenant may not attach to a database or role,
  * readonly.c the read-only sessions, storage.c storage read-only,
- * ended.c the reason given to sessions dbcloud ends.
+ * ended.c the reason given to sessions dbcloud ends and the seal that
+ * refuses logins during a BLUE_GREEN switch.
  */
 #include "postgres.h"
 
@@ -199,7 +200,8 @@ dbcloud_guard_object_access(ObjectAccessType access, Oid classId, Oid objectId, 
 }
 
 /*
- * dbcloud_guard_client_auth logs each authentication of a database
+ * dbcloud_guard_client_auth refuses logins while the service is sealed
+ * (ended.c), and logs each authentication of a database
  * credential (dbcloud_cred_*): dbcloud reads a credential's last login
  * from these lines, taking only those whose log "user" (the login role,
  * which no session changes) is the role named, so that no session's RAISE
@@ -212,6 +214,15 @@ dbcloud_guard_client_auth(Port *port, int status)
 {
 	if (prev_client_auth)
 		prev_client_auth(port, status);
+	/*
+	 * The seal (ended.c) lets in what the sealed pg_hba.conf does:
+	 * dbcloud's superuser over the unix socket, where only peer identity
+	 * lets it in; refused before a credential's login is logged.
+	 */
+	if (status == STATUS_OK &&
+		!(port->raddr.addr.ss_family == AF_UNIX && port->user_name != NULL &&
+		  strcmp(port->user_name, DBCLOUD_SUPERUSER) == 0))
+		refuse_if_sealed();
 	if (status == STATUS_OK && port->user_name != NULL &&
 		strncmp(port->user_name, CREDENTIAL_PREFIX, strlen(CREDENTIAL_PREFIX)) == 0)
 		ereport(LOG,

@@ -48,8 +48,12 @@ extern void guard_storage_executor(QueryDesc *queryDesc);
 extern void guard_storage_function(Oid fn);
 extern void assign_storage_read_only(bool newval, void *extra);
 
-/* ended.c: the reason dbcloud gives the sessions it ends. */
+/* ended.c: the reason dbcloud gives the sessions it ends, and the seal. */
 #define END_REASON_FILE "dbcloud_end_reason"
+#define SEAL_FILE "dbcloud_sealed"
+/* dbcloud's superuser, let in by peer identity only (renderHBA in Go). */
+#define DBCLOUD_SUPERUSER "postgres"
 extern void give_end_reason(ErrorData *edata);
+extern void refuse_if_sealed(void);
 
 #endif

@@ -13,10 +13,24 @@
  * as its detail, and keeps its SQLSTATE, so drivers that connect again on
  * 57P01 still do. The file is in the service's own directory: a tenant
  * who writes one there changes only what its own sessions are told.
+ *
+ * The seal: from the moment the switch holds new sessions until the old
+ * server stops (or serves again, when the switch is undone), dbcloud keeps
+ * SEAL_FILE in the data directory, and every login that passed its
+ * authentication is refused while it is there, but dbcloud's own (the
+ * caller checks). A login forked before the hold, still authenticating,
+ * is refused too, and so is one let in by a SIGCONT of a held postmaster,
+ * which the service's OS user may send: none of them can write on the
+ * old server after the last position the switch waits for. It needs no
+ * reload, so dbcloud seals a postmaster it has already stopped (SIGSTOP)
+ * and a client never meets a refusal meant for someone else (pg_hba.conf's
+ * "no entry" 28000, which drivers take as final). Deleting the file, as
+ * the OS user can, harms only that service's own upgrade.
  */
 #include "postgres.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dbcloud_guard.h"
@@ -71,4 +85,25 @@ give_end_reason(ErrorData *edata)
 	if (edata->detail == NULL)
 		edata->detail = edata->message;
 	edata->message = pstrdup(buf);
+}
+
+/*
+ * refuse_if_sealed ends a login with SQLSTATE 57P03 (cannot_connect_now,
+ * what PostgreSQL says while it starts up or shuts down: drivers and
+ * poolers take it as "try again", unlike 28000) while SEAL_FILE exists.
+ * Without the file it costs one failed lstat of a name in the working
+ * directory, once per login, and changes nothing else.
+ */
+void
+refuse_if_sealed(void)
+{
+	struct stat st;
+
+	if (lstat(SEAL_FILE, &st) != 0)
+		return;
+	ereport(FATAL,
+			(errcode(ERRCODE_CANNOT_CONNECT_NOW),
+			 errmsg("this service is switching to a new PostgreSQL version"),
+			 errdetail("New sessions are refused on the old server until the switch is over (a BLUE_GREEN upgrade)."),
+			 errhint("Connect again in a few seconds.")));
 }

@@ -375,13 +375,7 @@ func (b *bgRun) switchOver(ctx context.Context, st *bgState) error {
 	if err := b.holdNewSessions(ctx, st, blue); err != nil {
 		return err
 	}
-	postmaster, ok := b.rt.instances.Running(blue)
-	if !ok {
-		return fmt.Errorf("blue/green switch of %s: the old primary is not running", b.svc.ID)
-	}
-	clearReason := b.giveEndReason(blue)
-	ended, err := b.endSessions(ctx, sessions, blue, postmaster)
-	clearReason()
+	ended, err := b.endAll(ctx, sessions, blue)
 	if err != nil {
 		return err
 	}
@@ -553,8 +547,9 @@ func (b *bgRun) undo(ctx context.Context, st *bgState) error {
 }
 
 // serveBlue has blue serve the service's endpoint again, as before the
-// attempt: a Direct blue's postmaster continued (SIGCONT) and its
-// pg_hba.conf opened again (the ensure's reload), the proxy pointed back
+// attempt: its seal removed, a Direct blue's postmaster continued
+// (SIGCONT), its pg_hba.conf opened again when it was sealed (the
+// ensure's reload), the proxy pointed back
 // at it or, for a Direct blue, stopped. First in an undo, before green's
 // teardown (a stop and the removal of a copy of the tenant's data), so
 // that the service is down no longer than the switch itself, and stays

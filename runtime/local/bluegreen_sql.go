@@ -44,6 +44,11 @@ func (b *bgRun) listDBs(ctx context.Context, s postgres.Spec) ([]bgDB, error) {
 		return nil, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	return dbsOf(ctx, conn)
+}
+
+// dbsOf lists the databases a client can reach, in a session of dbcloud's.
+func dbsOf(ctx context.Context, conn *pgx.Conn) ([]bgDB, error) {
 	rows, err := conn.Query(ctx, "SELECT datname, pg_get_userbyid(datdba) FROM pg_database WHERE datallowconn AND NOT datistemplate ORDER BY datname")
 	if err != nil {
 		return nil, err
@@ -303,6 +308,9 @@ FROM pg_stat_replication WHERE application_name LIKE 'dbcloud\_upgrade\_%'`, lsn
 func (b *bgRun) copySequences(ctx context.Context, blue *blueSessions, green postgres.Spec) (int, error) {
 	n := 0
 	for _, db := range blue.dbs {
+		if blue.conns[db.Name] == nil {
+			continue // no sequences (openBlue)
+		}
 		vals, err := blue.strings(ctx, db.Name, "SELECT format('%I.%I', schemaname, sequencename) || ' ' || last_value FROM pg_sequences WHERE last_value IS NOT NULL")
 		if err != nil {
 			return n, err
@@ -374,9 +382,13 @@ WHERE s.subname LIKE 'dbcloud\_upgrade\_%'`)
 // the DDL refusal, the replica identities it changed, the slots (once no
 // subscription streams from them) and the role.
 func (b *bgRun) cleanBlue(ctx context.Context, blue postgres.Spec, st *bgState) error {
-	// Left by a switch cut short between its writing and its removal.
-	if err := clearEndReason(blue); err != nil {
-		return err
+	// Left by a switch cut short between its writing and its removal; the
+	// seal, by a switch made (blue is kept sealed by its pg_hba.conf
+	// then), would refuse every login after a ROLLBACK.
+	for _, name := range []string{endReasonFile, postgres.SealFile} {
+		if err := removeRootFile(blue, name); err != nil {
+			return err
+		}
 	}
 	dbs, err := b.listDBs(ctx, blue)
 	if err != nil {

@@ -73,6 +73,13 @@ const identMap = "dbcloud"
 // tsdb_admin's read-only sessions (docs/security.md).
 const GuardLibrary = "dbcloud_guard"
 
+// SealFile, while it exists in an instance's data directory, has the
+// guard refuse every login but the superuser's over the unix socket, with
+// SQLSTATE 57P03 and a message saying the service is switching
+// (extensions/dbcloud_guard/ended.c): a BLUE_GREEN switch seals the old
+// server without a reload.
+const SealFile = "dbcloud_sealed"
+
 // TLSCiphers are the TLS 1.2 cipher suites instances accept: ECDHE with an
 // AEAD cipher only, no CBC and no SHA-1 MACs (TLS 1.3's suites are all
 // AEAD). The certificates dbcloud issues are ECDSA; the RSA suites serve a

@@ -3,8 +3,11 @@ package postgres
 import (
 	"context"
 	"crypto/tls"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -968,5 +971,67 @@ func TestGuard_StorageReadOnly(t *testing.T) {
 	waitInsert("")
 	if _, err := conn.Exec(ctx, "CREATE TABLE more AS SELECT 1 AS x"); err != nil {
 		t.Errorf("CREATE TABLE after the limit was lifted: %v", err)
+	}
+}
+
+// TestGuard_Seal: while SealFile is in the data directory, a tenant's
+// login (over TLS, and over the unix socket) is refused with 57P03 and a
+// message saying the service is switching, while dbcloud's superuser over
+// the socket still gets in; without the file logins are as before. On
+// every installed version the guard is built for.
+func TestGuard_Seal(t *testing.T) {
+	ctx := context.Background()
+	for major, binDir := range pgbin.Installed("/usr/lib/postgresql") {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(binDir), "lib", GuardLibrary+".so")); err != nil {
+			continue
+		}
+		t.Run(strconv.Itoa(major), func(t *testing.T) {
+			base := localtest.Base(t)
+			m, err := NewInstances(Config{BinDir: binDir, PoolDir: filepath.Join(base, "pool"), Logger: localtest.Logger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := mustSpec(t, base, "seal")
+			mustCreate(t, m, &s)
+			const password = "seal-test-password"
+			if err := setPassword(ctx, m, s, password); err != nil {
+				t.Fatal(err)
+			}
+			tenant := map[string]string{
+				"tls":    tcpDSN(s, password, "require"),
+				"socket": fmt.Sprintf("host=%s port=%d user=tsdbadmin password=%s dbname=tsdb sslmode=disable connect_timeout=5", s.RunDir(), s.Port, password),
+			}
+			login := func(dsn string) error {
+				conn, err := pgx.Connect(ctx, dsn)
+				if err == nil {
+					conn.Close(ctx)
+				}
+				return err
+			}
+			seal := filepath.Join(s.PGData(), SealFile)
+			if err := os.WriteFile(seal, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for how, dsn := range tenant {
+				err := login(dsn)
+				var pgErr *pgconn.PgError
+				if !errors.As(err, &pgErr) || pgErr.Code != "57P03" || !strings.Contains(pgErr.Message, "switching to a new PostgreSQL version") {
+					t.Errorf("a tenant's login over %s while sealed: %v, want 57P03 saying the service is switching", how, err)
+				}
+			}
+			if conn, err := m.Connect(ctx, s, "postgres"); err != nil {
+				t.Errorf("dbcloud's login while sealed: %v, want let in", err)
+			} else {
+				conn.Close(ctx)
+			}
+			if err := os.Remove(seal); err != nil {
+				t.Fatal(err)
+			}
+			for how, dsn := range tenant {
+				if err := login(dsn); err != nil {
+					t.Errorf("a tenant's login over %s once unsealed: %v", how, err)
+				}
+			}
+		})
 	}
 }
