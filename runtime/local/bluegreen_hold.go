@@ -243,10 +243,6 @@ func (b *bgRun) releaseBlue(blue postgres.Spec) error {
 	return nil
 }
 
-// endReasonFile is where the guard library finds the reason it gives the
-// sessions dbcloud ends (extensions/dbcloud_guard/ended.c).
-const endReasonFile = "dbcloud_end_reason"
-
 // giveEndReason has the sessions of blue ended from now on told that the
 // service is switching to the new version, rather than PostgreSQL's
 // "terminating connection due to administrator command", until the
@@ -255,11 +251,11 @@ const endReasonFile = "dbcloud_end_reason"
 // message: not worth failing the switch for.
 func (b *bgRun) giveEndReason(blue postgres.Spec) (clear func()) {
 	reason := fmt.Sprintf("terminating connection: this service is switching to PostgreSQL %d (a BLUE_GREEN upgrade); connect again", b.to.Major)
-	if err := writeRootFile(blue, endReasonFile, reason+"\n"); err != nil {
+	if err := writeRootFile(blue, postgres.EndReasonFile, reason+"\n"); err != nil {
 		b.rt.cfg.Logger.Warn("the sessions ended at the switch are not told why", "service", b.svc.ID, "error", err)
 	}
 	return func() {
-		if err := removeRootFile(blue, endReasonFile); err != nil {
+		if err := removeRootFile(blue, postgres.EndReasonFile); err != nil {
 			b.rt.cfg.Logger.Warn("remove the reason given to ended sessions", "service", b.svc.ID, "error", err)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"dbcloud"
+	"dbcloud/runtime/local/postgres"
 )
 
 // gatedConn is a client's connection that stops at its second write
@@ -105,7 +106,7 @@ func TestEndSessions_TellsWhy(t *testing.T) {
 		!strings.Contains(pgErr.Detail, "administrator command") {
 		t.Errorf("the ended session of %s was told: %v (detail %q), want 57P01 naming the switch to 17, PostgreSQL's message as the detail", svc.ID, err, detailOf(pgErr))
 	}
-	if _, err := os.Lstat(filepath.Join(blue.PGData(), endReasonFile)); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Lstat(filepath.Join(blue.PGData(), postgres.EndReasonFile)); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the reason file after the sessions ended: %v, want gone", err)
 	}
 }

@@ -325,16 +325,16 @@ func TestWriteRootFile_NewInode(t *testing.T) {
 	if err := os.WriteFile(mine, []byte("the tenant's\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Link(mine, filepath.Join(blue.PGData(), endReasonFile)); err != nil {
+	if err := os.Link(mine, filepath.Join(blue.PGData(), postgres.EndReasonFile)); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeRootFile(blue, endReasonFile, "the reason\n"); err != nil {
+	if err := writeRootFile(blue, postgres.EndReasonFile, "the reason\n"); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := os.ReadFile(mine); err != nil || string(got) != "the tenant's\n" {
 		t.Errorf("the file hard-linked to the reason's name: %q %v, want untouched", got, err)
 	}
-	if got, err := os.ReadFile(filepath.Join(blue.PGData(), endReasonFile)); err != nil || string(got) != "the reason\n" {
+	if got, err := os.ReadFile(filepath.Join(blue.PGData(), postgres.EndReasonFile)); err != nil || string(got) != "the reason\n" {
 		t.Errorf("the reason file: %q %v", got, err)
 	}
 }

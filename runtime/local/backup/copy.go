@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"dbcloud/runtime/local/internal/treecopy"
+	"dbcloud/runtime/local/postgres"
 )
 
 // CopyOptions says how a backup or a snapshot is copied.
@@ -42,7 +43,8 @@ func chownTo(path string, owner *syscall.Credential) error { return treecopy.Cho
 // pg_basebackup leaves out (basebackup.c excludeDirContents and
 // excludeFiles): state that is rebuilt at start, WAL (copied separately, up
 // to the backup's end), replication slots (the source's, meaningless in a
-// copy), the lock file and sockets, and temporary files.
+// copy), the lock file and sockets, and temporary files; and what a
+// BLUE_GREEN switch writes for the running server only (its seal).
 func backupSkip(rel string, d fs.DirEntry) (skip, skipContents bool) {
 	name := d.Name()
 	if d.IsDir() {
@@ -57,6 +59,9 @@ func backupSkip(rel string, d fs.DirEntry) (skip, skipContents bool) {
 	case "postmaster.pid", "postmaster.opts", "current_logfiles", "backup_label", "backup_label.old",
 		"tablespace_map", "tablespace_map.old", "backup_manifest", "recovery.signal", "standby.signal",
 		"postgresql.auto.conf.tmp":
+		return true, false
+	}
+	if postgres.IsSwitchFile(rel) {
 		return true, false
 	}
 	return name == "pg_internal.init" || strings.HasPrefix(name, "pgsql_tmp"), false

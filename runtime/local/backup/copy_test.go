@@ -18,7 +18,7 @@ func TestCopyTree(t *testing.T) {
 		"base/1/pg_internal.init": "skip", "base/pgsql_tmp/pgsql_tmp1.0": "skip", "postmaster.pid": "skip",
 		"postmaster.opts": "skip", "pg_wal/000000010000000000000001": "skip", "pg_wal/archive_status/x.ready": "skip",
 		"pg_replslot/s/state": "skip", "pg_stat_tmp/global.stat": "skip", "pg_stat/pgstat.stat": "kept",
-		"backup_label": "skip", "recovery.signal": "skip",
+		"backup_label": "skip", "recovery.signal": "skip", "dbcloud_sealed": "skip", "dbcloud_end_reason": "skip",
 	}
 	for name, data := range files {
 		path := filepath.Join(src, name)

@@ -6,6 +6,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -79,6 +80,19 @@ const GuardLibrary = "dbcloud_guard"
 // (extensions/dbcloud_guard/ended.c): a BLUE_GREEN switch seals the old
 // server without a reload.
 const SealFile = "dbcloud_sealed"
+
+// EndReasonFile, while it exists in an instance's data directory, holds
+// the reason the guard gives the sessions dbcloud ends
+// (extensions/dbcloud_guard/ended.c): a BLUE_GREEN switch writes it.
+const EndReasonFile = "dbcloud_end_reason"
+
+// IsSwitchFile reports whether name, in a data directory, is one of the
+// files a BLUE_GREEN switch writes there for the running server. A copy of
+// the directory (a snapshot, a fork, a standby) must not take them: a
+// seal copied would have the guard refuse every tenant login on the copy.
+func IsSwitchFile(name string) bool { return slices.Contains(switchFiles(), name) }
+
+func switchFiles() []string { return []string{SealFile, EndReasonFile} }
 
 // TLSCiphers are the TLS 1.2 cipher suites instances accept: ECDHE with an
 // AEAD cipher only, no CBC and no SHA-1 MACs (TLS 1.3's suites are all

@@ -1,6 +1,8 @@
 package postgres
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -288,5 +290,28 @@ func TestRenderConfig_RestoreFromArchive(t *testing.T) {
 	want := `restore_command = 'cp ''/data/services/it''\\''''s/archive''/"%f" "%p"'`
 	if !strings.Contains(conf, want) {
 		t.Errorf("config lacks %s:\n%s", want, conf)
+	}
+}
+
+// TestRemoveSwitchFiles: what a standby's copy keeps of a primary a
+// switch sealed meanwhile is its data, not the seal or the reason.
+func TestRemoveSwitchFiles(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{SealFile, EndReasonFile, "PG_VERSION"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("x\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 { // nothing left to remove the second time
+		if err := removeSwitchFiles(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Name() != "PG_VERSION" {
+		t.Errorf("left %v, want only PG_VERSION", entries)
 	}
 }

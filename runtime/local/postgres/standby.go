@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -234,6 +236,12 @@ func (m *Instances) Clone(ctx context.Context, primary, spec Spec, app string) e
 		"-U", ReplicatorRole, "-w", "-c", "fast", "-X", "stream", "-d", "application_name="+app); err != nil {
 		return fmt.Errorf("copy %s for %s: %w", primary.ID, spec.ID, err)
 	}
+	// pg_basebackup copies every file it does not know. The seal refuses
+	// its login, but one that began before a switch sealed the primary
+	// copies the seal and the reason too.
+	if err := removeSwitchFiles(work); err != nil {
+		return err
+	}
 	if err := os.RemoveAll(spec.PGData()); err != nil {
 		return err
 	}
@@ -245,6 +253,23 @@ func (m *Instances) Clone(ctx context.Context, primary, spec Spec, app string) e
 	}
 	m.Logger.Info("standby copied", "instance", spec.ID, "from", primary.ID, "ms", time.Since(begin).Milliseconds())
 	return m.WriteStandbySignal(spec)
+}
+
+// removeSwitchFiles removes from the data directory pgdata what a
+// BLUE_GREEN switch wrote there for the server it was switching from
+// (IsSwitchFile): never followed, as pgdata is the tenant's.
+func removeSwitchFiles(pgdata string) error {
+	d, err := tenantfs.OpenDir(pgdata)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	for _, name := range switchFiles() {
+		if err := d.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
 }
 
 // Rewind makes a former primary's data directory follow the new primary's
