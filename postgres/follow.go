@@ -24,11 +24,37 @@ const revisionsChannel = "dbcloud_revisions"
 // followerName is the follower connection's application_name.
 const followerName = "dbcloud revisions"
 
-// Retry pacing of the follower's connection.
+// Retry pacing of the store's own connections (reconnecting).
 const (
-	followRetryMin = 50 * time.Millisecond
-	followRetryMax = 2 * time.Second
+	reconnectMin = 50 * time.Millisecond
+	reconnectMax = 2 * time.Second
 )
+
+// reconnecting runs connected, which holds one connection until it fails,
+// until ctx ends: again after each failure, logged as msg, after a pause
+// that doubles from reconnectMin to reconnectMax while connections fail
+// at once, and starts over after one that lasted. A database that is down
+// is thus not hammered, and a blip costs reconnectMin.
+func reconnecting(ctx context.Context, logger *slog.Logger, msg string, connected func(context.Context) error) {
+	wait := reconnectMin
+	for {
+		began := time.Now()
+		err := connected(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		logger.Warn(msg, "error", err)
+		if time.Since(began) > reconnectMax {
+			wait = reconnectMin
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, reconnectMax)
+	}
+}
 
 // follower keeps a Store's change counters current in memory with the
 // commits of every plane sharing the database: one connection of its own
@@ -88,31 +114,16 @@ func (f *follower) stop() {
 
 func (f *follower) run(ctx context.Context) {
 	defer f.done.Done()
-	wait := followRetryMin
-	for {
-		began := time.Now()
-		err := f.follow(ctx)
-		f.store.UnfollowRevisions()
-		f.planes.listen(time.Time{})
-		if ctx.Err() != nil {
-			return
-		}
-		f.logger.Warn("store change notifications lost; reading counters from the store until reconnected", "error", err)
-		if time.Since(began) > followRetryMax {
-			wait = followRetryMin
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, followRetryMax)
-	}
+	reconnecting(ctx, f.logger, "store change notifications lost; reading counters from the store until reconnected", f.follow)
 }
 
 // follow connects, listens, hands the Store the whole table and then
-// every notification, until the connection fails or ctx ends.
+// every notification, until the connection fails or ctx ends. Once it
+// returns, the Store reads the counters from the database again, and
+// then the plane is told (deferred calls run last first).
 func (f *follower) follow(ctx context.Context) error {
+	defer f.planes.listen(time.Time{})
+	defer f.store.UnfollowRevisions()
 	conn, err := pgx.ConnectConfig(ctx, f.cfg)
 	if err != nil {
 		return err

@@ -337,24 +337,7 @@ func (p *planes) stop() {
 
 func (p *planes) run(ctx context.Context) {
 	defer p.done.Done()
-	wait := followRetryMin
-	for {
-		began := time.Now()
-		err := p.send(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		p.logger.Warn("store plane messages lost; writers wait their whole bound until reconnected", "error", err)
-		if time.Since(began) > followRetryMax {
-			wait = followRetryMin
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, followRetryMax)
-	}
+	reconnecting(ctx, p.logger, "store plane messages lost; writers wait their whole bound until reconnected", p.send)
 }
 
 // send connects and says what outbox has, at once when poked and every
