@@ -73,6 +73,9 @@ type follower struct {
 	logger *slog.Logger
 	// pid is the server process of the current connection, for tests.
 	pid atomic.Uint32
+	// unread logs plane messages this version cannot read: a kind a later
+	// version added, or anyone's NOTIFY on the channel.
+	unread rateLog
 
 	cancel context.CancelFunc
 	done   sync.WaitGroup
@@ -100,7 +103,11 @@ func startFollower(cfg *pgx.ConnConfig, s *sqlstore.Store, p *planes) *follower 
 	// Named, so that an operator (and a test) can tell it in pg_stat_activity.
 	cfg.RuntimeParams["application_name"] = followerName
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &follower{cfg: cfg, store: s, planes: p, logger: slog.Default().With("component", "store", "channel", revisionsChannel), cancel: cancel}
+	f := &follower{
+		cfg: cfg, store: s, planes: p, cancel: cancel,
+		logger: slog.Default().With("component", "store", "channel", revisionsChannel),
+		unread: rateLog{every: time.Minute},
+	}
 	f.done.Add(1)
 	go f.run(ctx)
 	return f
@@ -152,8 +159,14 @@ func (f *follower) follow(ctx context.Context) error {
 			return err
 		}
 		if n.Channel == planesChannel {
+			// Not worth starting over for: reading every counter again
+			// would not make the message readable, and each such message
+			// would cost the plane its memory and the others their
+			// writers' whole bound. Ignoring it costs freshness nothing:
+			// this plane's lease grows only from its own beats, and every
+			// other message only shortens someone's wait.
 			if err := f.planes.receive(n.Payload); err != nil {
-				return err
+				f.unread.warn(f.logger, "store plane message ignored", "error", err)
 			}
 			continue
 		}
@@ -195,4 +208,26 @@ func parseRevision(payload string) (string, int64, error) {
 		return "", 0, fmt.Errorf("revision notification %q: %w", payload, err)
 	}
 	return payload[:i], rev, nil
+}
+
+// rateLog logs at most one warning per period, so that a stream of
+// messages nobody can act on one by one does not flood the log; the next
+// one logged says how many were left out.
+type rateLog struct {
+	every   time.Duration
+	last    time.Time
+	skipped int
+}
+
+func (r *rateLog) warn(logger *slog.Logger, msg string, args ...any) {
+	now := time.Now()
+	if !r.last.IsZero() && now.Sub(r.last) < r.every {
+		r.skipped++
+		return
+	}
+	if r.skipped > 0 {
+		args = append(args, "not_logged", r.skipped)
+	}
+	logger.Warn(msg, args...)
+	r.last, r.skipped = now, 0
 }

@@ -184,18 +184,24 @@ func (p *planes) listen(at time.Time) {
 }
 
 // receive handles a message on planesChannel, in the order the follower
-// receives them, after every revision notification before it.
+// receives them, after every revision notification before it. An error
+// says that the message could not be read; it then changed nothing.
 func (p *planes) receive(payload string) error {
 	f := strings.Fields(payload)
+	// Anyone may NOTIFY on the channel: quote no more than a glance.
 	if len(f) < 2 {
-		return fmt.Errorf("plane message %q: too short", payload)
+		return fmt.Errorf("plane message %.40q: too short", payload)
 	}
 	kind, from := f[0], f[1]
 	num := func(i int) (uint64, error) {
 		if len(f) <= i {
-			return 0, fmt.Errorf("plane message %q: too short", payload)
+			return 0, fmt.Errorf("plane message %.40q: too short", payload)
 		}
-		return strconv.ParseUint(f[i], 10, 64)
+		n, err := strconv.ParseUint(f[i], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("plane message %.40q: field %d is no number", payload, i+1)
+		}
+		return n, nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -244,7 +250,7 @@ func (p *planes) receive(payload string) error {
 		delete(p.acked, from)
 		p.broadcast()
 	default:
-		return fmt.Errorf("plane message %q: unknown kind", payload)
+		return fmt.Errorf("plane message %.40q: unknown kind", payload)
 	}
 	return nil
 }

@@ -280,3 +280,50 @@ func TestStore_StalledFollowerReadsTheStore(t *testing.T) {
 		t.Errorf("after the stall: services/p1 reads %d on the other plane, want 3", got)
 	}
 }
+
+// TestStore_UnreadablePlaneMessage: a message on the planes' channel that
+// a plane cannot read (a kind a later version added, or anyone's NOTIFY)
+// is ignored: the plane keeps its connection, and so applies the
+// notifications that follow it.
+func TestStore_UnreadablePlaneMessage(t *testing.T) {
+	s := MustOpen(t, mustCreateDatabase(t))
+	awaitFollowing(t, "after Open", s, 1, 0)
+	pid := postgres.FollowerPID(s)
+	// A counter no commit made: a follower that started over reads the
+	// table instead, where it is 0, and so can never answer 7.
+	scope := dbcloud.RevisionServices("p2")
+	tx, err := s.DB().BeginTx(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	// One transaction: its notifications arrive in the order sent.
+	for _, m := range []string{"x", "", "frobnicate abc 1", "beat abc", "beat abc seven", "ack abc def"} {
+		if _, err := tx.ExecContext(t.Context(), `SELECT pg_notify('dbcloud_planes', $1)`, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tx.ExecContext(t.Context(), `SELECT pg_notify('dbcloud_revisions', $1)`, scope+" 7"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := s.Revisions(t.Context(), scope)
+		if err != nil {
+			t.Fatalf("Revisions: %v", err)
+		}
+		if n[0] == 7 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s reads %d, want 7: the follower did not apply the notification after the unreadable ones", scope, n[0])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := postgres.FollowerPID(s); got != pid {
+		t.Errorf("the follower reconnected (server process %d, was %d)", got, pid)
+	}
+}
