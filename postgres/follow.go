@@ -127,7 +127,8 @@ func (f *follower) run(ctx context.Context) {
 // follow connects, listens, hands the Store the whole table and then
 // every notification, until the connection fails or ctx ends. Once it
 // returns, the Store reads the counters from the database again, and
-// then the plane is told (deferred calls run last first).
+// only then is the plane told (deferred calls run last first), so that
+// its bye is said once nothing is answered from memory (planes.go).
 func (f *follower) follow(ctx context.Context) error {
 	defer f.planes.listen(time.Time{})
 	defer f.store.UnfollowRevisions()
