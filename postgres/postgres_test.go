@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -277,7 +278,15 @@ func TestStore_StalledFollowerReadsTheStore(t *testing.T) {
 	if got := servicesRev(t, b); got != 1 {
 		t.Fatalf("before the stall: services/p1 reads %d on the other plane, want 1", got)
 	}
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+	// Signalling the server process needs the right to: a test database
+	// run by another user (a CI service container) refuses it. If this
+	// binary is killed before the cleanup below, the process stays
+	// stopped: a LISTENer that holds back the tail of the cluster's
+	// NOTIFY queue for every later test, until someone sends it SIGCONT
+	// or the cluster stops. No order of steps avoids that.
+	if err := syscall.Kill(pid, syscall.SIGSTOP); errors.Is(err, syscall.EPERM) {
+		t.Skipf("this test may not signal the database server process %d: %v", pid, err)
+	} else if err != nil {
 		t.Fatalf("stop the follower's server process %d: %v", pid, err)
 	}
 	resume := func() {
