@@ -167,7 +167,7 @@ func (f *follower) follow(ctx context.Context) error {
 			// this plane's lease grows only from its own beats, and every
 			// other message only shortens someone's wait.
 			if err := f.planes.receive(n.Payload); err != nil {
-				f.unread.warn(f.logger, "store plane message ignored", "error", err)
+				f.unread.warn(f.planes.logger, "store plane message ignored", "error", err)
 			}
 			continue
 		}
