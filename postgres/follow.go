@@ -164,8 +164,9 @@ func (f *follower) follow(ctx context.Context) error {
 			// would not make the message readable, and each such message
 			// would cost the plane its memory and the others their
 			// writers' whole bound. Ignoring it costs freshness nothing:
-			// this plane's lease grows only from its own beats, and every
-			// other message only shortens someone's wait.
+			// this plane's lease grows only from its own beats, and a
+			// writer whose fence, ack or bye is ignored waits longer,
+			// within its bound, never less.
 			if err := f.planes.receive(n.Payload); err != nil {
 				f.unread.warn(f.planes.logger, "store plane message ignored", "error", err)
 			}
