@@ -15,3 +15,16 @@ func Settled(s *Store) bool {
 	defer p.mu.Unlock()
 	return !p.listening.IsZero() && time.Now().After(p.listening.Add(leaseTTL+clockSlack))
 }
+
+// PlaneID returns the name s goes by among the planes.
+func PlaneID(s *Store) string { return s.planes.id }
+
+// Awaits reports whether a write on s would now wait for the ack of the
+// plane named plane: s heard from it within its lease (planes.covered).
+func Awaits(s *Store, plane string) bool {
+	p := s.planes
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h, ok := p.heard[plane]
+	return ok && time.Now().Before(h.at.Add(leaseTTL+clockSlack))
+}

@@ -24,11 +24,37 @@ const revisionsChannel = "dbcloud_revisions"
 // followerName is the follower connection's application_name.
 const followerName = "dbcloud revisions"
 
-// Retry pacing of the follower's connection.
+// Retry pacing of the store's own connections (reconnecting).
 const (
-	followRetryMin = 50 * time.Millisecond
-	followRetryMax = 2 * time.Second
+	reconnectMin = 50 * time.Millisecond
+	reconnectMax = 2 * time.Second
 )
+
+// reconnecting runs connected, which holds one connection until it fails,
+// until ctx ends: again after each failure, logged as msg, after a pause
+// that doubles from reconnectMin to reconnectMax while connections fail
+// at once, and starts over after one that lasted. A database that is down
+// is thus not hammered, and a blip costs reconnectMin.
+func reconnecting(ctx context.Context, logger *slog.Logger, msg string, connected func(context.Context) error) {
+	wait := reconnectMin
+	for {
+		began := time.Now()
+		err := connected(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		logger.Warn(msg, "error", err)
+		if time.Since(began) > reconnectMax {
+			wait = reconnectMin
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, reconnectMax)
+	}
+}
 
 // follower keeps a Store's change counters current in memory with the
 // commits of every plane sharing the database: one connection of its own
@@ -47,6 +73,9 @@ type follower struct {
 	logger *slog.Logger
 	// pid is the server process of the current connection, for tests.
 	pid atomic.Uint32
+	// unread logs plane messages this version cannot read: a kind a later
+	// version added, or anyone's NOTIFY on the channel.
+	unread rateLog
 
 	cancel context.CancelFunc
 	done   sync.WaitGroup
@@ -74,7 +103,11 @@ func startFollower(cfg *pgx.ConnConfig, s *sqlstore.Store, p *planes) *follower 
 	// Named, so that an operator (and a test) can tell it in pg_stat_activity.
 	cfg.RuntimeParams["application_name"] = followerName
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &follower{cfg: cfg, store: s, planes: p, logger: slog.Default().With("component", "store", "channel", revisionsChannel), cancel: cancel}
+	f := &follower{
+		cfg: cfg, store: s, planes: p, cancel: cancel,
+		logger: slog.Default().With("component", "store", "channel", revisionsChannel),
+		unread: rateLog{every: time.Minute},
+	}
 	f.done.Add(1)
 	go f.run(ctx)
 	return f
@@ -88,31 +121,17 @@ func (f *follower) stop() {
 
 func (f *follower) run(ctx context.Context) {
 	defer f.done.Done()
-	wait := followRetryMin
-	for {
-		began := time.Now()
-		err := f.follow(ctx)
-		f.store.UnfollowRevisions()
-		f.planes.listen(time.Time{})
-		if ctx.Err() != nil {
-			return
-		}
-		f.logger.Warn("store change notifications lost; reading counters from the store until reconnected", "error", err)
-		if time.Since(began) > followRetryMax {
-			wait = followRetryMin
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, followRetryMax)
-	}
+	reconnecting(ctx, f.logger, "store change notifications lost; reading counters from the store until reconnected", f.follow)
 }
 
 // follow connects, listens, hands the Store the whole table and then
-// every notification, until the connection fails or ctx ends.
+// every notification, until the connection fails or ctx ends. Once it
+// returns, the Store reads the counters from the database again, and
+// only then is the plane told (deferred calls run last first), so that
+// its bye is said once nothing is answered from memory (planes.go).
 func (f *follower) follow(ctx context.Context) error {
+	defer f.planes.listen(time.Time{})
+	defer f.store.UnfollowRevisions()
 	conn, err := pgx.ConnectConfig(ctx, f.cfg)
 	if err != nil {
 		return err
@@ -141,8 +160,15 @@ func (f *follower) follow(ctx context.Context) error {
 			return err
 		}
 		if n.Channel == planesChannel {
+			// Not worth starting over for: reading every counter again
+			// would not make the message readable, and each such message
+			// would cost the plane its memory and the others their
+			// writers' whole bound. Ignoring it costs freshness nothing:
+			// this plane's lease grows only from its own beats, and a
+			// writer whose fence, ack or bye is ignored waits longer,
+			// within its bound, never less.
 			if err := f.planes.receive(n.Payload); err != nil {
-				return err
+				f.unread.warn(f.planes.logger, "store plane message ignored", "error", err)
 			}
 			continue
 		}
@@ -184,4 +210,26 @@ func parseRevision(payload string) (string, int64, error) {
 		return "", 0, fmt.Errorf("revision notification %q: %w", payload, err)
 	}
 	return payload[:i], rev, nil
+}
+
+// rateLog logs at most one warning per period, so that a stream of
+// messages nobody can act on one by one does not flood the log; the next
+// one logged says how many were left out.
+type rateLog struct {
+	every   time.Duration
+	last    time.Time
+	skipped int
+}
+
+func (r *rateLog) warn(logger *slog.Logger, msg string, args ...any) {
+	now := time.Now()
+	if !r.last.IsZero() && now.Sub(r.last) < r.every {
+		r.skipped++
+		return
+	}
+	if r.skipped > 0 {
+		args = append(args, "not_logged", r.skipped)
+	}
+	logger.Warn(msg, args...)
+	r.last, r.skipped = now, 0
 }

@@ -29,7 +29,7 @@ import (
 //   - Every plane says on planesChannel, over a connection of its own (the
 //     sender), who it is and what it has applied: "beat ID K" every
 //     beatEvery, "ack ID WRITER N" once its follower applied writer's
-//     fence N, "bye ID" when it closes. PostgreSQL delivers every
+//     fence N, "bye ID K" (below). PostgreSQL delivers every
 //     notification of the database to each listener in commit order, so
 //     a message's arrival says everything committed before it arrived
 //     before it.
@@ -52,6 +52,27 @@ import (
 //     sent before the commit has run out by then, and a lease from a
 //     later beat covers the commit. So a plane that does not ack in time
 //     costs writers at most that, and only while it has recently beaten.
+//   - Bye: a plane whose follower lost its connection (or that closes)
+//     says "bye ID K", K its last beat, and then nothing until its
+//     follower listens again; writers stop waiting for it at once instead
+//     of for their whole bound, for as long as it is away. From then on
+//     it renews its lease only from beats numbered above K; and a writer
+//     ignores a bye if it heard a beat above K from that plane before
+//     (such a bye was sent on a connection given up for dead, and
+//     committed late). Why that is safe: the bye is said only after the
+//     plane's Store stopped answering from memory (UnfollowRevisions),
+//     and its next connection starts without a lease (FollowRevisions),
+//     so the plane answers from memory again only within the lease of a
+//     beat k > K. Take a writer that stopped waiting for the plane at a
+//     bye that arrived before its fence N, with nothing from that plane
+//     after the bye and before N. Had k been committed before N, then
+//     either before the writer's follower listened, and its lease ended
+//     within the quiet period the writer waits out anyway; or the writer
+//     received k, after the bye (then it would wait for the plane again)
+//     or before it (then it ignored the bye, unless it had stopped
+//     counting the plane leaseTTL + clockSlack after k arrived, when k's
+//     lease had ended). So k was committed after N, after the commit, and
+//     the lease it gives covers the commit.
 //
 // An unchanged cached read thus costs no round trip; a write costs the
 // fence's trip to every live plane and back (measured in
@@ -85,13 +106,15 @@ type planes struct {
 	// listen (zero while it has none); seenListening is that of the
 	// connection that received fence seen.
 	listening, seenListening time.Time
-	heard                    map[string]time.Time // plane -> when its last message arrived
+	heard                    map[string]heardFrom // plane -> when its last message arrived
 	acked                    map[string]uint64    // plane -> the last of our fences it applied
 	asked, sent, seen        uint64               // our fences: asked for, sent, received back
 	toAck                    map[string]uint64    // writer -> its last fence applied here, to ack
 	beat                     uint64               // our last beat
 	beats                    map[uint64]time.Time // our beats not yet received back -> when sent
 	beatDue                  bool
+	// away: we said bye (or nothing yet) since our follower last listened.
+	away bool
 
 	cancel context.CancelFunc
 	done   sync.WaitGroup
@@ -110,9 +133,19 @@ func newPlanes(cfg *pgx.ConnConfig, s *sqlstore.Store) (*planes, error) {
 		logger:  slog.Default().With("component", "store", "channel", planesChannel, "plane", id),
 		wake:    make(chan struct{}, 1),
 		changed: make(chan struct{}),
-		heard:   map[string]time.Time{}, acked: map[string]uint64{},
+		heard:   map[string]heardFrom{}, acked: map[string]uint64{},
 		toAck: map[string]uint64{}, beats: map[uint64]time.Time{},
+		// Until its follower listens a plane has nothing to say: it has
+		// no lease, and its fences could not come back.
+		away: true,
 	}, nil
+}
+
+// heardFrom is what a plane last said: when, and its highest beat since
+// it was (again) heard, which makes older byes stale.
+type heardFrom struct {
+	at   time.Time
+	beat uint64
 }
 
 // awaitSeen returns once no other plane can answer a read from counters
@@ -162,8 +195,8 @@ func (p *planes) covered(n uint64, now time.Time) (ok bool, recheck time.Time) {
 	if quiet := p.seenListening.Add(leaseTTL + clockSlack); now.Before(quiet) {
 		return false, quiet
 	}
-	for plane, at := range p.heard {
-		gone := at.Add(leaseTTL + clockSlack)
+	for plane, h := range p.heard {
+		gone := h.at.Add(leaseTTL + clockSlack)
 		if !now.Before(gone) {
 			delete(p.heard, plane)
 			delete(p.acked, plane)
@@ -176,26 +209,46 @@ func (p *planes) covered(n uint64, now time.Time) (ok bool, recheck time.Time) {
 	return recheck.IsZero(), recheck
 }
 
-// listen says the follower listens since at (zero: it lost its connection).
+// listen says the follower listens since at (zero: it lost its
+// connection, and the Store no longer answers from memory). The sender
+// says bye when it lost it, and beats at once when it listens again, so
+// that the lease is back soon.
 func (p *planes) listen(at time.Time) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.listening = at
+	if !at.IsZero() {
+		p.beatDue = true
+	}
+	p.mu.Unlock()
+	p.poke()
+}
+
+// hear notes a message from another plane. Called with mu held.
+func (p *planes) hear(from string, now time.Time) {
+	h := p.heard[from]
+	h.at = now
+	p.heard[from] = h
 }
 
 // receive handles a message on planesChannel, in the order the follower
-// receives them, after every revision notification before it.
+// receives them, after every revision notification before it. An error
+// says that the message could not be read; it then changed nothing.
 func (p *planes) receive(payload string) error {
 	f := strings.Fields(payload)
+	// Anyone may NOTIFY on the channel: quote no more than a glance.
 	if len(f) < 2 {
-		return fmt.Errorf("plane message %q: too short", payload)
+		return fmt.Errorf("plane message %.40q: too short", payload)
 	}
 	kind, from := f[0], f[1]
 	num := func(i int) (uint64, error) {
 		if len(f) <= i {
-			return 0, fmt.Errorf("plane message %q: too short", payload)
+			return 0, fmt.Errorf("plane message %.40q: too short", payload)
 		}
-		return strconv.ParseUint(f[i], 10, 64)
+		n, err := strconv.ParseUint(f[i], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("plane message %.40q: field %d is no number", payload, i+1)
+		}
+		return n, nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -210,7 +263,7 @@ func (p *planes) receive(payload string) error {
 			p.renew(k)
 			return nil
 		}
-		p.heard[from] = now
+		p.heard[from] = heardFrom{at: now, beat: max(p.heard[from].beat, k)}
 	case "fence":
 		n, err := num(2)
 		if err != nil {
@@ -223,7 +276,7 @@ func (p *planes) receive(payload string) error {
 			}
 			return nil
 		}
-		p.heard[from] = now
+		p.hear(from, now)
 		p.toAck[from] = max(p.toAck[from], n)
 		p.poke()
 	case "ack":
@@ -234,17 +287,24 @@ func (p *planes) receive(payload string) error {
 		if from == p.id {
 			return nil
 		}
-		p.heard[from] = now
+		p.hear(from, now)
 		if f[2] == p.id && n > p.acked[from] {
 			p.acked[from] = n
 			p.broadcast()
 		}
 	case "bye":
+		k, err := num(2)
+		if err != nil {
+			return err
+		}
+		if from == p.id || p.heard[from].beat > k {
+			return nil
+		}
 		delete(p.heard, from)
 		delete(p.acked, from)
 		p.broadcast()
 	default:
-		return fmt.Errorf("plane message %q: unknown kind", payload)
+		return fmt.Errorf("plane message %.40q: unknown kind", payload)
 	}
 	return nil
 }
@@ -277,20 +337,27 @@ func (p *planes) poke() {
 	}
 }
 
-// outbox takes what the sender must say now. A beat's time is taken here,
-// before it is sent, so that the lease it gives is never too long.
-func (p *planes) outbox() (msgs []string, fence uint64, acks map[string]uint64) {
+// outbox takes what the sender must say now: while the follower does not
+// listen, a bye once and then nothing (our fences wait until it listens
+// again). A beat's time is taken here, before it is sent, so that the
+// lease it gives is never too long.
+func (p *planes) outbox() (msgs []string, fence uint64, acks map[string]uint64, bye bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.listening.IsZero() {
+		if p.away {
+			return nil, 0, nil, false
+		}
+		// Acks first: said before the bye, they make no writer wait.
+		acks = p.takeAcks(&msgs)
+		return append(msgs, p.bye()), 0, acks, true
+	}
+	p.away = false
 	if p.asked > p.sent {
 		fence = p.asked
 		msgs = append(msgs, fmt.Sprintf("fence %s %d", p.id, fence))
 	}
-	acks = p.toAck
-	p.toAck = map[string]uint64{}
-	for writer, n := range acks {
-		msgs = append(msgs, fmt.Sprintf("ack %s %s %d", p.id, writer, n))
-	}
+	acks = p.takeAcks(&msgs)
 	if p.beatDue {
 		p.beatDue = false
 		p.beat++
@@ -304,11 +371,34 @@ func (p *planes) outbox() (msgs []string, fence uint64, acks map[string]uint64) 
 			}
 		}
 	}
-	return msgs, fence, acks
+	return msgs, fence, acks, false
+}
+
+// takeAcks appends the acks due to msgs and returns them. Called with mu
+// held.
+func (p *planes) takeAcks(msgs *[]string) map[string]uint64 {
+	acks := p.toAck
+	p.toAck = map[string]uint64{}
+	for writer, n := range acks {
+		*msgs = append(*msgs, fmt.Sprintf("ack %s %s %d", p.id, writer, n))
+	}
+	return acks
+}
+
+// bye returns our bye, and forgets every beat sent so far: no beat sent
+// before it may renew the lease once it is said (see Bye above). Called
+// with mu held.
+func (p *planes) bye() string {
+	clear(p.beats)
+	p.away = true
+	return fmt.Sprintf("bye %s %d", p.id, p.beat)
 }
 
 // sentOK records what one send delivered, or puts back what it failed to.
-func (p *planes) sentOK(fence uint64, acks map[string]uint64, ok bool) {
+// A bye that failed is said again if the follower is still away; if it
+// listens again first, the bye is not needed: without it writers wait for
+// us as before, and the beats it retracted stay forgotten.
+func (p *planes) sentOK(fence uint64, acks map[string]uint64, bye, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if ok {
@@ -317,6 +407,9 @@ func (p *planes) sentOK(fence uint64, acks map[string]uint64, ok bool) {
 	}
 	for writer, n := range acks {
 		p.toAck[writer] = max(p.toAck[writer], n)
+	}
+	if bye {
+		p.away = false
 	}
 }
 
@@ -329,7 +422,7 @@ func (p *planes) start() {
 }
 
 // stop says goodbye, so that writers stop waiting for this plane, and ends
-// the sender.
+// the sender. Call it once the follower stopped (Bye above).
 func (p *planes) stop() {
 	p.cancel()
 	p.done.Wait()
@@ -337,24 +430,7 @@ func (p *planes) stop() {
 
 func (p *planes) run(ctx context.Context) {
 	defer p.done.Done()
-	wait := followRetryMin
-	for {
-		began := time.Now()
-		err := p.send(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		p.logger.Warn("store plane messages lost; writers wait their whole bound until reconnected", "error", err)
-		if time.Since(began) > followRetryMax {
-			wait = followRetryMin
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, followRetryMax)
-	}
+	reconnecting(ctx, p.logger, "store plane messages lost; writers wait their whole bound until reconnected", p.send)
 }
 
 // send connects and says what outbox has, at once when poked and every
@@ -371,19 +447,26 @@ func (p *planes) send(ctx context.Context) error {
 	p.beatDue = true
 	p.mu.Unlock()
 	for {
-		msgs, fence, acks := p.outbox()
+		msgs, fence, acks, bye := p.outbox()
 		if len(msgs) > 0 {
-			err := p.say(ctx, conn, msgs)
-			p.sentOK(fence, acks, err == nil)
+			// Finished even if stop comes meanwhile, so that what it
+			// says (the bye of a follower stopped first) is said.
+			err := p.say(context.WithoutCancel(ctx), conn, msgs)
+			p.sentOK(fence, acks, bye, err == nil)
 			if err != nil {
 				return err
 			}
 		}
 		select {
 		case <-ctx.Done():
-			bye, cancel := context.WithTimeout(context.Background(), sendTimeout)
-			defer cancel()
-			return p.say(bye, conn, []string{"bye " + p.id})
+			p.mu.Lock()
+			away := p.away
+			bye := p.bye()
+			p.mu.Unlock()
+			if away {
+				return nil // said already
+			}
+			return p.say(context.WithoutCancel(ctx), conn, []string{bye})
 		case <-p.wake:
 		case <-ticker.C:
 			p.mu.Lock()

@@ -106,14 +106,15 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	return &Store{Store: s, follow: f, planes: p}, nil
 }
 
-// Close says goodbye to the other planes, stops following the counters
-// and closes the pool.
+// Close stops following the counters, says goodbye to the other planes
+// and closes the pool. In this order, a plane that said bye no longer
+// answers from memory (planes.go).
 func (s *Store) Close() error {
-	if s.planes != nil {
-		s.planes.stop()
-	}
 	if s.follow != nil {
 		s.follow.stop()
+	}
+	if s.planes != nil {
+		s.planes.stop()
 	}
 	return s.Store.Close()
 }

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -9,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"dbcloud"
 	"dbcloud/internal/pgtest"
@@ -133,20 +136,34 @@ func BenchmarkUpdateService(b *testing.B) { storetest.BenchmarkUpdateService(b, 
 
 // BenchmarkUpdateServicePlanes is BenchmarkUpdateService with planes
 // other than the writer open on the database ("N-other"), whose acks each
-// write waits for (planes.go), beside the writer alone ("0-other").
+// write waits for (planes.go), beside the writer alone ("0-other"); and
+// with one other plane whose follower lost its connection and cannot get
+// it back ("1-other-away"), which the writer need not wait for.
 func BenchmarkUpdateServicePlanes(b *testing.B) {
-	for _, others := range []int{0, 1, 2} {
-		b.Run(fmt.Sprintf("%d-other", others), func(b *testing.B) {
+	for _, c := range []struct {
+		name   string
+		others int
+		away   bool
+	}{{"0-other", 0, false}, {"1-other", 1, false}, {"2-other", 2, false}, {"1-other-away", 1, true}} {
+		b.Run(c.name, func(b *testing.B) {
 			storetest.BenchmarkUpdateService(b, func(tb testing.TB) storetest.Opener {
 				dsn := mustCreateDatabase(tb)
-				for range others {
-					MustOpen(tb, dsn)
+				var others []*postgres.Store
+				for range c.others {
+					others = append(others, MustOpen(tb, dsn))
 				}
 				return func(tb testing.TB) dbcloud.Store {
 					s := MustOpen(tb, dsn)
 					deadline := time.Now().Add(10 * time.Second)
 					for !postgres.Settled(s) && time.Now().Before(deadline) {
 						time.Sleep(10 * time.Millisecond)
+					}
+					if c.away {
+						cutFollower(tb, others[0])
+						// The steady state, if the writer ever gets there.
+						for postgres.Awaits(s, postgres.PlaneID(others[0])) && time.Now().Before(deadline) {
+							time.Sleep(10 * time.Millisecond)
+						}
 					}
 					return s
 				}
@@ -261,7 +278,15 @@ func TestStore_StalledFollowerReadsTheStore(t *testing.T) {
 	if got := servicesRev(t, b); got != 1 {
 		t.Fatalf("before the stall: services/p1 reads %d on the other plane, want 1", got)
 	}
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+	// Signalling the server process needs the right to: a test database
+	// run by another user (a CI service container) refuses it. If this
+	// binary is killed before the cleanup below, the process stays
+	// stopped: a LISTENer that holds back the tail of the cluster's
+	// NOTIFY queue for every later test, until someone sends it SIGCONT
+	// or the cluster stops. No order of steps avoids that.
+	if err := syscall.Kill(pid, syscall.SIGSTOP); errors.Is(err, syscall.EPERM) {
+		t.Skipf("this test may not signal the database server process %d: %v", pid, err)
+	} else if err != nil {
 		t.Fatalf("stop the follower's server process %d: %v", pid, err)
 	}
 	resume := func() {
@@ -279,4 +304,138 @@ func TestStore_StalledFollowerReadsTheStore(t *testing.T) {
 	if got := servicesRev(t, b); got != 3 {
 		t.Errorf("after the stall: services/p1 reads %d on the other plane, want 3", got)
 	}
+}
+
+// TestStore_UnreadablePlaneMessage: a message on the planes' channel that
+// a plane cannot read (a kind a later version added, or anyone's NOTIFY)
+// is ignored: the plane keeps its connection, and so applies the
+// notifications that follow it.
+func TestStore_UnreadablePlaneMessage(t *testing.T) {
+	s := MustOpen(t, mustCreateDatabase(t))
+	awaitFollowing(t, "after Open", s, 1, 0)
+	pid := postgres.FollowerPID(s)
+	// A counter no commit made: a follower that started over reads the
+	// table instead, where it is 0, and so can never answer 7.
+	scope := dbcloud.RevisionServices("p2")
+	tx, err := s.DB().BeginTx(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	// One transaction: its notifications arrive in the order sent.
+	for _, m := range []string{"x", "", "frobnicate abc 1", "beat abc", "beat abc seven", "ack abc def"} {
+		if _, err := tx.ExecContext(t.Context(), `SELECT pg_notify('dbcloud_planes', $1)`, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tx.ExecContext(t.Context(), `SELECT pg_notify('dbcloud_revisions', $1)`, scope+" 7"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := s.Revisions(t.Context(), scope)
+		if err != nil {
+			t.Fatalf("Revisions: %v", err)
+		}
+		if n[0] == 7 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s reads %d, want 7: the follower did not apply the notification after the unreadable ones", scope, n[0])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := postgres.FollowerPID(s); got != pid {
+		t.Errorf("the follower reconnected (server process %d, was %d)", got, pid)
+	}
+}
+
+// cutFollower ends the follower connection of plane s and keeps it from
+// connecting again until reconnect runs: meanwhile s's database admits no
+// new connection, and keeps those it has open (as every plane's sender
+// and pool).
+func cutFollower(t testing.TB, s *postgres.Store) (reconnect func()) {
+	t.Helper()
+	var name string
+	if err := s.DB().QueryRowContext(t.Context(), `SELECT current_database()`).Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	// From another database: PostgreSQL refuses to close the one
+	// connected to.
+	conn, err := pgx.Connect(t.Context(), mustServer(t).DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	allow := func(ctx context.Context, ok bool) error {
+		_, err := conn.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s ALLOW_CONNECTIONS %v", pgx.Identifier{name}.Sanitize(), ok))
+		return err
+	}
+	if err := allow(t.Context(), false); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	reconnect = func() {
+		once.Do(func() {
+			// Not t.Context(): also a cleanup, after it ended.
+			if err := allow(context.Background(), true); err != nil {
+				t.Errorf("admit connections again: %v", err)
+			}
+		})
+	}
+	t.Cleanup(reconnect)
+	pid := postgres.FollowerPID(s)
+	var ended bool
+	if err := conn.QueryRow(t.Context(), `SELECT pg_terminate_backend($1, 10000)`, pid).Scan(&ended); err != nil || !ended {
+		t.Fatalf("end the follower's server process %d: %v (ended: %v)", pid, err, ended)
+	}
+	return reconnect
+}
+
+// TestStore_WritesDoNotWaitForAPlaneAway: a plane whose follower lost its
+// connection says so, and from then on the other planes' writes do not
+// wait for it (instead of their whole bound, for as long as it is away);
+// it reads the store meanwhile. Once it listens again, writes wait for it
+// again and it reads each of them at once, as before.
+func TestStore_WritesDoNotWaitForAPlaneAway(t *testing.T) {
+	dsn := mustCreateDatabase(t)
+	a, b := MustOpen(t, dsn), MustOpen(t, dsn)
+	awaitFollowing(t, "after Open", a, 2, 0)
+	plane := postgres.PlaneID(b)
+	awaits := func(what string, want bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for postgres.Awaits(a, plane) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: a write on one plane waits for the other: %v, want %v", what, !want, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	seen := func(what string, want int64) {
+		t.Helper()
+		if got := servicesRev(t, b); got != want {
+			t.Errorf("%s: services/p1 reads %d on the other plane, want %d", what, got, want)
+		}
+	}
+	awaits("after Open", true)
+	insertService(t, a, "s1")
+	seen("before the cut", 1)
+
+	reconnect := cutFollower(t, b)
+	awaits("the other plane's follower cut", false)
+	insertService(t, a, "s2")
+	if postgres.Awaits(a, plane) {
+		t.Error("a write while the other plane's follower is cut waited for that plane")
+	}
+	seen("while cut", 2)
+
+	reconnect()
+	awaitFollowing(t, "after the cut", a, 2, 0)
+	awaits("the other plane listens again", true)
+	insertService(t, a, "s3")
+	seen("after the cut", 3)
 }
