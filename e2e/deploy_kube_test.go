@@ -32,7 +32,7 @@ import (
 // the run's cluster (scripts/kube-node.sh): two replicas on a store that is
 // a CNPG Cluster, the API reached from the host through a NodePort, a
 // service created through it; then a second service, and the replica
-// holding its lease is killed mid-create: the other replica finishes it
+// holding its lease is deleted mid-create: the other replica finishes it
 // and the Deployment replaces the pod.
 func TestDeploy_TwoReplicas(t *testing.T) {
 	if !onKubernetes() {
@@ -57,12 +57,12 @@ func TestDeploy_TwoReplicas(t *testing.T) {
 	t.Logf("create to READY through the deployed API: %.1f s", time.Since(created).Seconds())
 	s.mustConnect(svc, first.InitialPassword).Close(ctx)
 
-	// The second create is killed in flight: the pod whose engine holds
+	// The second create is interrupted in flight: the pod whose engine holds
 	// the service's lease (a row of the store) is deleted at once.
 	second := s.create(map[string]any{"name": "deployed-b"})
 	holder := d.waitLeaseHolder(second.ServiceID, "", time.Minute)
 	if got, _ := s.get(second.ServiceID); got.Status == "READY" {
-		t.Fatalf("service %s was READY before its lease holder %s was killed", second.ServiceID, holder)
+		t.Fatalf("service %s was READY before its lease holder %s was deleted", second.ServiceID, holder)
 	}
 	survivors := map[string]bool{}
 	for _, p := range d.pods() {
@@ -73,18 +73,18 @@ func TestDeploy_TwoReplicas(t *testing.T) {
 		&client.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
-	killed := time.Now()
-	t.Logf("killed %s, holding the lease of %s", holder, second.ServiceID)
+	deleted := time.Now()
+	t.Logf("deleted %s (grace period 0), holding the lease of %s", holder, second.ServiceID)
 	taker := d.waitLeaseHolder(second.ServiceID, holder, 2*time.Minute)
-	t.Logf("%s took the lease %.1f s after the kill", taker, time.Since(killed).Seconds())
+	t.Logf("%s took the lease %.1f s after the delete", taker, time.Since(deleted).Seconds())
 	if !survivors[taker] {
 		t.Fatalf("the lease of %s went to %s, not to the replica that was running beside %s (pods then: %v)", second.ServiceID, taker, holder, survivors)
 	}
 	svc = s.waitSettled(second.ServiceID, readyWithin())
-	t.Logf("the surviving replica finished the create %.1f s after the kill", time.Since(killed).Seconds())
+	t.Logf("the surviving replica finished the create %.1f s after the delete", time.Since(deleted).Seconds())
 	s.mustConnect(svc, second.InitialPassword).Close(ctx)
 	d.waitReplicas(2, holder)
-	t.Logf("the Deployment's replacement Ready %.1f s after the kill", time.Since(killed).Seconds())
+	t.Logf("the Deployment's replacement Ready %.1f s after the delete", time.Since(deleted).Seconds())
 
 	for _, id := range []string{first.ServiceID, second.ServiceID} {
 		if code := s.call("DELETE", s.services()+"/"+id, nil, nil); code != 202 {
