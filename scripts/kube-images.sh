@@ -193,7 +193,7 @@ postgres | pgbouncer)
 	archive "$tmp/layer.tar" "$(config "$entry" "$user" '["PATH='"$path"'","LANG=C.UTF-8"]')"
 	;;
 esac
-rm -rf "$tmp"
+rm -rf "$tmp" "${bin:-}"
 trap - EXIT
 log "built in $(($(date +%s) - start)) s: $out"
 echo "$out"
