@@ -4,12 +4,7 @@
 package deploy_test
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"io"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -19,55 +14,23 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	sigsyaml "sigs.k8s.io/yaml"
 
 	"dbcloud"
+	"dbcloud/deploy"
 	"dbcloud/internal/kubetest"
 	"dbcloud/runtime/kubernetes"
 )
 
-// manifests reads the resources kustomization.yaml lists (plain files: the
-// kustomization has no patches) with its namespace applied.
+// manifests are deploy/'s objects.
 func manifests(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
-	var k struct {
-		Namespace string   `json:"namespace"`
-		Resources []string `json:"resources"`
-	}
-	b, err := os.ReadFile("kustomization.yaml")
+	objs, err := deploy.Manifests(".")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sigsyaml.Unmarshal(b, &k); err != nil {
-		t.Fatal(err)
-	}
-	var out []*unstructured.Unstructured
-	for _, r := range k.Resources {
-		b, err := os.ReadFile(filepath.Clean(r))
-		if err != nil {
-			t.Fatal(err)
-		}
-		dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
-		for {
-			u := &unstructured.Unstructured{}
-			if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				t.Fatalf("%s: %v", r, err)
-			}
-			if len(u.Object) == 0 {
-				continue
-			}
-			if u.GetNamespace() != "" || u.GetKind() == "Deployment" || u.GetKind() == "Service" {
-				u.SetNamespace(k.Namespace)
-			}
-			out = append(out, u)
-		}
-	}
-	return out
+	return objs
 }
 
 func start(t *testing.T) (*kubetest.Env, client.Client) {

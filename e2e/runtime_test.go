@@ -45,6 +45,8 @@ var kubernetesTests = map[string]bool{
 	"TestRuntime_PGVersions":       true,
 	"TestTigerCLILogin":            true,
 	"TestReadme_TigerCLI":          true,
+	// Deploys dbcloud itself by deploy/ into the cluster.
+	"TestDeploy_TwoReplicas": true,
 	// Starts its own kube-apiserver, whatever the run's runtime.
 	"TestRuntime_KubernetesControlPlane": true,
 }

@@ -16,6 +16,10 @@
 #   scripts/kube-images.sh pgbouncer   PgBouncer for CNPG's Pooler: the version scripts/pgbouncer.sh
 #                                      builds for the host (Debian 12's 1.18 lacks auth_dbname),
 #                                      on Debian bookworm's libraries
+#   scripts/kube-images.sh dbcloud     dbcloud itself (deploy/): this checkout's binary, static
+#                                      (CGO_ENABLED=0: pgx and modernc SQLite are pure Go), on an
+#                                      empty root; it changes with every commit, so it is built and
+#                                      imported by the test that deploys it, not by kube-node.sh up
 #
 # Each archive is kept under $KUBE_CACHE/images/<name>-<hash>.tar, the hash covering what goes
 # into it (pins, sources, the binaries), so an unchanged image costs nothing.
@@ -29,7 +33,7 @@ repo="$here/.."
 # shellcheck source=debsrc.sh
 . "$here/debsrc.sh"
 
-what=${1:?usage: kube-images.sh pause|postgres|postgres17|operator|pgbouncer}
+what=${1:?usage: kube-images.sh pause|postgres|postgres17|operator|pgbouncer|dbcloud}
 log() { echo "dbcloud: kube image $what: $*" >&2; }
 [ "$(id -u)" -eq 0 ] || { log "run as root (mmdebstrap, image file ownership)"; exit 1; }
 CACHE="$KUBE_CACHE/images"
@@ -108,6 +112,17 @@ pgbouncer)
 	[ -x "$bouncer" ] || { log "no PgBouncer build at $bouncer"; exit 1; }
 	key() { echo "$KUBE_DEBIAN_SUITE 1"; cat "$SOURCES"; sha256sum "$bouncer"; }
 	;;
+dbcloud)
+	name=$KUBE_IMAGE_DBCLOUD
+	# Always built (Go's build cache makes an unchanged checkout a relink), the image keyed by
+	# the binary: no C library, so the root needs nothing else. In the cluster it talks to the
+	# apiserver with the service account's CA and to its store in the cluster, so no system CA
+	# certificates are needed; its schedules are UTC, so no time zone data.
+	bin="$CACHE/.dbcloud-bin.$$"
+	trap 'rm -f "$bin"' EXIT
+	(cd "$repo" && CGO_ENABLED=0 go build -ldflags='-s -w' -o "$bin" ./cmd/dbcloud) >&2 || { log "go build failed"; exit 1; }
+	key() { echo 1; sha256sum "$bin" | cut -d' ' -f1; }
+	;;
 *) log "unknown image"; exit 2 ;;
 esac
 PG_BIN=/usr/lib/postgresql/$major/bin
@@ -121,7 +136,7 @@ flock 9
 
 start=$(date +%s)
 tmp=$(mktemp -d "$CACHE/.build-$what.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+trap 'rm -rf "$tmp" "${bin:-}"' EXIT
 build_log "$tmp/build.log"
 
 # archive LAYER_TAR CONFIG_JSON writes $out: a docker archive (manifest.json, the image
@@ -164,6 +179,16 @@ operator)
 	printf 'root:x:0:\nnonroot:x:65532:\n' >"$tmp/root/etc/group"
 	layer_of "$tmp/root"
 	archive "$tmp/layer.tar" "$(config '["/manager"]' 65532 '["PATH=/usr/local/bin:/usr/bin:/bin"]')"
+	;;
+dbcloud)
+	# The Deployment's user (65532) and a /tmp it mounts over (read-only root filesystem).
+	mkdir -p "$tmp/root/etc" "$tmp/root/tmp"
+	chmod 1777 "$tmp/root/tmp"
+	install -m 0755 "$bin" "$tmp/root/dbcloud"
+	printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$tmp/root/etc/passwd"
+	printf 'root:x:0:\nnonroot:x:65532:\n' >"$tmp/root/etc/group"
+	layer_of "$tmp/root"
+	archive "$tmp/layer.tar" "$(config '["/dbcloud"]' 65532 '[]')"
 	;;
 postgres | postgres17 | pgbouncer)
 	if [ "$what" != pgbouncer ]; then
@@ -218,7 +243,7 @@ EOF
 	archive "$tmp/layer.tar" "$(config "$entry" "$user" '["PATH='"$path"'","LANG=C.UTF-8"]')"
 	;;
 esac
-rm -rf "$tmp"
+rm -rf "$tmp" "${bin:-}"
 trap - EXIT
 log "built in $(($(date +%s) - start)) s: $out"
 echo "$out"
