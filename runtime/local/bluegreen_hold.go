@@ -228,19 +228,20 @@ func (b *bgRun) holdNew(pid int, blue postgres.Spec) error {
 
 // releaseBlue unseals blue and lets its postmaster run again (SIGCONT).
 // Idempotent; the seal goes even when blue does not run, since it would
-// refuse every login at its next start.
+// refuse every login at its next start. The postmaster is continued even
+// when the seal cannot go (the tenant's OS user can put a directory of
+// that name there): a sealed server still serves its open sessions and
+// dbcloud, a stopped one nobody.
 func (b *bgRun) releaseBlue(blue postgres.Spec) error {
-	if err := removeRootFile(blue, postgres.SealFile); err != nil {
-		return err
-	}
+	unsealed := removeRootFile(blue, postgres.SealFile)
 	pid, ok := b.rt.instances.Running(blue)
 	if !ok {
-		return nil
+		return unsealed
 	}
 	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("continue %s: %w", blue.ID, err)
+		return errors.Join(unsealed, fmt.Errorf("continue %s: %w", blue.ID, err))
 	}
-	return nil
+	return unsealed
 }
 
 // giveEndReason has the sessions of blue ended from now on told that the

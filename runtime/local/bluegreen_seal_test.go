@@ -379,3 +379,36 @@ func TestGuardSeals(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseBlue_ContinuesWhenTheSealStays: the tenant's OS user can put
+// a directory where the seal goes, which root cannot remove as a file.
+// The undo of a switch then fails to unseal, but blue's postmaster must
+// run again all the same: held, it serves nobody, its open sessions and
+// dbcloud included, for as long as every later undo fails the same way.
+func TestReleaseBlue_ContinuesWhenTheSealStays(t *testing.T) {
+	const pw = "stays-password-1"
+	_, _, b := blueBeforeSwitch(t, "bgstays", pw)
+	blue := b.base
+	pid, ok := b.rt.instances.Running(blue)
+	if !ok {
+		t.Fatal("blue does not run")
+	}
+	if err := b.holdNew(pid, blue); err != nil {
+		t.Fatal(err)
+	}
+	planted := filepath.Join(blue.PGData(), postgres.SealFile)
+	if err := os.MkdirAll(filepath.Join(planted, "keep"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(planted) })
+	if err := b.releaseBlue(blue); err == nil {
+		t.Error("releaseBlue with a directory where the seal goes: no error, want the unseal's")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := b.rt.instances.Connect(ctx, blue, "postgres")
+	if err != nil {
+		t.Fatalf("dbcloud's session on blue after releaseBlue failed to unseal: %v, want the postmaster running again", err)
+	}
+	c.Close(ctx)
+}
