@@ -385,10 +385,8 @@ func (b *bgRun) cleanBlue(ctx context.Context, blue postgres.Spec, st *bgState) 
 	// Left by a switch cut short between its writing and its removal; the
 	// seal, by a switch made (blue is kept sealed by its pg_hba.conf
 	// then), would refuse every login after a ROLLBACK.
-	for _, name := range []string{postgres.EndReasonFile, postgres.SealFile} {
-		if err := removeRootFile(blue, name); err != nil {
-			return err
-		}
+	if err := postgres.RemoveSwitchFiles(blue.PGData()); err != nil {
+		return err
 	}
 	dbs, err := b.listDBs(ctx, blue)
 	if err != nil {

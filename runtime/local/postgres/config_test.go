@@ -303,7 +303,7 @@ func TestRemoveSwitchFiles(t *testing.T) {
 		}
 	}
 	for range 2 { // nothing left to remove the second time
-		if err := removeSwitchFiles(dir); err != nil {
+		if err := RemoveSwitchFiles(dir); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -239,7 +239,7 @@ func (m *Instances) Clone(ctx context.Context, primary, spec Spec, app string) e
 	// pg_basebackup copies every file it does not know. The seal refuses
 	// its login, but one that began before a switch sealed the primary
 	// copies the seal and the reason too.
-	if err := removeSwitchFiles(work); err != nil {
+	if err := RemoveSwitchFiles(work); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(spec.PGData()); err != nil {
@@ -255,11 +255,15 @@ func (m *Instances) Clone(ctx context.Context, primary, spec Spec, app string) e
 	return m.WriteStandbySignal(spec)
 }
 
-// removeSwitchFiles removes from the data directory pgdata what a
+// RemoveSwitchFiles removes from the data directory pgdata what a
 // BLUE_GREEN switch wrote there for the server it was switching from
-// (IsSwitchFile): never followed, as pgdata is the tenant's.
-func removeSwitchFiles(pgdata string) error {
+// (IsSwitchFile): never followed, as pgdata is the tenant's. A missing
+// pgdata has none.
+func RemoveSwitchFiles(pgdata string) error {
 	d, err := tenantfs.OpenDir(pgdata)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
