@@ -245,5 +245,10 @@ EOF
 esac
 rm -rf "$tmp" "${bin:-}"
 trap - EXIT
+# Older builds of this image are never imported again: each changed input
+# (dbcloud's binary changes with every commit) would otherwise leave one.
+for old in "$CACHE/$what"-????????????????.tar; do
+	[ "$old" = "$out" ] || rm -f "$old"
+done
 log "built in $(($(date +%s) - start)) s: $out"
 echo "$out"
