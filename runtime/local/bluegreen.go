@@ -354,6 +354,11 @@ func (b *bgRun) switchOver(ctx context.Context, st *bgState) error {
 		return err
 	}
 	blue, green := b.blueSpec(ha, st, true), b.greenSpec(ha, st, false)
+	// Before anything is paused: a database green lacks would fail the
+	// switch only after its whole catch-up wait, with sessions ended.
+	if err := b.refuseNewDatabases(ctx, blue, green); err != nil {
+		return err
+	}
 	if st.Direct {
 		if err := b.readyDirect(ctx, blue, green); err != nil {
 			return err

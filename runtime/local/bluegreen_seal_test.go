@@ -412,3 +412,32 @@ func TestReleaseBlue_ContinuesWhenTheSealStays(t *testing.T) {
 	}
 	c.Close(ctx)
 }
+
+// TestRefuseNewDatabases: a database made on blue after the copy began
+// has no subscription on green (CREATE DATABASE fires no event trigger),
+// so the switch is refused before anything is paused, naming it, rather
+// than failing after its whole catch-up wait with every session ended.
+// Another service's cluster, with the same databases, stands in for green.
+func TestRefuseNewDatabases(t *testing.T) {
+	const pw = "newdb-password-1"
+	rt, _, b := blueBeforeSwitch(t, "bgnewdb", pw)
+	other := newTestService(t, rt, "bgnewdbg", pw, nil)
+	other.Spec.PGVersion = 15
+	mustEnsure(t, rt, other)
+	g, err := rt.newBG(context.Background(), other, 15, 17, func(dbcloud.UpgradeStep) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, blue, green := context.Background(), b.base, g.base
+	if err := b.refuseNewDatabases(ctx, blue, green); err != nil {
+		t.Fatalf("blue and green with the same databases: %v, want the switch to go on", err)
+	}
+	if err := b.execEach(ctx, blue, "postgres", false, `CREATE DATABASE "made during the copy"`); err != nil {
+		t.Fatal(err)
+	}
+	err = b.refuseNewDatabases(ctx, blue, green)
+	var failed *dbcloud.UpgradeFailed
+	if !errors.As(err, &failed) || !strings.Contains(failed.Reason, `"made during the copy"`) {
+		t.Errorf("a database made on blue during the copy: %v, want an UpgradeFailed naming it", err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -54,6 +55,33 @@ func dbsOf(ctx context.Context, conn *pgx.Conn) ([]bgDB, error) {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, pgx.RowToStructByPos[bgDB])
+}
+
+// refuseNewDatabases fails the switch when blue has databases green
+// lacks: made during the copy (CREATE DATABASE fires no event trigger, so
+// nothing refused it), they have no subscription, so the switch could
+// never catch up on them, and green would serve without them.
+func (b *bgRun) refuseNewDatabases(ctx context.Context, blue, green postgres.Spec) error {
+	want, err := b.listDBs(ctx, blue)
+	if err != nil {
+		return err
+	}
+	have, err := b.listDBs(ctx, green)
+	if err != nil {
+		return err
+	}
+	var added []string
+	for _, db := range want {
+		if !slices.ContainsFunc(have, func(h bgDB) bool { return h.Name == db.Name }) {
+			added = append(added, postgres.QuoteIdent(db.Name))
+		}
+	}
+	if len(added) == 0 {
+		return nil
+	}
+	return &dbcloud.UpgradeFailed{Step: "switch", Reason: fmt.Sprintf(
+		"database %s was created after the upgrade's copy began, so the new cluster does not have it; upgrade again to include it",
+		strings.Join(added, ", "))}
 }
 
 // execEach runs statements in one session of db, in order; replica makes
