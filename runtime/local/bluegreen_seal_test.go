@@ -160,21 +160,8 @@ func TestHoldNewSessions_DirectHoldsLogins(t *testing.T) {
 // are waited for.
 func TestEndSessions_LoginsInALoop(t *testing.T) {
 	const pw = "loop-password-1"
-	_, svc, b := blueBeforeSwitch(t, "bgloop", pw)
+	svc, b, sessions := sealedBlue(t, "bgloop", pw)
 	ctx, blue := context.Background(), b.base
-	sessions, err := b.openBlue(ctx, blue)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sessions.close(ctx)
-	if err := writeRootFile(blue, postgres.SealFile, "sealed\n"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := b.releaseBlue(blue); err != nil {
-			t.Error(err)
-		}
-	})
 	logins := startLogins(t, blue, pw, 16)
 	logins.waitAttempts(t, 50)
 	if _, err := b.endAll(ctx, sessions, blue); err != nil {
@@ -200,21 +187,8 @@ func TestEndSessions_LoginsInALoop(t *testing.T) {
 // it meets the seal and is refused with 57P03, not killed.
 func TestEndSessions_LeavesLaterLogins(t *testing.T) {
 	const pw = "later-password-1"
-	_, svc, b := blueBeforeSwitch(t, "bglater", pw)
+	svc, b, sessions := sealedBlue(t, "bglater", pw)
 	ctx, blue := context.Background(), b.base
-	sessions, err := b.openBlue(ctx, blue)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sessions.close(ctx)
-	if err := writeRootFile(blue, postgres.SealFile, "sealed\n"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := b.releaseBlue(blue); err != nil {
-			t.Error(err)
-		}
-	})
 	postmaster, _ := b.rt.instances.Running(blue)
 	logins, err := b.loginsInProgress(ctx, sessions, blue, postmaster)
 	if err != nil {
@@ -440,4 +414,27 @@ func TestRefuseNewDatabases(t *testing.T) {
 	if !errors.As(err, &failed) || !strings.Contains(failed.Reason, `"made during the copy"`) {
 		t.Errorf("a database made on blue during the copy: %v, want an UpgradeFailed naming it", err)
 	}
+}
+
+// sealedBlue is blueBeforeSwitch with dbcloud's sessions on blue open and
+// blue sealed, as right after the switch's seal; both undone when the
+// test ends.
+func sealedBlue(t *testing.T, name, pw string) (*dbcloud.Service, *bgRun, *blueSessions) {
+	t.Helper()
+	_, svc, b := blueBeforeSwitch(t, name, pw)
+	ctx, blue := context.Background(), b.base
+	t.Cleanup(func() {
+		if err := b.releaseBlue(blue); err != nil {
+			t.Error(err)
+		}
+	})
+	sessions, err := b.openBlue(ctx, blue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sessions.close(ctx) })
+	if err := writeRootFile(blue, postgres.SealFile, "sealed\n"); err != nil {
+		t.Fatal(err)
+	}
+	return svc, b, sessions
 }
