@@ -47,18 +47,8 @@ func BenchmarkUpgradeInPlace(b *testing.B) {
 // upgrade's time from accepted to READY.
 func benchUpgradeOnce(b *testing.B, s *server, mib int64) (gap, total time.Duration) {
 	b.StopTimer()
-	created := s.create(map[string]any{"name": "bench-upgrade", "pg_version": 15, "cpu_millis": "2000", "memory_gbs": "8"})
-	svc := s.waitStatus(created.ServiceID, "READY", 2*time.Minute)
-	pw := created.InitialPassword
-	loadTable(b, s, svc, pw, mib)
-	db := s.mustConnect(svc, pw)
-	if _, err := db.Exec(context.Background(), "CREATE TABLE w (id bigserial PRIMARY KEY, n bigint NOT NULL, at timestamptz NOT NULL DEFAULT now())"); err != nil {
-		b.Fatal(err)
-	}
-	db.Close(context.Background())
-	w := s.startWriterInto(svc, pw, 1, false, "INSERT INTO w (n) VALUES ($1)")
+	svc, w := s.upgradeBenchService(b, "bench-upgrade", mib)
 	defer w.halt()
-	w.commitAfter(b, time.Now())
 	b.StartTimer()
 	began := time.Now()
 	var accepted service
@@ -81,4 +71,23 @@ func benchUpgradeOnce(b *testing.B, s *server, mib int64) (gap, total time.Durat
 	s.call("DELETE", s.services()+"/"+svc.ServiceID, nil, nil)
 	s.waitGone(svc.ServiceID, 2*time.Minute)
 	return gap, total
+}
+
+// upgradeBenchService creates a service on PostgreSQL 15 holding about mib
+// MiB, with a writer committing one row at a time through its endpoint
+// (into w) that has committed once: what both upgrade benchmarks upgrade.
+func (s *server) upgradeBenchService(b *testing.B, name string, mib int64) (service, *ackWriter) {
+	b.Helper()
+	created := s.create(map[string]any{"name": name, "pg_version": 15, "cpu_millis": "2000", "memory_gbs": "8"})
+	svc := s.waitStatus(created.ServiceID, "READY", 2*time.Minute)
+	pw := created.InitialPassword
+	loadTable(b, s, svc, pw, mib)
+	db := s.mustConnect(svc, pw)
+	if _, err := db.Exec(context.Background(), "CREATE TABLE w (id bigserial PRIMARY KEY, n bigint NOT NULL, at timestamptz NOT NULL DEFAULT now())"); err != nil {
+		b.Fatal(err)
+	}
+	db.Close(context.Background())
+	w := s.startWriterInto(svc, pw, 1, false, "INSERT INTO w (n) VALUES ($1)")
+	w.commitAfter(b, time.Now())
+	return svc, w
 }

@@ -47,18 +47,8 @@ func BenchmarkUpgradeBlueGreen(b *testing.B) {
 // copy, and the upgrade's time from accepted to READY.
 func benchBlueGreenOnce(b *testing.B, s *server, mib int64) (pause, before, total time.Duration) {
 	b.StopTimer()
-	created := s.create(map[string]any{"name": "bench-bluegreen", "pg_version": 15, "cpu_millis": "2000", "memory_gbs": "8"})
-	svc := s.waitStatus(created.ServiceID, "READY", 2*time.Minute)
-	pw := created.InitialPassword
-	loadTable(b, s, svc, pw, mib)
-	db := s.mustConnect(svc, pw)
-	if _, err := db.Exec(context.Background(), "CREATE TABLE w (id bigserial PRIMARY KEY, n bigint NOT NULL, at timestamptz NOT NULL DEFAULT now())"); err != nil {
-		b.Fatal(err)
-	}
-	db.Close(context.Background())
-	w := s.startWriterInto(svc, pw, 1, false, "INSERT INTO w (n) VALUES ($1)")
+	svc, w := s.upgradeBenchService(b, "bench-bluegreen", mib)
 	defer w.halt()
-	w.commitAfter(b, time.Now())
 	evctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	stream, closeStream := s.events(evctx, "0")
