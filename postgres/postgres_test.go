@@ -143,18 +143,28 @@ func BenchmarkUpdateService(b *testing.B) { storetest.BenchmarkUpdateService(b, 
 // other than the writer open on the database ("N-other"), whose acks each
 // write waits for (planes.go), beside the writer alone ("0-other"); and
 // with one other plane whose follower lost its connection and cannot get
-// it back ("1-other-away"), which the writer need not wait for.
+// it back ("1-other-away"), or whose follower's connection stalls without
+// failing ("1-other-stalled"), which the writer need not wait for.
 func BenchmarkUpdateServicePlanes(b *testing.B) {
 	for _, c := range []struct {
-		name   string
-		others int
-		away   bool
-	}{{"0-other", 0, false}, {"1-other", 1, false}, {"2-other", 2, false}, {"1-other-away", 1, true}} {
+		name    string
+		others  int
+		away    bool
+		stalled bool
+	}{{"0-other", 0, false, false}, {"1-other", 1, false, false}, {"2-other", 2, false, false},
+		{"1-other-away", 1, true, false}, {"1-other-stalled", 1, false, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			storetest.BenchmarkUpdateService(b, func(tb testing.TB) storetest.Opener {
 				dsn := mustCreateDatabase(tb)
 				var others []*postgres.Store
-				for range c.others {
+				var proxy *stallProxy
+				for i := range c.others {
+					if i == 0 && c.stalled {
+						var o *postgres.Store
+						o, proxy = mustOpenStallable(tb, dsn)
+						others = append(others, o)
+						continue
+					}
 					others = append(others, MustOpen(tb, dsn))
 				}
 				return func(tb testing.TB) dbcloud.Store {
@@ -163,8 +173,13 @@ func BenchmarkUpdateServicePlanes(b *testing.B) {
 					for !postgres.Settled(s) && time.Now().Before(deadline) {
 						time.Sleep(10 * time.Millisecond)
 					}
-					if c.away {
-						cutFollower(tb, others[0])
+					if c.away || c.stalled {
+						if c.away {
+							cutFollower(tb, others[0])
+						} else {
+							proxy.Stall()
+							tb.Cleanup(proxy.Resume) // before the plane closes
+						}
 						// The steady state, if the writer ever gets there.
 						for postgres.Awaits(s, postgres.PlaneID(others[0])) && time.Now().Before(deadline) {
 							time.Sleep(10 * time.Millisecond)
@@ -381,47 +396,64 @@ func cutFollower(t testing.TB, s *postgres.Store) (reconnect func()) {
 	return reconnect
 }
 
-// TestStore_WritesDoNotWaitForAPlaneAway: a plane whose follower lost its
-// connection says so, and from then on the other planes' writes do not
-// wait for it (instead of their whole bound, for as long as it is away);
-// it reads the store meanwhile. Once it listens again, writes wait for it
-// again and it reads each of them at once, as before.
+// TestStore_WritesDoNotWaitForAPlaneAway: a plane whose follower lost
+// its connection ("cut"), or whose follower's connection stalls without
+// failing ("stalled": its sender's connection works on), says so, and
+// from then on the other planes' writes do not wait for it (instead of
+// their whole bound, for as long as it is away); it reads the store
+// meanwhile. Once it listens (hears) again, writes wait for it again and
+// it reads each of them at once, as before.
 func TestStore_WritesDoNotWaitForAPlaneAway(t *testing.T) {
-	dsn := mustCreateDatabase(t)
-	a, b := MustOpen(t, dsn), MustOpen(t, dsn)
-	awaitFollowing(t, "after Open", a, 2, 0)
-	plane := postgres.PlaneID(b)
-	awaits := func(what string, want bool) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for postgres.Awaits(a, plane) != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: a write on one plane waits for the other: %v, want %v", what, !want, want)
+	for _, c := range []struct {
+		name string
+		away func(t *testing.T, s *postgres.Store, proxy *stallProxy) (back func())
+	}{
+		{"cut", func(t *testing.T, s *postgres.Store, _ *stallProxy) func() { return cutFollower(t, s) }},
+		{"stalled", func(t *testing.T, _ *postgres.Store, proxy *stallProxy) func() {
+			proxy.Stall()
+			t.Cleanup(proxy.Resume) // before the plane closes
+			return proxy.Resume
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dsn := mustCreateDatabase(t)
+			a := MustOpen(t, dsn)
+			b, proxy := mustOpenStallable(t, dsn)
+			awaitFollowing(t, "after Open", a, 2, 0)
+			plane := postgres.PlaneID(b)
+			awaits := func(what string, want bool) {
+				t.Helper()
+				deadline := time.Now().Add(10 * time.Second)
+				for postgres.Awaits(a, plane) != want {
+					if time.Now().After(deadline) {
+						t.Fatalf("%s: a write on one plane waits for the other: %v, want %v", what, !want, want)
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	seen := func(what string, want int64) {
-		t.Helper()
-		if got := servicesRev(t, b); got != want {
-			t.Errorf("%s: services/p1 reads %d on the other plane, want %d", what, got, want)
-		}
-	}
-	awaits("after Open", true)
-	insertService(t, a, "s1")
-	seen("before the cut", 1)
+			seen := func(what string, want int64) {
+				t.Helper()
+				if got := servicesRev(t, b); got != want {
+					t.Errorf("%s: services/p1 reads %d on the other plane, want %d", what, got, want)
+				}
+			}
+			awaits("after Open", true)
+			insertService(t, a, "s1")
+			seen("before", 1)
 
-	reconnect := cutFollower(t, b)
-	awaits("the other plane's follower cut", false)
-	insertService(t, a, "s2")
-	if postgres.Awaits(a, plane) {
-		t.Error("a write while the other plane's follower is cut waited for that plane")
-	}
-	seen("while cut", 2)
+			back := c.away(t, b, proxy)
+			awaits("the other plane's follower "+c.name, false)
+			insertService(t, a, "s2")
+			if postgres.Awaits(a, plane) {
+				t.Errorf("a write while the other plane's follower is %s waited for that plane", c.name)
+			}
+			seen(c.name, 2)
 
-	reconnect()
-	awaitFollowing(t, "after the cut", a, 2, 0)
-	awaits("the other plane listens again", true)
-	insertService(t, a, "s3")
-	seen("after the cut", 3)
+			back()
+			awaitFollowing(t, "after", a, 2, 0)
+			awaits("the other plane listens again", true)
+			insertService(t, a, "s3")
+			seen("after", 3)
+		})
+	}
 }
