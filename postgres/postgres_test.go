@@ -282,8 +282,8 @@ func TestStore_FollowAfterReconnect(t *testing.T) {
 // connection stalls without failing (here a proxy stops forwarding it; a
 // cut cable looks the same) answers no read from the counters it keeps,
 // once another plane's write returned: the write waited until the
-// stalled plane's lease ran out. Once the connection moves again, the
-// plane is exact as before.
+// stalled plane's lease ran out (and it said bye, planes.go's Mute).
+// Once the connection moves again, the plane is exact as before.
 func TestStore_StalledFollowerReadsTheStore(t *testing.T) {
 	dsn := mustCreateDatabase(t)
 	a := MustOpen(t, dsn)
