@@ -1,9 +1,20 @@
 package postgres
 
-import "time"
+import (
+	"context"
+	"time"
+)
+
+// OpenFollowingVia is Open with the follower's connection (the one that
+// listens) made to followDSN, the same database as dsn by another way:
+// through a proxy that a test can stall, while the plane's pool and
+// sender keep their own way to the database.
+func OpenFollowingVia(ctx context.Context, dsn, followDSN string) (*Store, error) {
+	return open(ctx, dsn, followDSN)
+}
 
 // FollowerPID returns the server process of s's follower connection (0
-// before it first connected), so that a test can stall it.
+// before it first connected), so that a test can find or end it.
 func FollowerPID(s *Store) int { return int(s.follow.pid.Load()) }
 
 // Settled reports whether s's writers no longer wait for planes that may

@@ -59,12 +59,14 @@ import (
 //     it renews its lease only from beats numbered above K; and a writer
 //     ignores a bye if it heard a beat above K from that plane before
 //     (such a bye was sent on a connection given up for dead, and
-//     committed late). Why that is safe: the bye is said only after the
-//     plane's Store stopped answering from memory (UnfollowRevisions),
-//     and its next connection starts without a lease (FollowRevisions),
-//     so the plane answers from memory again only within the lease of a
-//     beat k > K. Take a writer that stopped waiting for the plane at a
-//     bye that arrived before its fence N, with nothing from that plane
+//     committed late). Why that is safe: the bye is said only once the
+//     plane's Store answers nothing from memory under the lease of a beat
+//     up to K (after UnfollowRevisions, its next connection starting
+//     without a lease (FollowRevisions); or once that lease ran out, see
+//     Mute), and those beats are forgotten with the bye, so the plane
+//     answers from memory again only within the lease of a beat k > K.
+//     Take a writer that stopped waiting for the plane at a bye that
+//     arrived before its fence N, with nothing from that plane
 //     after the bye and before N. Had k been committed before N, then
 //     either before the writer's follower listened, and its lease ended
 //     within the quiet period the writer waits out anyway; or the writer
@@ -73,6 +75,23 @@ import (
 //     counting the plane leaseTTL + clockSlack after k arrived, when k's
 //     lease had ended). So k was committed after N, after the commit, and
 //     the lease it gives covers the commit.
+//   - Mute: a follower can also stall without losing its connection (a
+//     frozen server process, a cut cable the kernel has not noticed yet).
+//     Its sender would go on beating over its own connection, and every
+//     other plane's writes would wait their whole bound for as long as
+//     the stall lasts. So a plane whose follower listens but has not
+//     received back, within stallAfter, a beat sent since (stalled), once
+//     its lease has run out, says bye K like a plane whose follower lost
+//     its connection, forgets its beats up to K, and is silent (no beat,
+//     fence or ack, any of which would make the others wait for it again)
+//     until its follower receives that bye back (it hears again: it beats
+//     at once, K+1) or listens anew. The bye's premise holds: the lease
+//     the plane gave its Store is known here (until, moved only by renew,
+//     under mu), so when outbox finds it over, the Store answers nothing
+//     from memory any more, and in the same step, under mu, the beats up
+//     to K are forgotten: none of them renews it later, whenever it comes
+//     back. A follower that lags by more than a lease instead of stalling
+//     is treated alike: it could not answer from memory anyway.
 //
 // An unchanged cached read thus costs no round trip; a write costs the
 // fence's trip to every live plane and back (measured in
@@ -88,6 +107,11 @@ const (
 	clockSlack = leaseTTL / 10
 	// sendTimeout bounds one send; a sender that hangs longer reconnects.
 	sendTimeout = leaseTTL
+	// stallAfter is how long a beat may take to come back before the
+	// follower counts as stalled (Mute); in the steady state the lease,
+	// which runs out three beats after the last one that came back,
+	// decides first.
+	stallAfter = leaseTTL / 2
 )
 
 // planes is one plane's side of the protocol above: what its follower
@@ -113,8 +137,17 @@ type planes struct {
 	beat                     uint64               // our last beat
 	beats                    map[uint64]time.Time // our beats not yet received back -> when sent
 	beatDue                  bool
-	// away: we said bye (or nothing yet) since our follower last listened.
+	// unheard is when the oldest of our beats that our follower has not
+	// received back was sent (zero: none since the last bye or listen).
+	unheard time.Time
+	// until is the end of the longest lease we gave the Store.
+	until time.Time
+	// away: we said bye (or nothing yet) since our follower last listened,
+	// or since it last heard our bye (mute).
 	away bool
+	// mute: our follower listens but stopped hearing our beats; we say
+	// bye and then nothing until it hears the bye (Mute above).
+	mute bool
 
 	cancel context.CancelFunc
 	done   sync.WaitGroup
@@ -216,6 +249,10 @@ func (p *planes) covered(n uint64, now time.Time) (ok bool, recheck time.Time) {
 func (p *planes) listen(at time.Time) {
 	p.mu.Lock()
 	p.listening = at
+	// A new connection, or none, ends a stall: a mute bye already said
+	// counts as the bye of a connection lost; one not yet said is said
+	// by outbox if the follower lost its connection.
+	p.mute, p.unheard = false, time.Time{}
 	if !at.IsZero() {
 		p.beatDue = true
 	}
@@ -297,7 +334,16 @@ func (p *planes) receive(payload string) error {
 		if err != nil {
 			return err
 		}
-		if from == p.id || p.heard[from].beat > k {
+		if from == p.id {
+			// Our mute bye is back: the follower hears again. (An older
+			// bye of ours says a lower K: beats were sent since.)
+			if p.mute && p.away && k == p.beat {
+				p.mute, p.beatDue = false, true
+				p.poke()
+			}
+			return nil
+		}
+		if p.heard[from].beat > k {
 			return nil
 		}
 		delete(p.heard, from)
@@ -316,12 +362,27 @@ func (p *planes) renew(k uint64) {
 	if !ok {
 		return
 	}
-	for b := range p.beats {
+	p.unheard = time.Time{}
+	for b, at := range p.beats {
 		if b <= k {
 			delete(p.beats, b)
+		} else if p.unheard.IsZero() || at.Before(p.unheard) {
+			p.unheard = at
 		}
 	}
-	p.store.RenewRevisionLease(sentAt.Add(leaseTTL))
+	until := sentAt.Add(leaseTTL)
+	if until.After(p.until) {
+		p.until = until
+	}
+	p.store.RenewRevisionLease(until)
+}
+
+// stalled reports whether our follower listens but has not received back
+// for stallAfter a beat sent since, and the lease it gave has run out
+// (Mute above). Called with mu held.
+func (p *planes) stalled(now time.Time) bool {
+	return !p.listening.IsZero() && !p.unheard.IsZero() &&
+		now.Sub(p.unheard) >= stallAfter && !now.Before(p.until)
 }
 
 func (p *planes) broadcast() {
@@ -338,13 +399,14 @@ func (p *planes) poke() {
 }
 
 // outbox takes what the sender must say now: while the follower does not
-// listen, a bye once and then nothing (our fences wait until it listens
-// again). A beat's time is taken here, before it is sent, so that the
-// lease it gives is never too long.
+// listen, or is mute, a bye once and then nothing (our fences wait until
+// it listens or hears again). A beat's time is taken here, before it is
+// sent, so that the lease it gives is never too long.
 func (p *planes) outbox() (msgs []string, fence uint64, acks map[string]uint64, bye bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.listening.IsZero() {
+	if p.listening.IsZero() || p.mute || p.stalled(time.Now()) {
+		p.mute = !p.listening.IsZero()
 		if p.away {
 			return nil, 0, nil, false
 		}
@@ -363,6 +425,9 @@ func (p *planes) outbox() (msgs []string, fence uint64, acks map[string]uint64, 
 		p.beat++
 		now := time.Now()
 		p.beats[p.beat] = now
+		if p.unheard.IsZero() {
+			p.unheard = now
+		}
 		msgs = append(msgs, fmt.Sprintf("beat %s %d", p.id, p.beat))
 		// Beats lost with a connection would pile up otherwise.
 		for b, at := range p.beats {
@@ -390,6 +455,7 @@ func (p *planes) takeAcks(msgs *[]string) map[string]uint64 {
 // with mu held.
 func (p *planes) bye() string {
 	clear(p.beats)
+	p.unheard = time.Time{}
 	p.away = true
 	return fmt.Sprintf("bye %s %d", p.id, p.beat)
 }

@@ -107,3 +107,44 @@ func TestPlanes_FailedByeIsSaidAgain(t *testing.T) {
 		t.Errorf("after a failed bye: said %q, want the bye again", msgs)
 	}
 }
+
+// TestPlanes_StalledFollowerSaysBye: a plane whose follower listens but
+// does not receive its beats back says bye once its lease has run out,
+// not before (until then its Store may answer from memory, and writers
+// must wait for it); it forgets the beats sent before the bye, says
+// nothing more, not even acks, until its follower receives the bye back,
+// and then beats at once, above its bye.
+func TestPlanes_StalledFollowerSaysBye(t *testing.T) {
+	p := newTestPlanes(t)
+	p.listen(time.Now())
+	p.outbox() // beat 1, which does not come back
+	p.unheard = time.Now().Add(-stallAfter)
+	p.until = time.Now().Add(leaseTTL / 2) // from a beat before it
+	p.beatDue = true
+	msgs, _, _, bye := p.outbox()
+	if bye || !slices.Contains(msgs, fmt.Sprintf("beat %s 2", p.id)) {
+		t.Fatalf("stalled, within its lease: said %q (bye %v), want beat 2 and no bye", msgs, bye)
+	}
+	mustReceive(t, p, "fence w 3")
+	p.until = time.Now() // the lease is over
+	msgs, _, _, bye = p.outbox()
+	want := []string{fmt.Sprintf("ack %s w 3", p.id), fmt.Sprintf("bye %s 2", p.id)}
+	if !slices.Equal(msgs, want) || !bye {
+		t.Fatalf("stalled, lease over: said %q (bye %v), want %q", msgs, bye, want)
+	}
+	if len(p.beats) > 0 {
+		t.Errorf("after the bye, beats %v may still renew the lease", p.beats)
+	}
+	mustReceive(t, p, "fence w 4")
+	p.asked = 1 // a writer waits meanwhile
+	p.beatDue = true
+	if msgs, _, _, _ := p.outbox(); len(msgs) > 0 {
+		t.Fatalf("mute: said %q, want nothing", msgs)
+	}
+	mustReceive(t, p, fmt.Sprintf("bye %s 2", p.id))
+	msgs, _, _, _ = p.outbox()
+	want = []string{fmt.Sprintf("fence %s 1", p.id), fmt.Sprintf("ack %s w 4", p.id), fmt.Sprintf("beat %s 3", p.id)}
+	if !slices.Equal(msgs, want) {
+		t.Errorf("hearing its bye: said %q, want %q", msgs, want)
+	}
+}

@@ -72,6 +72,12 @@ var Dialect = sqlstore.Dialect{
 // string, as pgx accepts), migrates it and returns a Store. Several
 // processes may Open one database at once: they migrate it in turn.
 func Open(ctx context.Context, dsn string) (*Store, error) {
+	return open(ctx, dsn, dsn)
+}
+
+// open is Open with the follower's connection made to followDSN, the same
+// database as dsn by another way (a test stalls it there).
+func open(ctx context.Context, dsn, followDSN string) (*Store, error) {
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres store: %w", err)
@@ -94,6 +100,11 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		_ = s.Close()
 		return nil, fmt.Errorf("open postgres store: %w", err)
 	}
+	followCfg, err := connConfig(followDSN)
+	if err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("open postgres store: %w", err)
+	}
 	p, err := newPlanes(cfg, s)
 	if err != nil {
 		_ = s.Close()
@@ -101,7 +112,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	}
 	s.LeaseRevisions()
 	s.AfterCommit(p.awaitSeen)
-	f := startFollower(cfg, s, p)
+	f := startFollower(followCfg, s, p)
 	p.start()
 	return &Store{Store: s, follow: f, planes: p}, nil
 }

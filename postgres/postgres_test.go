@@ -2,12 +2,10 @@ package postgres_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -83,6 +81,13 @@ func newDB(tb testing.TB) storetest.Opener {
 func MustOpen(tb testing.TB, dsn string) *postgres.Store {
 	tb.Helper()
 	s, err := postgres.Open(tb.Context(), dsn)
+	return closeAtEnd(tb, s, err)
+}
+
+// closeAtEnd returns the store s that Open returned with err, and closes
+// it when tb ends.
+func closeAtEnd(tb testing.TB, s *postgres.Store, err error) *postgres.Store {
+	tb.Helper()
 	if err != nil {
 		tb.Fatalf("Open: %v", err)
 	}
@@ -138,18 +143,28 @@ func BenchmarkUpdateService(b *testing.B) { storetest.BenchmarkUpdateService(b, 
 // other than the writer open on the database ("N-other"), whose acks each
 // write waits for (planes.go), beside the writer alone ("0-other"); and
 // with one other plane whose follower lost its connection and cannot get
-// it back ("1-other-away"), which the writer need not wait for.
+// it back ("1-other-away"), or whose follower's connection stalls without
+// failing ("1-other-stalled"), which the writer need not wait for.
 func BenchmarkUpdateServicePlanes(b *testing.B) {
 	for _, c := range []struct {
-		name   string
-		others int
-		away   bool
-	}{{"0-other", 0, false}, {"1-other", 1, false}, {"2-other", 2, false}, {"1-other-away", 1, true}} {
+		name    string
+		others  int
+		away    bool
+		stalled bool
+	}{{"0-other", 0, false, false}, {"1-other", 1, false, false}, {"2-other", 2, false, false},
+		{"1-other-away", 1, true, false}, {"1-other-stalled", 1, false, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			storetest.BenchmarkUpdateService(b, func(tb testing.TB) storetest.Opener {
 				dsn := mustCreateDatabase(tb)
 				var others []*postgres.Store
-				for range c.others {
+				var proxy *stallProxy
+				for i := range c.others {
+					if i == 0 && c.stalled {
+						var o *postgres.Store
+						o, proxy = mustOpenStallable(tb, dsn)
+						others = append(others, o)
+						continue
+					}
 					others = append(others, MustOpen(tb, dsn))
 				}
 				return func(tb testing.TB) dbcloud.Store {
@@ -158,8 +173,13 @@ func BenchmarkUpdateServicePlanes(b *testing.B) {
 					for !postgres.Settled(s) && time.Now().Before(deadline) {
 						time.Sleep(10 * time.Millisecond)
 					}
-					if c.away {
-						cutFollower(tb, others[0])
+					if c.away || c.stalled {
+						if c.away {
+							cutFollower(tb, others[0])
+						} else {
+							proxy.Stall()
+							tb.Cleanup(proxy.Resume) // before the plane closes
+						}
 						// The steady state, if the writer ever gets there.
 						for postgres.Awaits(s, postgres.PlaneID(others[0])) && time.Now().Before(deadline) {
 							time.Sleep(10 * time.Millisecond)
@@ -259,47 +279,28 @@ func TestStore_FollowAfterReconnect(t *testing.T) {
 }
 
 // TestStore_StalledFollowerReadsTheStore: a plane whose notification
-// connection stalls without failing (here its server process is stopped;
-// a cut cable looks the same) answers no read from the counters it keeps,
+// connection stalls without failing (here a proxy stops forwarding it; a
+// cut cable looks the same) answers no read from the counters it keeps,
 // once another plane's write returned: the write waited until the
-// stalled plane's lease ran out. Once the connection moves again, the
-// plane is exact as before.
+// stalled plane's lease ran out (and it said bye, planes.go's Mute).
+// Once the connection moves again, the plane is exact as before.
 func TestStore_StalledFollowerReadsTheStore(t *testing.T) {
 	dsn := mustCreateDatabase(t)
-	a, b := MustOpen(t, dsn), MustOpen(t, dsn)
+	a := MustOpen(t, dsn)
+	b, proxy := mustOpenStallable(t, dsn)
 	// The other plane follows the counters, so keeps them in memory.
-	deadline := time.Now().Add(10 * time.Second)
-	for postgres.FollowerPID(b) == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	pid := postgres.FollowerPID(b)
-	awaitFollowing(t, "before the stall", a, 1, pid)
+	awaitFollowing(t, "before the stall", a, 2, 0)
 	insertService(t, a, "s1")
 	if got := servicesRev(t, b); got != 1 {
 		t.Fatalf("before the stall: services/p1 reads %d on the other plane, want 1", got)
 	}
-	// Signalling the server process needs the right to: a test database
-	// run by another user (a CI service container) refuses it. If this
-	// binary is killed before the cleanup below, the process stays
-	// stopped: a LISTENer that holds back the tail of the cluster's
-	// NOTIFY queue for every later test, until someone sends it SIGCONT
-	// or the cluster stops. No order of steps avoids that.
-	if err := syscall.Kill(pid, syscall.SIGSTOP); errors.Is(err, syscall.EPERM) {
-		t.Skipf("this test may not signal the database server process %d: %v", pid, err)
-	} else if err != nil {
-		t.Fatalf("stop the follower's server process %d: %v", pid, err)
-	}
-	resume := func() {
-		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-			t.Errorf("resume the follower's server process %d: %v", pid, err)
-		}
-	}
-	t.Cleanup(resume)
+	proxy.Stall()
+	t.Cleanup(proxy.Resume) // before b closes
 	insertService(t, a, "s2")
 	if got := servicesRev(t, b); got != 2 {
 		t.Errorf("stalled follower: services/p1 reads %d on the other plane, want 2", got)
 	}
-	resume()
+	proxy.Resume()
 	insertService(t, a, "s3")
 	if got := servicesRev(t, b); got != 3 {
 		t.Errorf("after the stall: services/p1 reads %d on the other plane, want 3", got)
@@ -395,47 +396,64 @@ func cutFollower(t testing.TB, s *postgres.Store) (reconnect func()) {
 	return reconnect
 }
 
-// TestStore_WritesDoNotWaitForAPlaneAway: a plane whose follower lost its
-// connection says so, and from then on the other planes' writes do not
-// wait for it (instead of their whole bound, for as long as it is away);
-// it reads the store meanwhile. Once it listens again, writes wait for it
-// again and it reads each of them at once, as before.
+// TestStore_WritesDoNotWaitForAPlaneAway: a plane whose follower lost
+// its connection ("cut"), or whose follower's connection stalls without
+// failing ("stalled": its sender's connection works on), says so, and
+// from then on the other planes' writes do not wait for it (instead of
+// their whole bound, for as long as it is away); it reads the store
+// meanwhile. Once it listens (hears) again, writes wait for it again and
+// it reads each of them at once, as before.
 func TestStore_WritesDoNotWaitForAPlaneAway(t *testing.T) {
-	dsn := mustCreateDatabase(t)
-	a, b := MustOpen(t, dsn), MustOpen(t, dsn)
-	awaitFollowing(t, "after Open", a, 2, 0)
-	plane := postgres.PlaneID(b)
-	awaits := func(what string, want bool) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for postgres.Awaits(a, plane) != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: a write on one plane waits for the other: %v, want %v", what, !want, want)
+	for _, c := range []struct {
+		name string
+		away func(t *testing.T, s *postgres.Store, proxy *stallProxy) (back func())
+	}{
+		{"cut", func(t *testing.T, s *postgres.Store, _ *stallProxy) func() { return cutFollower(t, s) }},
+		{"stalled", func(t *testing.T, _ *postgres.Store, proxy *stallProxy) func() {
+			proxy.Stall()
+			t.Cleanup(proxy.Resume) // before the plane closes
+			return proxy.Resume
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dsn := mustCreateDatabase(t)
+			a := MustOpen(t, dsn)
+			b, proxy := mustOpenStallable(t, dsn)
+			awaitFollowing(t, "after Open", a, 2, 0)
+			plane := postgres.PlaneID(b)
+			awaits := func(what string, want bool) {
+				t.Helper()
+				deadline := time.Now().Add(10 * time.Second)
+				for postgres.Awaits(a, plane) != want {
+					if time.Now().After(deadline) {
+						t.Fatalf("%s: a write on one plane waits for the other: %v, want %v", what, !want, want)
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	seen := func(what string, want int64) {
-		t.Helper()
-		if got := servicesRev(t, b); got != want {
-			t.Errorf("%s: services/p1 reads %d on the other plane, want %d", what, got, want)
-		}
-	}
-	awaits("after Open", true)
-	insertService(t, a, "s1")
-	seen("before the cut", 1)
+			seen := func(what string, want int64) {
+				t.Helper()
+				if got := servicesRev(t, b); got != want {
+					t.Errorf("%s: services/p1 reads %d on the other plane, want %d", what, got, want)
+				}
+			}
+			awaits("after Open", true)
+			insertService(t, a, "s1")
+			seen("before", 1)
 
-	reconnect := cutFollower(t, b)
-	awaits("the other plane's follower cut", false)
-	insertService(t, a, "s2")
-	if postgres.Awaits(a, plane) {
-		t.Error("a write while the other plane's follower is cut waited for that plane")
-	}
-	seen("while cut", 2)
+			back := c.away(t, b, proxy)
+			awaits("the other plane's follower "+c.name, false)
+			insertService(t, a, "s2")
+			if postgres.Awaits(a, plane) {
+				t.Errorf("a write while the other plane's follower is %s waited for that plane", c.name)
+			}
+			seen(c.name, 2)
 
-	reconnect()
-	awaitFollowing(t, "after the cut", a, 2, 0)
-	awaits("the other plane listens again", true)
-	insertService(t, a, "s3")
-	seen("after the cut", 3)
+			back()
+			awaitFollowing(t, "after", a, 2, 0)
+			awaits("the other plane listens again", true)
+			insertService(t, a, "s3")
+			seen("after", 3)
+		})
+	}
 }
