@@ -93,6 +93,8 @@ func (m *Main) kubernetesRuntime(context.Context) (runtimeProvisioner, dbcloud.N
 	storeFrom, store, ok := strings.Cut(k.ObjectStore, "/")
 	if !ok {
 		storeFrom, store = "", k.ObjectStore
+	} else if storeFrom == "" || store == "" || strings.Contains(store, "/") {
+		return nil, nil, fmt.Errorf("--kube-object-store: %q is neither NAME nor NAMESPACE/NAME", k.ObjectStore)
 	}
 	rt, err := kubernetes.NewForConfig(rc, kubernetes.Config{
 		Extensions: exts, ImageName: k.Image, Images: images, StorageSize: k.StorageSize, StorageClass: k.StorageClass,
