@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,18 +62,11 @@ func TestDeploy_TwoReplicas(t *testing.T) {
 	// The second create is interrupted in flight: the pod whose engine holds
 	// the service's lease (a row of the store) is deleted at once.
 	second := s.create(map[string]any{"name": "deployed-b"})
-	holder := d.waitLeaseHolder(second.ServiceID, "", time.Minute)
-	if got, _ := s.get(second.ServiceID); got.Status == "READY" {
-		t.Fatalf("service %s was READY before its lease holder %s was deleted", second.ServiceID, holder)
-	}
+	holder := d.freezeLeaseHolder(s, second.ServiceID)
 	survivors := map[string]bool{}
 	for _, p := range d.pods() {
 		survivors[p.Name] = p.Name != holder
 	}
-	// Frozen first, so that the delete's SIGTERM finds no process able to
-	// let its lease go: a crash, and the other replica must wait out the
-	// lease's TTL.
-	d.freeze(holder)
 	zero := int64(0)
 	if err := kc.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: holder, Namespace: d.ns}},
 		&client.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
@@ -106,7 +100,32 @@ func TestDeploy_TwoReplicas(t *testing.T) {
 
 // freeze stops the dbcloud process of a pod with SIGSTOP, by the PID
 // containerd reports for its container on this node.
-func (d *deployment) freeze(pod string) {
+// freezeLeaseHolder SIGSTOPs the pod whose engine holds the service's
+// lease, so that the delete's SIGTERM finds no process able to let the
+// lease go: a crash, and the other replica must wait out the lease's TTL.
+// A lease is held for one round of work, so the holder may let it go
+// between the read and the freeze: then it is thawed and the next holder
+// frozen instead, until a frozen pod is seen holding it.
+func (d *deployment) freezeLeaseHolder(s *server, id string) string {
+	for range 20 {
+		holder := d.waitLeaseHolder(id, "", time.Minute)
+		if got, _ := s.get(id); got.Status == "READY" {
+			d.t.Fatalf("service %s was READY before its lease holder %s could be frozen", id, holder)
+		}
+		pid := d.freeze(holder)
+		if owner, err := d.leaseOwner(context.Background(), id); err == nil && owner == holder {
+			return holder
+		}
+		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+			d.t.Fatalf("thaw %s (pid %d): %v", holder, pid, err)
+		}
+	}
+	d.t.Fatalf("no replica was seen frozen while holding the lease of %s in 20 tries", id)
+	return ""
+}
+
+// freeze SIGSTOPs the pod's container process and returns its pid.
+func (d *deployment) freeze(pod string) int {
 	var p corev1.Pod
 	if err := d.kc.Get(context.Background(), client.ObjectKey{Namespace: d.ns, Name: pod}, &p); err != nil || len(p.Status.ContainerStatuses) != 1 {
 		d.t.Fatalf("pod %s: %v", pod, err)
@@ -125,10 +144,11 @@ func (d *deployment) freeze(pod string) {
 			if err != nil {
 				d.t.Fatalf("freeze %s (pid %s): %v", pod, f[1], err)
 			}
-			return
+			return pid
 		}
 	}
 	d.t.Fatalf("no containerd task %s for pod %s", id, pod)
+	return 0
 }
 
 // kubeNodeEnv reads the names scripts/kube-node.env gives the cluster's
@@ -269,9 +289,20 @@ func (d *deployment) adapt(u *unstructured.Unstructured, args []string) {
 }
 
 // remove deletes what apply made and the project namespaces the deployed
-// runtime made, and waits until they are gone.
+// runtime made, and waits until they are gone. The replicas go first: one
+// still reconciling would make a project's namespace again after its
+// delete (a run that failed mid-create leaves work in flight).
 func (d *deployment) remove() {
 	ctx := context.Background()
+	if err := d.kc.DeleteAllOf(ctx, &appsv1.Deployment{}, client.InNamespace(d.ns)); err != nil && !apierrors.IsNotFound(err) {
+		d.t.Error(err)
+	}
+	for deadline := time.Now().Add(2 * time.Minute); len(d.pods()) > 0; time.Sleep(time.Second) {
+		if time.Now().After(deadline) {
+			d.t.Errorf("dbcloud's pods still there 2 min after their Deployment's delete")
+			break
+		}
+	}
 	var nss corev1.NamespaceList
 	if err := d.kc.List(ctx, &nss, client.MatchingLabels{"app.kubernetes.io/managed-by": "dbcloud"}); err != nil {
 		d.t.Error(err)

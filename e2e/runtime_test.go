@@ -43,6 +43,7 @@ var kubernetesTests = map[string]bool{
 	"TestRuntime_ReplicaSet":       true,
 	"TestRuntime_TenantConfined":   true,
 	"TestRuntime_PGVersions":       true,
+	"TestRuntime_Forks":            true,
 	"TestTigerCLILogin":            true,
 	"TestReadme_TigerCLI":          true,
 	// Deploys dbcloud itself by deploy/ into the cluster.

@@ -53,7 +53,7 @@ func kubeFlags(fs interface {
 	fs.StringVar(&c.Kube.Expose, "kube-expose", string(kubernetes.ExposeLoadBalancer), "how users outside the cluster reach services: loadbalancer (a LoadBalancer Service each; the endpoint is its address once assigned), nodeport (the claimed port as node port on --public-host; --port-min/--port-max inside the node port range) or clusterip (cluster-internal addresses only)")
 	fs.StringVar(&c.Kube.ExposeAnnotations, "kube-expose-annotations", "", "comma-separated key=value annotations of the exposing Services (a provider's internal load balancer, say)")
 	fs.BoolVar(&c.Kube.Guard, "kube-guard", false, "the PostgreSQL images ship dbcloud_guard (scripts/kube-images.sh's do): every instance preloads it, keeping tenants inside their database as on this host's runtime; off by default, since an image without it would not start")
-	fs.StringVar(&c.Kube.ObjectStore, "kube-object-store", "", "barman-cloud ObjectStore in each project's namespace for WAL archives and backups (empty: none, so no PITR forks)")
+	fs.StringVar(&c.Kube.ObjectStore, "kube-object-store", "", "barman-cloud ObjectStore for WAL archives and backups: NAME, made by the operator in each project's namespace, or NAMESPACE/NAME, a template dbcloud copies (with its credentials Secrets) into each project's namespace, archiving under destinationPath/<namespace> (empty: none, so no PITR forks)")
 }
 
 // kubernetesRuntime runs services as CloudNativePG clusters; VPCs are
@@ -89,9 +89,16 @@ func (m *Main) kubernetesRuntime(context.Context) (runtimeProvisioner, dbcloud.N
 		}
 		annotations[strings.TrimSpace(key)] = strings.TrimSpace(value)
 	}
+	// NAMESPACE/NAME is a template; a bare NAME is already in each namespace.
+	storeFrom, store, ok := strings.Cut(k.ObjectStore, "/")
+	if !ok {
+		storeFrom, store = "", k.ObjectStore
+	} else if storeFrom == "" || store == "" || strings.Contains(store, "/") {
+		return nil, nil, fmt.Errorf("--kube-object-store: %q is neither NAME nor NAMESPACE/NAME", k.ObjectStore)
+	}
 	rt, err := kubernetes.NewForConfig(rc, kubernetes.Config{
 		Extensions: exts, ImageName: k.Image, Images: images, StorageSize: k.StorageSize, StorageClass: k.StorageClass,
-		ObjectStore: k.ObjectStore, Guard: k.Guard, Expose: expose, ExposeAnnotations: annotations, Logger: m.Logger,
+		ObjectStore: store, ObjectStoreFrom: storeFrom, Guard: k.Guard, Expose: expose, ExposeAnnotations: annotations, Logger: m.Logger,
 	})
 	if err != nil {
 		return nil, nil, err

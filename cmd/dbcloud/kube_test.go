@@ -24,9 +24,9 @@ func TestRuntimeFlag(t *testing.T) {
 	}
 }
 
-// TestKubeExposeFlags: a wrong exposure or annotation stops serve at start,
-// naming the flag, before any service is made.
-func TestKubeExposeFlags(t *testing.T) {
+// TestKubeFlags: a wrong exposure, annotation or object store stops serve
+// at start, naming the flag, before any service is made.
+func TestKubeFlags(t *testing.T) {
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
 kind: Config
@@ -44,6 +44,11 @@ current-context: x
 		{[]string{"--kube-expose", "ingress"}, "--kube-expose"},
 		{[]string{"--kube-expose-annotations", "no-value"}, "--kube-expose-annotations"},
 		{[]string{"--kube-expose", "nodeport", "--kube-expose-annotations", "a=b, c=d"}, ""},
+		{[]string{"--kube-object-store", "dbcloud-backups/"}, "--kube-object-store"},
+		{[]string{"--kube-object-store", "/archive"}, "--kube-object-store"},
+		{[]string{"--kube-object-store", "a/b/c"}, "--kube-object-store"},
+		{[]string{"--kube-object-store", "dbcloud-backups/archive"}, ""},
+		{[]string{"--kube-object-store", "archive"}, ""},
 	} {
 		m := NewMain(io.Discard)
 		if err := m.ParseFlags(append([]string{"--runtime", "kubernetes", "--kubeconfig", kubeconfig}, c.args...)); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -27,7 +28,7 @@ type apiserver struct {
 var shared apiserver
 
 func TestMain(m *testing.M) {
-	env, err := kubetest.Start()
+	env, err := kubetest.Start(filepath.Join("testdata", "crds"))
 	var noAssets *kubetest.ErrNoAssets
 	switch {
 	case errors.As(err, &noAssets) && os.Getenv(kubetest.RequireEnv) != "1":

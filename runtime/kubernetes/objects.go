@@ -26,6 +26,7 @@ const (
 	// HibernationAnnotation is CNPG's declarative hibernation switch
 	// (docs/src/declarative_hibernation.md).
 	HibernationAnnotation = "cnpg.io/hibernation"
+	hibernationOn         = "on"
 	// clusterLabel is the label CNPG puts on a cluster's pods and jobs.
 	clusterLabel = "cnpg.io/cluster"
 
@@ -61,6 +62,10 @@ func SecretName(cluster string) string { return cluster + "-tsdbadmin" }
 
 // nowBackupName is the online Backup a NOW fork restores from.
 func nowBackupName(fork string) string { return fork + "-fork-source" }
+
+// pitrBackupName is the online Backup that archives a running parent's WAL
+// up to a PITR fork's request (archiveCurrentWAL).
+func pitrBackupName(fork string) string { return fork + "-fork-wal" }
 
 func serviceLabels(svc *dbcloud.Service) map[string]string {
 	return map[string]string{LabelManagedBy: managedBy, LabelProject: svc.ProjectID, LabelService: svc.ID}
@@ -168,7 +173,7 @@ func setHibernation(c *apiv1.Cluster, on bool) {
 		c.Annotations = map[string]string{}
 	}
 	if on {
-		c.Annotations[HibernationAnnotation] = "on"
+		c.Annotations[HibernationAnnotation] = hibernationOn
 	} else {
 		c.Annotations[HibernationAnnotation] = "off"
 	}
@@ -192,15 +197,32 @@ func initdbBootstrap(cluster string) *apiv1.BootstrapConfiguration {
 	}}
 }
 
-// recoveryBootstrap restores a fork: from a Backup object (LAST_SNAPSHOT,
-// NOW), or from the parent's archive in the object store up to a time (PITR).
-func recoveryBootstrap(cluster, backup string, pitr *metav1.Time) *apiv1.BootstrapConfiguration {
+// recoveryFrom is what a fork restores; one of its fields is set.
+type recoveryFrom struct {
+	// backup is a Backup object restored as it is (a volume snapshot).
+	backup string
+	// backupID is a backup in the parent's archive, replayed only until it
+	// is consistent: the parent as that backup saw it.
+	backupID string
+	// targetTime is a point in the parent's archive: the newest backup
+	// before it, replayed up to it.
+	targetTime *metav1.Time
+}
+
+// recoveryBootstrap restores a fork. A Backup object is how CNPG restores
+// a volume snapshot; what is in an object store is read through the
+// plugin's external cluster (objectStoreSource), as the plugin restores.
+func recoveryBootstrap(cluster string, from recoveryFrom) *apiv1.BootstrapConfiguration {
 	r := &apiv1.BootstrapRecovery{Database: database, Owner: owner, Secret: &apiv1.LocalObjectReference{Name: SecretName(cluster)}}
-	if pitr != nil {
+	switch {
+	case from.targetTime != nil:
 		r.Source = originSource
-		r.RecoveryTarget = &apiv1.RecoveryTarget{TargetTime: pitr.UTC().Format("2006-01-02 15:04:05.000000-07:00")}
-	} else {
-		r.Backup = &apiv1.BackupSource{LocalObjectReference: apiv1.LocalObjectReference{Name: backup}}
+		r.RecoveryTarget = &apiv1.RecoveryTarget{TargetTime: from.targetTime.UTC().Format("2006-01-02 15:04:05.000000-07:00")}
+	case from.backupID != "":
+		r.Source = originSource
+		r.RecoveryTarget = &apiv1.RecoveryTarget{BackupID: from.backupID, TargetImmediate: ptr.To(true)}
+	default:
+		r.Backup = &apiv1.BackupSource{LocalObjectReference: apiv1.LocalObjectReference{Name: from.backup}}
 	}
 	return &apiv1.BootstrapConfiguration{Recovery: r}
 }

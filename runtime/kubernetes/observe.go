@@ -51,7 +51,7 @@ func Observe(c *apiv1.Cluster, failedBootstrap string) *dbcloud.Observation {
 	case hib != nil && hib.Status == metav1.ConditionTrue && hib.Reason == hibernatedReason:
 		obs.Instances = nil
 		obs.Reason = reasonHibernated
-	case c.Annotations[HibernationAnnotation] == "on":
+	case c.Annotations[HibernationAnnotation] == hibernationOn:
 		obs.Reason = "The service is being stopped (CloudNativePG hibernation)."
 	case st.Phase == apiv1.PhaseUnrecoverable || st.Phase == apiv1.PhaseCannotCreateClusterObjects ||
 		st.Phase == apiv1.PhaseFailurePlugin || st.Phase == apiv1.PhaseUnknownPlugin || st.Phase == apiv1.PhaseImageCatalogError:

@@ -60,9 +60,14 @@ func read(t *testing.T, ctx context.Context, rt *kubernetes.Runtime, svc *dbclou
 // completedBackup stores a Backup of cluster as CNPG leaves one that finished.
 func completedBackup(t *testing.T, ctx context.Context, ns, cluster, name string, stopped time.Time) {
 	t.Helper()
+	completedBackupBy(t, ctx, ns, cluster, name, stopped, apiv1.BackupMethodPlugin)
+}
+
+func completedBackupBy(t *testing.T, ctx context.Context, ns, cluster, name string, stopped time.Time, method apiv1.BackupMethod) {
+	t.Helper()
 	b := &apiv1.Backup{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"cnpg.io/cluster": cluster}},
-		Spec:       apiv1.BackupSpec{Cluster: apiv1.LocalObjectReference{Name: cluster}, Method: apiv1.BackupMethodPlugin},
+		Spec:       apiv1.BackupSpec{Cluster: apiv1.LocalObjectReference{Name: cluster}, Method: method},
 	}
 	if err := shared.client.Create(ctx, b); err != nil {
 		t.Fatal(err)
@@ -73,6 +78,7 @@ func completedBackup(t *testing.T, ctx context.Context, ns, cluster, name string
 func completeBackup(t *testing.T, ctx context.Context, b *apiv1.Backup, stopped time.Time) {
 	t.Helper()
 	b.Status.Phase = apiv1.BackupPhaseCompleted
+	b.Status.BackupID = b.Name + "-id"
 	b.Status.StartedAt = &metav1.Time{Time: stopped.Add(-time.Minute)}
 	b.Status.StoppedAt = &metav1.Time{Time: stopped}
 	if err := shared.client.Status().Update(ctx, b); err != nil {
@@ -305,24 +311,14 @@ func TestForks(t *testing.T) {
 			t.Fatalf("window of a service without backups %+v, %v", none, err)
 		}
 	})
-	t.Run("LAST_SNAPSHOT", func(t *testing.T) {
-		f := fork(dbcloud.ForkLastSnapshot, nil)
-		if err := rt.Apply(ctx, f); err != nil {
-			t.Fatal(err)
-		}
-		r := read(t, ctx, rt, f).cluster.Spec.Bootstrap.Recovery
-		if r == nil || r.Backup == nil || r.Backup.Name != pc+"-new" || r.Owner != "tsdbadmin" || r.Database != "tsdb" {
-			t.Fatalf("recovery %+v", r)
-		}
-	})
-	t.Run("NOW", func(t *testing.T) {
-		f := fork(dbcloud.ForkNow, nil)
+	// A fork that takes a Backup of its parent waits for it; finish it as
+	// CNPG would, and return it.
+	applyBackingUp := func(t *testing.T, f *dbcloud.Service, suffix string) *apiv1.Backup {
+		t.Helper()
 		done := make(chan error, 1)
 		go func() { done <- rt.Apply(ctx, f) }()
-		// The fork waits for its online Backup of the parent; finish it
-		// as CNPG would.
 		b := &apiv1.Backup{}
-		key := types.NamespacedName{Namespace: ns, Name: kubernetes.ClusterName(f) + "-fork-source"}
+		key := types.NamespacedName{Namespace: ns, Name: kubernetes.ClusterName(f) + suffix}
 		for shared.client.Get(ctx, key, b) != nil {
 			select {
 			case err := <-done:
@@ -337,24 +333,68 @@ func TestForks(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-		r := read(t, ctx, rt, f).cluster.Spec.Bootstrap.Recovery
-		if r == nil || r.Backup == nil || r.Backup.Name != b.Name {
+		return b
+	}
+	// With an object store every fork reads the parent's archive through
+	// the plugin, as the plugin restores.
+	fromArchive := func(t *testing.T, s apiv1.ClusterSpec) *apiv1.BootstrapRecovery {
+		t.Helper()
+		r := s.Bootstrap.Recovery
+		if r == nil || r.Source != "origin" || r.Backup != nil || r.Owner != "tsdbadmin" || r.Database != "tsdb" || r.RecoveryTarget == nil {
 			t.Fatalf("recovery %+v", r)
 		}
+		if len(s.ExternalClusters) != 1 || s.ExternalClusters[0].PluginConfiguration.Parameters["serverName"] != pc ||
+			s.ExternalClusters[0].PluginConfiguration.Parameters["barmanObjectName"] != "dbcloud-archive" {
+			t.Fatalf("external clusters %+v", s.ExternalClusters)
+		}
+		return r
+	}
+	// LAST_SNAPSHOT and NOW stop where their backup became consistent.
+	asBackedUp := func(t *testing.T, r *apiv1.BootstrapRecovery, backup string) {
+		t.Helper()
+		if r.RecoveryTarget.BackupID != backup+"-id" || r.RecoveryTarget.TargetImmediate == nil || !*r.RecoveryTarget.TargetImmediate {
+			t.Fatalf("recovery target %+v, want backup %s-id, immediate", r.RecoveryTarget, backup)
+		}
+	}
+	t.Run("LAST_SNAPSHOT", func(t *testing.T) {
+		f := fork(dbcloud.ForkLastSnapshot, nil)
+		if err := rt.Apply(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+		asBackedUp(t, fromArchive(t, read(t, ctx, rt, f).cluster.Spec), pc+"-new")
+	})
+	t.Run("NOW", func(t *testing.T) {
+		f := fork(dbcloud.ForkNow, nil)
+		b := applyBackingUp(t, f, "-fork-source")
+		asBackedUp(t, fromArchive(t, read(t, ctx, rt, f).cluster.Spec), b.Name)
 	})
 	t.Run("PITR", func(t *testing.T) {
 		target := now.Add(-30 * time.Minute)
 		f := fork(dbcloud.ForkPITR, &target)
-		if err := rt.Apply(ctx, f); err != nil {
+		// The running parent archives its WAL first, by a backup.
+		applyBackingUp(t, f, "-fork-wal")
+		r := fromArchive(t, read(t, ctx, rt, f).cluster.Spec)
+		if r.RecoveryTarget.BackupID != "" || !strings.HasPrefix(r.RecoveryTarget.TargetTime, target.Format("2006-01-02 15:04:05")) {
+			t.Fatalf("recovery target %+v", r.RecoveryTarget)
+		}
+	})
+	t.Run("a volume snapshot is restored as it is", func(t *testing.T) {
+		plain := newRuntime(t, kubernetes.Config{})
+		p := newService(parent.Spec)
+		if err := plain.Apply(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		s := read(t, ctx, rt, f).cluster.Spec
-		r := s.Bootstrap.Recovery
-		if r == nil || r.Source != "origin" || r.RecoveryTarget == nil || !strings.HasPrefix(r.RecoveryTarget.TargetTime, target.Format("2006-01-02 15:04:05")) {
-			t.Fatalf("recovery %+v", r)
+		pns, pname := plain.Namespace(p.ProjectID), kubernetes.ClusterName(p)
+		completedBackupBy(t, ctx, pns, pname, pname+"-snap", now, apiv1.BackupMethodVolumeSnapshot)
+		f := newService(p.Spec)
+		f.ProjectID = p.ProjectID
+		f.Fork = &dbcloud.ForkSource{ProjectID: p.ProjectID, ServiceID: p.ID, Strategy: dbcloud.ForkLastSnapshot}
+		if err := plain.Apply(ctx, f); err != nil {
+			t.Fatal(err)
 		}
-		if len(s.ExternalClusters) != 1 || s.ExternalClusters[0].PluginConfiguration.Parameters["serverName"] != pc {
-			t.Fatalf("external clusters %+v", s.ExternalClusters)
+		s := read(t, ctx, plain, f).cluster.Spec
+		if r := s.Bootstrap.Recovery; r == nil || r.Backup == nil || r.Backup.Name != pname+"-snap" || r.Source != "" || len(s.ExternalClusters) != 0 {
+			t.Fatalf("recovery %+v, external %+v: want the snapshot's Backup object", r, s.ExternalClusters)
 		}
 	})
 	t.Run("PITR without an object store is refused", func(t *testing.T) {

@@ -69,6 +69,11 @@ type Config struct {
 	// each project's namespace: services archive WAL to it and take
 	// scheduled backups through the plugin, which is what PITR forks need.
 	ObjectStore string
+	// ObjectStoreFrom, when set, is the namespace of an ObjectStore named
+	// ObjectStore that serves as a template: the runtime copies it, with
+	// the Secrets it names, into each project's namespace (objectstore.go).
+	// Empty: the ObjectStore in each project's namespace is the operator's.
+	ObjectStoreFrom string
 	// BackupSchedule is the six-field cron schedule of the ScheduledBackup
 	// (default daily at 00:00:00).
 	BackupSchedule string

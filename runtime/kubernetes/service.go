@@ -95,6 +95,9 @@ func (rt *Runtime) Apply(ctx context.Context, svc *dbcloud.Service) error {
 	if err := rt.ensureNamespace(ctx, ns, svc.ProjectID); err != nil {
 		return err
 	}
+	if err := rt.ensureObjectStore(ctx, ns); err != nil {
+		return err
+	}
 	secret := secretFor(ns, name, svc.PasswordVerifier, serviceLabels(svc))
 	if err := rt.upsertSecret(ctx, secret); err != nil {
 		return err
@@ -145,30 +148,53 @@ func (rt *Runtime) bootstrapFor(ctx context.Context, svc *dbcloud.Service) (*api
 	}
 	ns := rt.Namespace(svc.ProjectID)
 	parent := ClusterName(&dbcloud.Service{ID: svc.Fork.ServiceID})
+	var backup *apiv1.Backup
+	var err error
 	switch svc.Fork.Strategy {
 	case dbcloud.ForkPITR:
 		if rt.cfg.ObjectStore == "" || svc.Fork.TargetTime == nil {
 			return nil, nil, dbcloud.Terminal(dbcloud.Errorf(dbcloud.KindConflict,
 				"Point-in-time forks need an object store for WAL; this %s runtime has none configured.", Name))
 		}
+		// The target may be in WAL the parent has not archived yet (it
+		// archives a segment when it is full, or after archive_timeout):
+		// a backup of a running parent ends by switching and archiving
+		// the WAL, so the archive then reaches past the target.
+		if err := rt.archiveCurrentWAL(ctx, ns, parent, pitrBackupName(name), serviceLabels(svc)); err != nil {
+			return nil, nil, err
+		}
 		t := metav1.NewTime(*svc.Fork.TargetTime)
-		return recoveryBootstrap(name, "", &t), []apiv1.ExternalCluster{rt.objectStoreSource(parent)}, nil
+		return recoveryBootstrap(name, recoveryFrom{targetTime: &t}), []apiv1.ExternalCluster{rt.objectStoreSource(parent)}, nil
 	case dbcloud.ForkNow:
-		b, err := rt.freshBackup(ctx, ns, parent, nowBackupName(name), serviceLabels(svc))
-		if err != nil {
-			return nil, nil, err
-		}
-		return recoveryBootstrap(name, b, nil), nil, nil
+		backup, err = rt.freshBackup(ctx, ns, parent, nowBackupName(name), serviceLabels(svc))
 	default:
-		b, err := rt.newestBackup(ctx, ns, parent)
-		if err != nil {
-			return nil, nil, err
+		backup, err = rt.newestBackup(ctx, ns, parent)
+		if err == nil && backup == nil {
+			err = dbcloud.Terminal(dbcloud.Errorf(dbcloud.KindConflict, "Service %s has no completed backup yet.", svc.Fork.ServiceID))
 		}
-		if b == "" {
-			return nil, nil, dbcloud.Terminal(dbcloud.Errorf(dbcloud.KindConflict, "Service %s has no completed backup yet.", svc.Fork.ServiceID))
-		}
-		return recoveryBootstrap(name, b, nil), nil, nil
 	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if backup.Spec.Method != apiv1.BackupMethodPlugin {
+		return recoveryBootstrap(name, recoveryFrom{backup: backup.Name}), nil, nil
+	}
+	return recoveryBootstrap(name, recoveryFrom{backupID: backup.Status.BackupID}), []apiv1.ExternalCluster{rt.objectStoreSource(parent)}, nil
+}
+
+// archiveCurrentWAL makes a running parent archive the WAL it has written
+// so far, by a backup. A hibernated parent cannot take one: what it can be
+// forked to is what it archived before it stopped.
+func (rt *Runtime) archiveCurrentWAL(ctx context.Context, ns, cluster, backup string, labels map[string]string) error {
+	var c apiv1.Cluster
+	if err := rt.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: cluster}, &c); err != nil {
+		return err
+	}
+	if c.Annotations[HibernationAnnotation] == hibernationOn {
+		return nil
+	}
+	_, err := rt.freshBackup(ctx, ns, cluster, backup, labels)
+	return err
 }
 
 // completedBackups are the cluster's completed Backups, oldest first.
@@ -188,13 +214,13 @@ func (rt *Runtime) completedBackups(ctx context.Context, ns, cluster string) ([]
 	return out, nil
 }
 
-// newestBackup is the name of the cluster's newest completed Backup.
-func (rt *Runtime) newestBackup(ctx context.Context, ns, cluster string) (string, error) {
+// newestBackup is the cluster's newest completed Backup, nil when none.
+func (rt *Runtime) newestBackup(ctx context.Context, ns, cluster string) (*apiv1.Backup, error) {
 	list, err := rt.completedBackups(ctx, ns, cluster)
 	if err != nil || len(list) == 0 {
-		return "", err
+		return nil, err
 	}
-	return list[len(list)-1].Name, nil
+	return &list[len(list)-1], nil
 }
 
 // RecoveryWindow is what a fork can restore: the newest completed Backup,
@@ -224,7 +250,7 @@ func (rt *Runtime) RecoveryWindow(ctx context.Context, svc *dbcloud.Service) (db
 
 // freshBackup takes an online Backup of the parent (through the plugin
 // when there is an object store, else a volume snapshot) and waits for it.
-func (rt *Runtime) freshBackup(ctx context.Context, ns, cluster, name string, labels map[string]string) (string, error) {
+func (rt *Runtime) freshBackup(ctx context.Context, ns, cluster, name string, labels map[string]string) (*apiv1.Backup, error) {
 	b := &apiv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
 	if err := rt.upsert(ctx, b, func() error {
 		b.Labels = mergeLabels(b.Labels, labels)
@@ -239,7 +265,7 @@ func (rt *Runtime) freshBackup(ctx context.Context, ns, cluster, name string, la
 		}
 		return nil
 	}); err != nil {
-		return "", err
+		return nil, err
 	}
 	_, err := rt.waitBounded(ctx, func(ctx context.Context) (*dbcloud.Observation, bool, error) {
 		if err := rt.c.Get(ctx, client.ObjectKeyFromObject(b), b); err != nil {
@@ -253,7 +279,7 @@ func (rt *Runtime) freshBackup(ctx context.Context, ns, cluster, name string, la
 		}
 		return &dbcloud.Observation{Reason: "Taking a backup of the parent for the fork."}, false, nil
 	})
-	return name, err
+	return b, err
 }
 
 // ensurePooler makes or removes the cluster's Pooler.

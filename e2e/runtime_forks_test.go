@@ -1,0 +1,97 @@
+package e2e
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+)
+
+// forkWhenSnapshotted forks the parent from its last snapshot as soon as it
+// has one: the first is taken in the background once the service is READY,
+// and until then the fork is refused with 409.
+func (s *server) forkWhenSnapshotted(parent service, name string, within time.Duration) forkedService {
+	s.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		f, code := s.fork(parent.ServiceID, map[string]any{"fork_strategy": "LAST_SNAPSHOT", "name": name})
+		switch {
+		case code == 202:
+			return f
+		case code != 409:
+			s.t.Fatalf("fork LAST_SNAPSHOT: %d %+v", code, f)
+		case time.Now().After(deadline):
+			s.t.Fatalf("no snapshot of %s to fork from within %v", parent.ServiceID, within)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// TestRuntime_Forks forks one parent the three ways through the API only,
+// so it runs on every runtime (on Kubernetes through CNPG's backups and the
+// barman-cloud plugin's WAL archive): each fork holds exactly what its
+// strategy names, and answers to its own password.
+func TestRuntime_Forks(t *testing.T) {
+	parallelOnLocal(t)
+	s := newServer(t)
+	ctx := context.Background()
+	created := s.create(map[string]any{"name": "parent"})
+	parent := s.waitStatus(created.ServiceID, "READY", readyWithin())
+	db := s.mustConnect(parent, created.InitialPassword)
+	defer db.Close(ctx)
+
+	// Nothing is written until the LAST_SNAPSHOT fork is READY, so it must
+	// hold none of it: it is the snapshot, not the parent now.
+	began := time.Now()
+	last := s.forkWhenSnapshotted(parent, "last", readyWithin())
+	lastReady := s.waitStatus(last.ServiceID, "READY", readyWithin())
+	t.Logf("LAST_SNAPSHOT: from the first request to READY %.1f s", time.Since(began).Seconds())
+
+	if _, err := db.Exec(ctx, `CREATE TABLE t (v text); INSERT INTO t VALUES ('first')`); err != nil {
+		t.Fatal(err)
+	}
+	var target time.Time
+	if err := db.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&target); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO t VALUES ('second')`); err != nil {
+		t.Fatal(err)
+	}
+	began = time.Now()
+	pitr := s.mustFork(parent, map[string]any{"fork_strategy": "PITR", "target_time": target.UTC().Format(time.RFC3339Nano), "name": "pitr"})
+	now := s.mustFork(parent, map[string]any{"fork_strategy": "NOW", "name": "now"})
+
+	holds := func(strategy string, f forkedService, svc service, want []string) {
+		t.Helper()
+		c := s.mustConnect(svc, f.InitialPassword)
+		defer c.Close(ctx)
+		var exists bool
+		if err := c.QueryRow(ctx, `SELECT to_regclass('t') IS NOT NULL`).Scan(&exists); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		if exists {
+			got = queryValues(t, c, `SELECT v FROM t ORDER BY v`)
+		}
+		if (want == nil) != !exists || !slices.Equal(got, want) {
+			t.Errorf("the %s fork holds t = %q (table exists: %v), want %q", strategy, got, exists, want)
+		}
+	}
+	holds("LAST_SNAPSHOT", last, lastReady, nil)
+	holds("PITR", pitr, s.waitStatus(pitr.ServiceID, "READY", readyWithin()), []string{"first"})
+	t.Logf("PITR: request to READY %.1f s", time.Since(began).Seconds())
+	holds("NOW", now, s.waitStatus(now.ServiceID, "READY", readyWithin()), []string{"first", "second"})
+	t.Logf("NOW (requested with PITR): request to READY %.1f s", time.Since(began).Seconds())
+
+	for _, id := range []string{last.ServiceID, pitr.ServiceID, now.ServiceID, parent.ServiceID} {
+		if code := s.call("DELETE", s.services()+"/"+id, nil, nil); code != 202 {
+			t.Fatalf("delete %s: %d", id, code)
+		}
+	}
+	for _, id := range []string{last.ServiceID, pitr.ServiceID, now.ServiceID, parent.ServiceID} {
+		s.waitGone(id, readyWithin())
+		if onKubernetes() {
+			s.checkNothingLeft(kubeClient(t), id, 2*time.Minute)
+		}
+	}
+}
