@@ -375,7 +375,7 @@ EOF
 }
 
 images_import() {
-	local img path name
+	local img path name t
 	for img in $IMAGES; do
 		path=$("$here/kube-images.sh" "$img")
 		name=$(tar -xOf "$path" manifest.json | sed -E 's/.*"RepoTags":\["([^"]+)".*/\1/')
@@ -383,8 +383,9 @@ images_import() {
 		if [ "$(cat "$KUBE_STATE/imported-$img" 2>/dev/null)" = "$path" ] && CTR images ls -q | grep -qxF "$name"; then
 			continue
 		fi
-		log "importing $name"
-		CTR images import "$path" >&2
+		t=$(now_ms)
+		CTR images import "$path" >/dev/null
+		log "imported $name in $(($(now_ms) - t)) ms"
 		echo "$path" >"$KUBE_STATE/imported-$img"
 	done
 }
@@ -611,7 +612,9 @@ up() {
 	log "apiserver ready $((($(now_ms) - t) / 1000)) s after start"
 	controllers_up
 	containerd_up
+	t1=$(now_ms)
 	images_import
+	log "images imported in $((($(now_ms) - t1) / 1000)) s"
 	kubelet_up
 	proxy_up
 	coredns_up
