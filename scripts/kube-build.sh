@@ -6,10 +6,15 @@
 #                                     kube-scheduler, kube-proxy, kubectl, etcd
 #   scripts/kube-build.sh cnpg        CloudNativePG's manager (the operator image's binary)
 #   scripts/kube-build.sh coredns     CoreDNS without forwarding (tools/coredns/main.go)
+#   scripts/kube-build.sh minio       MinIO's server, the cluster's S3 object store for backups
+#   scripts/kube-build.sh barman-cloud  the barman-cloud plugin's manager (operator and sidecar)
 #   scripts/kube-build.sh -n MODULE   print the directory only when already built
 #
 # Everything comes from the Go module proxy; go.sum is the pin (-mod=readonly: a missing sum
-# fails instead of resolving anew). The binaries are kept under
+# fails instead of resolving anew). minio and barman-cloud are built inside their own module's
+# directory, with their own go.mod and go.sum as the pin: a wrapper module would drop their
+# replace directives and re-resolve what they chose. The module itself is pinned by version in
+# kube-node.env and checked against the Go checksum database when downloaded. The binaries are kept under
 # $KUBE_CACHE/bin/<module>-<hash>, the hash covering the module's go.mod, go.sum, its Go
 # sources and the Go version, so an unchanged pin costs nothing and a new one builds once.
 # Static (CGO_ENABLED=0): the binaries go into images with no libc.
@@ -24,10 +29,23 @@ if [ "${1:-}" = -n ]; then
 	only_built=1
 	shift
 fi
-mod=${1:?usage: kube-build.sh [-n] kube-node|cnpg|coredns}
-tools="$here/../tools/$mod"
-[ -f "$tools/go.mod" ] || { echo "kube-build.sh: no module tools/$mod" >&2; exit 2; }
+mod=${1:?usage: kube-build.sh [-n] kube-node|cnpg|coredns|minio|barman-cloud}
 log() { echo "dbcloud: kube build $mod: $*" >&2; }
+# own MODULE VERSION: the module's directory in the module cache, downloaded when missing.
+own() {
+	local dir
+	dir=$(cd / && GOFLAGS=-mod=mod go mod download -json "$1@$2" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+	[ -f "$dir/go.mod" ] || { log "could not download $1@$2"; exit 1; }
+	echo "$dir"
+}
+case "$mod" in
+minio) tools=$(own github.com/minio/minio "$MINIO_VERSION") ;;
+barman-cloud) tools=$(own github.com/cloudnative-pg/plugin-barman-cloud "$BARMAN_PLUGIN_VERSION") ;;
+*)
+	tools="$here/../tools/$mod"
+	[ -f "$tools/go.mod" ] || { echo "kube-build.sh: no module tools/$mod" >&2; exit 2; }
+	;;
+esac
 
 # The env file is the pin people read; the go.mod is the one Go reads: refuse to build when
 # they disagree, so the documented version is the built one.
@@ -42,11 +60,14 @@ kube-node)
 	;;
 cnpg) pinned github.com/cloudnative-pg/cloudnative-pg "$CNPG_VERSION" ;;
 coredns) pinned github.com/coredns/coredns "$COREDNS_VERSION" ;;
+minio | barman-cloud) ;; # the module's own directory is the version
 *) log "unknown module"; exit 2 ;;
 esac
 
-hash=$({ go env GOVERSION; cat "$tools/go.mod" "$tools/go.sum"; find "$tools" -name '*.go' -print0 | sort -z | xargs -0r cat; } |
-	sha256sum | cut -c1-16)
+# A module cache directory never changes (its path holds the version): hashing its thousands of
+# sources would only slow every `up`.
+srcs() { case "$tools" in "$here"/*) find "$tools" -name '*.go' -print0 | sort -z | xargs -0r cat ;; *) echo "$tools" ;; esac; }
+hash=$({ go env GOVERSION; cat "$tools/go.mod" "$tools/go.sum"; srcs; } | sha256sum | cut -c1-16)
 dir="$KUBE_CACHE/bin/$mod-$hash"
 [ -f "$dir/complete" ] && { echo "$dir"; exit 0; }
 [ -z "$only_built" ] || exit 1
@@ -78,6 +99,10 @@ cnpg)
 		manager github.com/cloudnative-pg/cloudnative-pg/cmd/manager
 	;;
 coredns) build "" coredns . ;;
+# MinIO's release stamps (cmd.Version) are parsed as release times: left at its default, the
+# server reports DEVELOPMENT.GOGET; the version is the pin in kube-node.env.
+minio) build "" minio . ;;
+barman-cloud) build "" manager ./cmd/manager ;;
 esac
 touch "$tmp/complete"
 rm -rf "$dir"

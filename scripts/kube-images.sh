@@ -16,6 +16,12 @@
 #   scripts/kube-images.sh pgbouncer   PgBouncer for CNPG's Pooler: the version scripts/pgbouncer.sh
 #                                      builds for the host (Debian 12's 1.18 lacks auth_dbname),
 #                                      on Debian bookworm's libraries
+#   scripts/kube-images.sh minio       MinIO's server (S3 object store for backups), on an empty root
+#   scripts/kube-images.sh barman-plugin   the barman-cloud plugin's manager (its operator), on an
+#                                      empty root
+#   scripts/kube-images.sh barman-sidecar  the same manager beside barman's cloud tools from
+#                                      Debian trixie (barman-cli-cloud, python3-boto3): the
+#                                      container the plugin adds to every instance pod, uid 26
 #   scripts/kube-images.sh dbcloud     dbcloud itself (deploy/): this checkout's binary, static
 #                                      (CGO_ENABLED=0: pgx and modernc SQLite are pure Go), on an
 #                                      empty root; it changes with every commit, so it is built and
@@ -33,7 +39,7 @@ repo="$here/.."
 # shellcheck source=debsrc.sh
 . "$here/debsrc.sh"
 
-what=${1:?usage: kube-images.sh pause|postgres|postgres17|operator|pgbouncer|dbcloud}
+what=${1:?usage: kube-images.sh pause|postgres|postgres17|operator|pgbouncer|minio|barman-plugin|barman-sidecar|dbcloud}
 log() { echo "dbcloud: kube image $what: $*" >&2; }
 [ "$(id -u)" -eq 0 ] || { log "run as root (mmdebstrap, image file ownership)"; exit 1; }
 CACHE="$KUBE_CACHE/images"
@@ -102,6 +108,26 @@ operator)
 	name=$KUBE_IMAGE_OPERATOR
 	bindir=$("$here/kube-build.sh" cnpg)
 	key() { echo 1; sha256sum "$bindir/manager"; }
+	;;
+minio)
+	name=$KUBE_IMAGE_MINIO
+	bindir=$("$here/kube-build.sh" minio)
+	key() { echo 1; sha256sum "$bindir/minio"; }
+	;;
+barman-plugin)
+	name=$KUBE_IMAGE_BARMAN_PLUGIN
+	bindir=$("$here/kube-build.sh" barman-cloud)
+	key() { echo 1; sha256sum "$bindir/manager"; }
+	;;
+barman-sidecar)
+	name=$KUBE_IMAGE_BARMAN_SIDECAR
+	bindir=$("$here/kube-build.sh" barman-cloud)
+	suite=$KUBE_BARMAN_SUITE
+	keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+	mirrors=("deb [signed-by=$keyring] $(debian_mirror) $suite main")
+	security=$(debian_mirror security)
+	[ -z "$security" ] || mirrors+=("deb [signed-by=$keyring] $security $suite-security main")
+	key() { echo "$suite 1"; printf '%s\n' "${mirrors[@]}"; sha256sum "$bindir/manager"; }
 	;;
 pgbouncer)
 	name=$KUBE_IMAGE_PGBOUNCER
@@ -179,6 +205,37 @@ operator)
 	printf 'root:x:0:\nnonroot:x:65532:\n' >"$tmp/root/etc/group"
 	layer_of "$tmp/root"
 	archive "$tmp/layer.tar" "$(config '["/manager"]' 65532 '["PATH=/usr/local/bin:/usr/bin:/bin"]')"
+	;;
+minio | barman-plugin)
+	# Static Go binaries: a /tmp and the users their Deployments run as (65532).
+	mkdir -p "$tmp/root/etc" "$tmp/root/tmp"
+	chmod 1777 "$tmp/root/tmp"
+	if [ "$what" = minio ]; then
+		install -m 0755 "$bindir/minio" "$tmp/root/minio"
+		entry='["/minio"]'
+	else
+		install -m 0755 "$bindir/manager" "$tmp/root/manager"
+		entry='["/manager"]'
+	fi
+	printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$tmp/root/etc/passwd"
+	printf 'root:x:0:\nnonroot:x:65532:\n' >"$tmp/root/etc/group"
+	layer_of "$tmp/root"
+	archive "$tmp/layer.tar" "$(config "$entry" 65532 '["PATH=/usr/local/bin:/usr/bin:/bin"]')"
+	;;
+barman-sidecar)
+	# The plugin runs the sidecar as uid 26 beside PostgreSQL (same volumes) and calls
+	# barman-cloud-* from PATH; barman-cli-cloud only recommends boto3, the S3 client.
+	build_deps mmdebstrap
+	log "mmdebstrap $suite with barman-cli-cloud (log: $buildlog)"
+	mmdebstrap --variant=minbase --include=barman-cli-cloud,python3-boto3 \
+		--dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
+		--dpkgopt='path-exclude=/usr/share/locale/*' \
+		--customize-hook="install -m 0755 $bindir/manager \"\$1/manager\"" \
+		--customize-hook='chroot "$1" useradd -u 26 -M -d /var/lib/postgresql -s /usr/sbin/nologin postgres' \
+		--customize-hook='chroot "$1" barman-cloud-wal-archive --version' \
+		--customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
+		"$suite" "$tmp/layer.tar" "${mirrors[@]}" >>"$buildlog" 2>&1 || fail "mmdebstrap failed"
+	archive "$tmp/layer.tar" "$(config '["/manager"]' 26 '["PATH=/usr/local/bin:/usr/bin:/bin","LANG=C.UTF-8"]')"
 	;;
 dbcloud)
 	# The Deployment's user (65532) and a /tmp it mounts over (read-only root filesystem).

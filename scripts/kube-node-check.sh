@@ -10,13 +10,15 @@
 #   4. two instances: the replica streams (timed), the row is on it; the primary pod is deleted
 #      and CNPG promotes the replica (timed until the -rw Service accepts a write again), and
 #      the row survived,
-#   5. `kube-node.sh down`, then checks that nothing is left: no process started from the
+#   5. backups (scripts/kube-backup-check.sh): WAL archive, a plugin Backup, recovery from it
+#      and from the archive to a point in time (timed; KUBE_CHECK_BACKUPS=0 skips it),
+#   6. `kube-node.sh down`, then checks that nothing is left: no process started from the
 #      cluster's binaries or containerd, no bridge or veth, no DBCLOUD-KUBE-*/KUBE-* iptables
 #      chains (IPv4 and IPv6), no mounts under the state directories or /run/netns, no
 #      kubepods cgroups, the state directories gone, host paths as before, sysctls as before.
 #
 # Each wait polls with a deadline. Run as root; prints one "measure: ..." line per number.
-# KUBE_CHECK_KEEP=1 leaves the cluster up (skips 5).
+# KUBE_CHECK_KEEP=1 leaves the cluster up (skips 6).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=kube-node.env
@@ -132,6 +134,9 @@ poll "old primary back as a replica" 300 healthy 2
 measure "old primary rejoined as a replica: $(secs "$t" "$(now_ms)") s after the write"
 
 k delete namespace "$ns" --wait=true --timeout=180s >/dev/null
+if [ "${KUBE_CHECK_BACKUPS:-1}" = 1 ]; then
+	"$here/kube-backup-check.sh"
+fi
 if [ "${KUBE_CHECK_KEEP:-}" = 1 ]; then
 	log "cluster left up (KUBE_CHECK_KEEP=1): $kc"
 	exit 0

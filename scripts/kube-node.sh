@@ -14,6 +14,8 @@
 # kube-proxy (Kubernetes from the Go module proxy, scripts/kube-build.sh), containerd with its
 # own configuration and state directories, CoreDNS on the node's address, and pods on a bridge
 # of the cluster's own (host-local addresses). Pins and addresses are in scripts/kube-node.env.
+# For backups and WAL archives (scripts/kube-backup.sh): an S3 object store (MinIO) in the
+# cluster and CloudNativePG's barman-cloud plugin, with a template ObjectStore for projects.
 #
 # Nothing can leave the machine:
 #   - every image is built here (scripts/kube-images.sh) and imported; containerd's registry
@@ -33,6 +35,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo="$here/.."
 # shellcheck source=kube-node.env
 . "$here/kube-node.env"
+# shellcheck source=kube-backup.sh
+. "$here/kube-backup.sh"
 export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
 
 log() { echo "dbcloud: kube-node: $*" >&2; }
@@ -54,6 +58,9 @@ net.ipv4.conf.all.route_localnet net.netfilter.nf_conntrack_max"
 # Host paths the kubelet, containerd and CNI use whatever their configuration says; `down`
 # removes each only when `up` created it (recorded in $KUBE_STATE/created).
 HOSTPATHS="/var/lib/cni /var/log/containers /run/netns /etc/cni"
+
+# The images every `up` imports (scripts/kube-images.sh).
+IMAGES="pause postgres postgres17 operator pgbouncer minio barman-plugin barman-sidecar"
 
 # now_ms prints the time in milliseconds, for the measured durations in the log.
 now_ms() { date +%s%3N; }
@@ -368,16 +375,17 @@ EOF
 }
 
 images_import() {
-	local img path name
-	for img in pause postgres postgres17 operator pgbouncer; do
+	local img path name t
+	for img in $IMAGES; do
 		path=$("$here/kube-images.sh" "$img")
 		name=$(tar -xOf "$path" manifest.json | sed -E 's/.*"RepoTags":\["([^"]+)".*/\1/')
 		# Re-import only a changed archive: the imported digest is the archive's config.
 		if [ "$(cat "$KUBE_STATE/imported-$img" 2>/dev/null)" = "$path" ] && CTR images ls -q | grep -qxF "$name"; then
 			continue
 		fi
-		log "importing $name"
-		CTR images import "$path" >&2
+		t=$(now_ms)
+		CTR images import "$path" >/dev/null
+		log "imported $name in $(($(now_ms) - t)) ms"
 		echo "$path" >"$KUBE_STATE/imported-$img"
 	done
 }
@@ -583,14 +591,14 @@ status() {
 }
 
 up() {
-	local t0 t
+	local t0 t t1
 	[ "$(id -u)" -eq 0 ] || die "run as root"
 	t0=$(now_ms)
 	host_packages
 	BIN=$("$here/kube-build.sh" kube-node)
 	DNSBIN=$("$here/kube-build.sh" coredns)
 	export PATH="$BIN:$PATH" # kubectl
-	for i in pause postgres postgres17 operator pgbouncer; do "$here/kube-images.sh" "$i" >/dev/null; done
+	for i in $IMAGES; do "$here/kube-images.sh" "$i" >/dev/null; done
 	log "binaries and images ready in $((($(now_ms) - t0) / 1000)) s"
 	t=$(now_ms)
 	mkdir -p "$KUBE_STATE" "$KUBE_RUN"
@@ -604,13 +612,18 @@ up() {
 	log "apiserver ready $((($(now_ms) - t) / 1000)) s after start"
 	controllers_up
 	containerd_up
+	t1=$(now_ms)
 	images_import
+	log "images imported in $((($(now_ms) - t1) / 1000)) s"
 	kubelet_up
 	proxy_up
 	coredns_up
 	storage_up
 	recycle_pvs
 	cnpg_up
+	t1=$(now_ms)
+	backups_up
+	log "object store and barman-cloud plugin ready in $((($(now_ms) - t1) / 1000)) s"
 	log "cluster up in $((($(now_ms) - t) / 1000)) s (whole run $((($(now_ms) - t0) / 1000)) s)"
 	echo "$ADMIN"
 }
