@@ -31,7 +31,7 @@ rc=0
 # shellcheck disable=SC2086 # E2E_ARGS are go test flags
 go test -count=1 -timeout 90m -v ${E2E_ARGS:-} ./e2e/ ${E2E_RUN:+-run "$E2E_RUN"} -args \
 	-e2e.runtime=kubernetes -e2e.kubeconfig="$kc" \
-	-e2e.kube-args="--kube-expose nodeport --public-host $KUBE_NODE_IP --kube-image $KUBE_IMAGE_POSTGRES --kube-images 17=$KUBE_IMAGE_POSTGRES17 --kube-extensions timescaledb,vector --kube-guard" ||
+	-e2e.kube-args="--kube-expose nodeport --public-host $KUBE_NODE_IP --kube-image $KUBE_IMAGE_POSTGRES --kube-images 17=$KUBE_IMAGE_POSTGRES17 --kube-extensions timescaledb,vector --kube-guard --kube-object-store $KUBE_OBJSTORE_NS/$KUBE_OBJSTORE_TEMPLATE" ||
 	rc=$?
 log "go test finished in $(($(date +%s) - t)) s (exit $rc)"
 exit "$rc"
