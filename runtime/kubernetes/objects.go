@@ -64,7 +64,7 @@ func SecretName(cluster string) string { return cluster + "-tsdbadmin" }
 func nowBackupName(fork string) string { return fork + "-fork-source" }
 
 // pitrBackupName is the online Backup that archives a running parent's WAL
-// up to a PITR fork's request (archiveCurrentWAL).
+// up to a PITR fork's request (archivePastNow).
 func pitrBackupName(fork string) string { return fork + "-fork-wal" }
 
 func serviceLabels(svc *dbcloud.Service) map[string]string {
@@ -285,3 +285,7 @@ func validVerifier(v string) bool { return strings.HasPrefix(v, "SCRAM-SHA-256$"
 
 // reloadLabel makes CNPG watch a Secret that a Cluster refers to.
 const reloadLabel = "cnpg.io/reload"
+
+// commitMarkAnnotation on a password Secret names the PITR fork for which
+// the cluster last committed a marker transaction (markCommit).
+const commitMarkAnnotation = "dbcloud.io/commit-mark"

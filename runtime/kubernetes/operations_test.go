@@ -313,19 +313,30 @@ func TestForks(t *testing.T) {
 	})
 	// A fork that takes a Backup of its parent waits for it; finish it as
 	// CNPG would, and return it.
-	applyBackingUp := func(t *testing.T, f *dbcloud.Service, suffix string) *apiv1.Backup {
+	// waitUntil polls cond until it holds, failing if the fork's Apply
+	// (done) returns first.
+	waitUntil := func(t *testing.T, done chan error, what string, cond func() bool) {
 		t.Helper()
-		done := make(chan error, 1)
-		go func() { done <- rt.Apply(ctx, f) }()
-		b := &apiv1.Backup{}
-		key := types.NamespacedName{Namespace: ns, Name: kubernetes.ClusterName(f) + suffix}
-		for shared.client.Get(ctx, key, b) != nil {
+		for !cond() {
 			select {
 			case err := <-done:
-				t.Fatalf("Apply returned before its Backup existed: %v", err)
+				t.Fatalf("Apply returned before %s: %v", what, err)
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
+	}
+	applying := func(f *dbcloud.Service) chan error {
+		done := make(chan error, 1)
+		go func() { done <- rt.Apply(ctx, f) }()
+		return done
+	}
+	// backedUp waits for the Backup a fork's Apply takes of its parent,
+	// finishes it as CNPG would, and returns it once Apply did.
+	backedUp := func(t *testing.T, done chan error, f *dbcloud.Service, suffix string) *apiv1.Backup {
+		t.Helper()
+		b := &apiv1.Backup{}
+		key := types.NamespacedName{Namespace: ns, Name: kubernetes.ClusterName(f) + suffix}
+		waitUntil(t, done, "its Backup existed", func() bool { return shared.client.Get(ctx, key, b) == nil })
 		if b.Spec.Cluster.Name != pc || b.Spec.Online == nil || !*b.Spec.Online || b.Spec.Method != apiv1.BackupMethodPlugin {
 			t.Fatalf("backup spec %+v", b.Spec)
 		}
@@ -365,14 +376,37 @@ func TestForks(t *testing.T) {
 	})
 	t.Run("NOW", func(t *testing.T) {
 		f := fork(dbcloud.ForkNow, nil)
-		b := applyBackingUp(t, f, "-fork-source")
+		b := backedUp(t, applying(f), f, "-fork-source")
 		asBackedUp(t, fromArchive(t, read(t, ctx, rt, f).cluster.Spec), b.Name)
 	})
 	t.Run("PITR", func(t *testing.T) {
 		target := now.Add(-30 * time.Minute)
 		f := fork(dbcloud.ForkPITR, &target)
-		// The running parent archives its WAL first, by a backup.
-		applyBackingUp(t, f, "-fork-wal")
+		// The running parent first commits a marker, which CNPG does by
+		// applying tsdbadmin's password again from a new version of its
+		// Secret; only then does it take the backup that archives the WAL,
+		// so the archive holds a commit after the target.
+		done := applying(f)
+		var secret corev1.Secret
+		waitUntil(t, done, "the marker was asked for", func() bool {
+			err := shared.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: kubernetes.SecretName(pc)}, &secret)
+			return err == nil && strings.HasPrefix(secret.Annotations["dbcloud.io/commit-mark"], kubernetes.ClusterName(f)+" ")
+		})
+		select {
+		case err := <-done:
+			t.Fatalf("Apply returned before CNPG applied the marked Secret: %v", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		early := &apiv1.Backup{}
+		if shared.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: kubernetes.ClusterName(f) + "-fork-wal"}, early) == nil {
+			t.Fatal("the backup was taken before the marker commit")
+		}
+		writeStatus(t, ctx, rt, parent, func(c *apiv1.Cluster) {
+			c.Status.ManagedRolesStatus.PasswordStatus = map[string]apiv1.PasswordState{
+				"tsdbadmin": {TransactionID: 900, SecretResourceVersion: secret.ResourceVersion},
+			}
+		})
+		backedUp(t, done, f, "-fork-wal")
 		r := fromArchive(t, read(t, ctx, rt, f).cluster.Spec)
 		if r.RecoveryTarget.BackupID != "" || !strings.HasPrefix(r.RecoveryTarget.TargetTime, target.Format("2006-01-02 15:04:05")) {
 			t.Fatalf("recovery target %+v", r.RecoveryTarget)

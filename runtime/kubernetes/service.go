@@ -156,11 +156,7 @@ func (rt *Runtime) bootstrapFor(ctx context.Context, svc *dbcloud.Service) (*api
 			return nil, nil, dbcloud.Terminal(dbcloud.Errorf(dbcloud.KindConflict,
 				"Point-in-time forks need an object store for WAL; this %s runtime has none configured.", Name))
 		}
-		// The target may be in WAL the parent has not archived yet (it
-		// archives a segment when it is full, or after archive_timeout):
-		// a backup of a running parent ends by switching and archiving
-		// the WAL, so the archive then reaches past the target.
-		if err := rt.archiveCurrentWAL(ctx, ns, parent, pitrBackupName(name), serviceLabels(svc)); err != nil {
+		if err := rt.archivePastNow(ctx, ns, parent, name, serviceLabels(svc)); err != nil {
 			return nil, nil, err
 		}
 		t := metav1.NewTime(*svc.Fork.TargetTime)
@@ -182,18 +178,51 @@ func (rt *Runtime) bootstrapFor(ctx context.Context, svc *dbcloud.Service) (*api
 	return recoveryBootstrap(name, recoveryFrom{backupID: backup.Status.BackupID}), []apiv1.ExternalCluster{rt.objectStoreSource(parent)}, nil
 }
 
-// archiveCurrentWAL makes a running parent archive the WAL it has written
-// so far, by a backup. A hibernated parent cannot take one: what it can be
-// forked to is what it archived before it stopped.
-func (rt *Runtime) archiveCurrentWAL(ctx context.Context, ns, cluster, backup string, labels map[string]string) error {
+// archivePastNow makes the archive of a running parent reach past any
+// target a PITR fork may ask of it now. Recovery to a time stops before
+// the first transaction that ended after it, and fails (PostgreSQL 13 and
+// later) when the archive holds none: every fork of an idle parent to a
+// recent time would. So the parent first commits a transaction (markCommit),
+// then takes a backup, whose end switches and archives the WAL (a segment
+// is archived when full, or after archive_timeout, 5 min under CNPG).
+// A hibernated or deleted parent takes neither: what it can be forked to
+// is what it archived before it stopped.
+func (rt *Runtime) archivePastNow(ctx context.Context, ns, parent, fork string, labels map[string]string) error {
 	var c apiv1.Cluster
-	if err := rt.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: cluster}, &c); err != nil {
-		return err
-	}
-	if c.Annotations[HibernationAnnotation] == hibernationOn {
+	err := rt.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: parent}, &c)
+	if apierrors.IsNotFound(err) || err == nil && c.Annotations[HibernationAnnotation] == hibernationOn {
 		return nil
 	}
-	_, err := rt.freshBackup(ctx, ns, cluster, backup, labels)
+	if err != nil {
+		return err
+	}
+	if err := rt.markCommit(ctx, ns, parent, fork); err != nil {
+		return err
+	}
+	_, err = rt.freshBackup(ctx, ns, parent, pitrBackupName(fork), labels)
+	return err
+}
+
+// markCommit makes the cluster commit a transaction now. dbcloud holds no
+// superuser login into a Cluster, and needs none: a new version of
+// tsdbadmin's password Secret (the same verifier, an annotation naming the
+// fork and the time, so that every attempt makes a new version) makes CNPG
+// apply the managed role's password again, an ALTER ROLE that commits.
+func (rt *Runtime) markCommit(ctx context.Context, ns, cluster, fork string) error {
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: SecretName(cluster), Namespace: ns}}
+	if err := rt.upsert(ctx, secret, func() error {
+		if secret.CreationTimestamp.IsZero() {
+			return fmt.Errorf("no password Secret of %s to mark a commit with", cluster)
+		}
+		if secret.Annotations == nil {
+			secret.Annotations = map[string]string{}
+		}
+		secret.Annotations[commitMarkAnnotation] = fork + " " + time.Now().UTC().Format(time.RFC3339Nano)
+		return nil
+	}); err != nil {
+		return err
+	}
+	_, err := rt.waitBounded(ctx, rt.passwordApplied(ns, cluster))
 	return err
 }
 
@@ -410,17 +439,30 @@ func (rt *Runtime) SetPassword(ctx context.Context, svc *dbcloud.Service, verifi
 	if err := rt.upsertSecret(ctx, secret); err != nil {
 		return err
 	}
-	version := secret.ResourceVersion
-	_, err := rt.wait(ctx, func() (*dbcloud.Observation, bool, error) {
+	applied := rt.passwordApplied(ns, name)
+	_, err := rt.wait(ctx, func() (*dbcloud.Observation, bool, error) { return applied(ctx) })
+	return err
+}
+
+// passwordApplied checks that CNPG reports tsdbadmin's password applied
+// from the Secret as it is now (status.managedRolesStatus.passwordStatus),
+// so from every write to it made before the check. Not from one given
+// version: two writes close together (a new password, a commit marker) may
+// be applied as one, the later version only.
+func (rt *Runtime) passwordApplied(ns, cluster string) func(context.Context) (*dbcloud.Observation, bool, error) {
+	return func(ctx context.Context) (*dbcloud.Observation, bool, error) {
 		var c apiv1.Cluster
-		if err := rt.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &c); err != nil {
+		if err := rt.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: cluster}, &c); err != nil {
+			return nil, false, err
+		}
+		var secret corev1.Secret
+		if err := rt.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: SecretName(cluster)}, &secret); err != nil {
 			return nil, false, err
 		}
 		st, ok := c.Status.ManagedRolesStatus.PasswordStatus[owner]
-		return &dbcloud.Observation{Reason: "CloudNativePG has not applied the new password yet."},
-			ok && st.SecretResourceVersion == version, nil
-	})
-	return err
+		return &dbcloud.Observation{Reason: "CloudNativePG has not applied tsdbadmin's password Secret yet."},
+			ok && st.SecretResourceVersion == secret.ResourceVersion, nil
+	}
 }
 
 func (rt *Runtime) ensureNamespace(ctx context.Context, ns, projectID string) error {

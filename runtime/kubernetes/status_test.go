@@ -244,6 +244,16 @@ func TestUpdatePassword(t *testing.T) {
 		t.Fatalf("SetPassword returned before CNPG applied the password: %v", err)
 	case <-time.After(100 * time.Millisecond):
 	}
+	// Another write to the Secret (a PITR fork's commit marker) before
+	// CNPG reconciles: CNPG applies both as one, the later version only,
+	// and the new password is applied all the same.
+	if secret.Annotations == nil {
+		secret.Annotations = map[string]string{}
+	}
+	secret.Annotations["dbcloud.io/commit-mark"] = "a fork"
+	if err := shared.client.Update(ctx, &secret); err != nil {
+		t.Fatal(err)
+	}
 	writeStatus(t, ctx, rt, svc, func(c *apiv1.Cluster) {
 		c.Status.ManagedRolesStatus.PasswordStatus = map[string]apiv1.PasswordState{
 			"tsdbadmin": {TransactionID: 812, SecretResourceVersion: secret.ResourceVersion},
