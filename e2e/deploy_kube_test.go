@@ -98,8 +98,6 @@ func TestDeploy_TwoReplicas(t *testing.T) {
 	}
 }
 
-// freeze stops the dbcloud process of a pod with SIGSTOP, by the PID
-// containerd reports for its container on this node.
 // freezeLeaseHolder SIGSTOPs the pod whose engine holds the service's
 // lease, so that the delete's SIGTERM finds no process able to let the
 // lease go: a crash, and the other replica must wait out the lease's TTL.
@@ -124,7 +122,8 @@ func (d *deployment) freezeLeaseHolder(s *server, id string) string {
 	return ""
 }
 
-// freeze SIGSTOPs the pod's container process and returns its pid.
+// freeze stops the dbcloud process of a pod with SIGSTOP, by the PID
+// containerd reports for its container on this node, and returns the PID.
 func (d *deployment) freeze(pod string) int {
 	var p corev1.Pod
 	if err := d.kc.Get(context.Background(), client.ObjectKey{Namespace: d.ns, Name: pod}, &p); err != nil || len(p.Status.ContainerStatuses) != 1 {

@@ -51,6 +51,9 @@ objectstore_up() {
 	local data=$KUBE_STATE/objectstore creds ip
 	kube create namespace "$KUBE_OBJSTORE_NS" >/dev/null 2>&1 || true
 	creds=$(objstore_secret)
+	# errexit does not reach into a command substitution: a failed Secret would show only as
+	# a pod that never starts.
+	[[ $creds =~ ^[^\ ]+\ [^\ ]+$ ]] || die "object store credentials: cannot read Secret $KUBE_OBJSTORE_NS/$KUBE_OBJSTORE_SECRET"
 	# The data on the node, owned by the server's user; `down` removes $KUBE_STATE.
 	mkdir -p "$data"
 	chown 65532:65532 "$data"
@@ -155,7 +158,8 @@ plugin_certs() {
 	selfsigned() { # NAME CN EXTENSION...
 		local name=$1 cn=$2 ext=() e
 		shift 2
-		[ -f "$PKI/barman-cloud-$name.crt" ] && return 0
+		# Kept across `up`s while valid for another day; a cluster kept up longer gets new ones.
+		openssl x509 -checkend 86400 -noout -in "$PKI/barman-cloud-$name.crt" >/dev/null 2>&1 && return 0
 		for e in "keyUsage=critical,digitalSignature,keyEncipherment" "$@"; do ext+=(-addext "$e"); done
 		openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=$cn" "${ext[@]}" \
 			-keyout "$PKI/barman-cloud-$name.key" -out "$PKI/barman-cloud-$name.crt" 2>/dev/null

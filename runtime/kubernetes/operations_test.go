@@ -412,6 +412,29 @@ func TestForks(t *testing.T) {
 			t.Fatalf("recovery target %+v", r.RecoveryTarget)
 		}
 	})
+	t.Run("a plugin backup without its ID is not restored", func(t *testing.T) {
+		p := newService(parent.Spec)
+		if err := rt.Apply(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		pns, pname := rt.Namespace(p.ProjectID), kubernetes.ClusterName(p)
+		completedBackup(t, ctx, pns, pname, pname+"-noid", now)
+		b := &apiv1.Backup{}
+		if err := shared.client.Get(ctx, types.NamespacedName{Namespace: pns, Name: pname + "-noid"}, b); err != nil {
+			t.Fatal(err)
+		}
+		b.Status.BackupID = ""
+		if err := shared.client.Status().Update(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		f := newService(p.Spec)
+		f.ProjectID = p.ProjectID
+		f.Fork = &dbcloud.ForkSource{ProjectID: p.ProjectID, ServiceID: p.ID, Strategy: dbcloud.ForkLastSnapshot}
+		err := rt.Apply(ctx, f)
+		if err == nil || dbcloud.IsTerminal(err) {
+			t.Fatalf("fork from a backup without its ID: %v, want an error that is retried", err)
+		}
+	})
 	t.Run("a volume snapshot is restored as it is", func(t *testing.T) {
 		plain := newRuntime(t, kubernetes.Config{})
 		p := newService(parent.Spec)

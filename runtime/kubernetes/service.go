@@ -175,6 +175,11 @@ func (rt *Runtime) bootstrapFor(ctx context.Context, svc *dbcloud.Service) (*api
 	if backup.Spec.Method != apiv1.BackupMethodPlugin {
 		return recoveryBootstrap(name, recoveryFrom{backup: backup.Name}), nil, nil
 	}
+	if backup.Status.BackupID == "" {
+		// Without it barman would restore its newest backup, which may not
+		// be this one: retried until the plugin reports it.
+		return nil, nil, fmt.Errorf("backup %s of %s has no backup ID yet", backup.Name, parent)
+	}
 	return recoveryBootstrap(name, recoveryFrom{backupID: backup.Status.BackupID}), []apiv1.ExternalCluster{rt.objectStoreSource(parent)}, nil
 }
 
