@@ -384,6 +384,9 @@ func (b *bgRun) switchOver(ctx context.Context, st *bgState) error {
 	if err != nil {
 		return err
 	}
+	if err := b.refuseDatabasesMadeMeanwhile(ctx, sessions, green); err != nil {
+		return err
+	}
 	lsn, err := b.caughtUp(ctx, sessions)
 	if err != nil {
 		return err

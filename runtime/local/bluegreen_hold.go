@@ -61,8 +61,10 @@ type blueSessions struct {
 // openBlue opens dbcloud's sessions on blue: on postgres, and on the
 // databases that have sequences. In the databases the copy covers, the
 // upgrade's event trigger refuses CREATE SEQUENCE until the switch; a
-// database created since (CREATE DATABASE fires no event trigger) has
-// already made the switch refuse (refuseNewDatabases). A session on
+// database created since (CREATE DATABASE fires no event trigger) makes
+// the switch refuse, before anything is held (refuseNewDatabases) or, if
+// made while the tenant's sessions ended, once they are (refuseDatabases-
+// MadeMeanwhile). A session on
 // every database would take connection slots that a tenant's pool may
 // have filled up to the superuser-reserved ones; when even these are too
 // few the switch fails saying so, before anything is held.

@@ -390,7 +390,9 @@ func TestReleaseBlue_ContinuesWhenTheSealStays(t *testing.T) {
 // TestRefuseNewDatabases: a database made on blue after the copy began
 // has no subscription on green (CREATE DATABASE fires no event trigger),
 // so the switch is refused before anything is paused, naming it, rather
-// than failing after its whole catch-up wait with every session ended.
+// than failing after its whole catch-up wait with every session ended;
+// and one made while the switch ended the sessions is refused too, rather
+// than left behind on blue.
 // Another service's cluster, with the same databases, stands in for green.
 func TestRefuseNewDatabases(t *testing.T) {
 	const pw = "newdb-password-1"
@@ -413,6 +415,28 @@ func TestRefuseNewDatabases(t *testing.T) {
 	var failed *dbcloud.UpgradeFailed
 	if !errors.As(err, &failed) || !strings.Contains(failed.Reason, `"made during the copy"`) {
 		t.Errorf("a database made on blue during the copy: %v, want an UpgradeFailed naming it", err)
+	}
+
+	// One made after the switch opened dbcloud's sessions, by a tenant's
+	// session the switch then ended: the same refusal, read in dbcloud's
+	// open session.
+	if err := b.execEach(ctx, blue, "postgres", false, `DROP DATABASE "made during the copy"`); err != nil {
+		t.Fatal(err)
+	}
+	sessions, err := b.openBlue(ctx, blue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sessions.close(ctx)
+	if err := b.refuseDatabasesMadeMeanwhile(ctx, sessions, green); err != nil {
+		t.Fatalf("no database made since: %v, want the switch to go on", err)
+	}
+	if err := b.execEach(ctx, blue, "postgres", false, `CREATE DATABASE "made while sessions ended"`); err != nil {
+		t.Fatal(err)
+	}
+	err = b.refuseDatabasesMadeMeanwhile(ctx, sessions, green)
+	if !errors.As(err, &failed) || !strings.Contains(failed.Reason, `"made while sessions ended"`) {
+		t.Errorf("a database made on blue while the switch ended sessions: %v, want an UpgradeFailed naming it", err)
 	}
 }
 

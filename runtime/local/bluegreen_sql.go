@@ -66,6 +66,26 @@ func (b *bgRun) refuseNewDatabases(ctx context.Context, blue, green postgres.Spe
 	if err != nil {
 		return err
 	}
+	return b.refuseMissing(ctx, want, green)
+}
+
+// refuseDatabasesMadeMeanwhile is refuseNewDatabases once blue's sessions
+// are ended: a tenant's session could still create a database between the
+// first check and its end, and caughtUp waits only for the databases
+// openBlue listed, so green would lack it without a word. No tenant
+// session is left now, so this list is final. It reads it in dbcloud's
+// open session: a Direct blue's postmaster takes no new connection now.
+func (b *bgRun) refuseDatabasesMadeMeanwhile(ctx context.Context, sessions *blueSessions, green postgres.Spec) error {
+	want, err := dbsOf(ctx, sessions.conns["postgres"])
+	if err != nil {
+		return err
+	}
+	return b.refuseMissing(ctx, want, green)
+}
+
+// refuseMissing fails the switch, naming them, when green lacks databases
+// of want.
+func (b *bgRun) refuseMissing(ctx context.Context, want []bgDB, green postgres.Spec) error {
 	have, err := b.listDBs(ctx, green)
 	if err != nil {
 		return err
