@@ -18,22 +18,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=kube-node.env
 . "$here/kube-node.env"
-log() { echo "dbcloud: kube backup check: $*" >&2; }
-die() {
-	log "FAILED: $*"
-	exit 1
-}
-measure() { echo "measure: $*"; }
-now_ms() { date +%s%3N; }
-secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", (b - a) / 1000 }'; }
-poll() { # WHAT SECONDS CMD...
-	local what=$1 deadline=$(($(date +%s) + $2))
-	shift 2
-	until "$@" >/dev/null 2>&1; do
-		[ "$(date +%s)" -lt "$deadline" ] || die "$what: not within the deadline"
-		sleep 1
-	done
-}
+CHECK="kube backup check"
+# shellcheck source=kube-check-lib.sh
+. "$here/kube-check-lib.sh"
 
 kc=$("$here/kube-node.sh" up)
 export PATH="$(cat "$KUBE_STATE/bin"):$PATH"
