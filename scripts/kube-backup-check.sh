@@ -41,22 +41,7 @@ k patch objectstore store --type merge \
 	-p "{\"spec\":{\"configuration\":{\"destinationPath\":\"s3://$KUBE_OBJSTORE_BUCKET/$ns\"}}}" >/dev/null
 
 # cluster NAME BOOTSTRAP_AND_MORE_YAML creates a one-instance Cluster of our 17 image.
-cluster() {
-	k apply -f - >/dev/null <<EOF
-apiVersion: postgresql.cnpg.io/v1
-kind: Cluster
-metadata: {name: $1}
-spec:
-  instances: 1
-  imageName: $KUBE_IMAGE_POSTGRES17
-  imagePullPolicy: Never
-  storage: {size: 1Gi}
-  resources:
-    requests: {cpu: 100m, memory: 256Mi}
-    limits: {memory: 512Mi}
-$2
-EOF
-}
+cluster() { small_cluster "$1" "$ns" "$KUBE_IMAGE_POSTGRES17" "$2" | k apply -f - >/dev/null; }
 healthy() { # NAME
 	local phase ready
 	IFS='|' read -r phase ready <<<"$(k get cluster "$1" -o jsonpath='{.status.phase}|{.status.readyInstances}')"

@@ -20,3 +20,22 @@ poll() {
 		sleep 0.5
 	done
 }
+
+# small_cluster NAME NAMESPACE IMAGE [MORE_SPEC_YAML] prints a one-instance CNPG Cluster of an
+# image built here, small enough for the 2-core node to hold beside the e2e run's services.
+small_cluster() {
+	cat <<EOF
+apiVersion: postgresql.cnpg.io/v1
+kind: Cluster
+metadata: {name: $1, namespace: $2}
+spec:
+  instances: 1
+  imageName: $3
+  imagePullPolicy: Never
+  storage: {size: 1Gi}
+  resources:
+    requests: {cpu: 100m, memory: 256Mi}
+    limits: {memory: 512Mi}
+${4:-}
+EOF
+}

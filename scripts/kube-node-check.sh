@@ -56,19 +56,7 @@ ns=dbcloud-check
 k delete namespace "$ns" --ignore-not-found --wait=true >/dev/null
 k create namespace "$ns" >/dev/null
 t=$(now_ms)
-k apply -f - >/dev/null <<EOF
-apiVersion: postgresql.cnpg.io/v1
-kind: Cluster
-metadata: {name: check, namespace: $ns}
-spec:
-  instances: 1
-  imageName: $KUBE_IMAGE_POSTGRES
-  imagePullPolicy: Never
-  storage: {size: 1Gi}
-  resources:
-    requests: {cpu: 100m, memory: 256Mi}
-    limits: {memory: 512Mi}
-EOF
+small_cluster check "$ns" "$KUBE_IMAGE_POSTGRES" | k apply -f - >/dev/null
 healthy() { # INSTANCES: CNPG says healthy, that many ready, and no switchover pending
 	local phase ready cur tgt
 	IFS='|' read -r phase ready cur tgt <<<"$(k -n "$ns" get cluster check \
