@@ -4,6 +4,7 @@
 #
 #   scripts/kube-node.sh up       build what is missing (cached), start the cluster, print the
 #                                 kubeconfig path on stdout (everything else goes to stderr)
+#   scripts/kube-node.sh prepare  only build what is missing (host packages, binaries, images)
 #   scripts/kube-node.sh down     stop and remove everything `up` made
 #   scripts/kube-node.sh status   say what runs; exit 0 only when the node is Ready
 #
@@ -590,16 +591,24 @@ status() {
 	return 1
 }
 
-up() {
-	local t0 t t1
+# prepare installs the host packages and builds (or finds cached) every binary and image `up`
+# needs, and starts nothing: CI runs it beside the Go tests, at low priority.
+prepare() {
+	local t0
 	[ "$(id -u)" -eq 0 ] || die "run as root"
 	t0=$(now_ms)
 	host_packages
 	BIN=$("$here/kube-build.sh" kube-node)
 	DNSBIN=$("$here/kube-build.sh" coredns)
-	export PATH="$BIN:$PATH" # kubectl
 	for i in $IMAGES; do "$here/kube-images.sh" "$i" >/dev/null; done
 	log "binaries and images ready in $((($(now_ms) - t0) / 1000)) s"
+}
+
+up() {
+	local t0 t t1
+	t0=$(now_ms)
+	prepare
+	export PATH="$BIN:$PATH" # kubectl
 	t=$(now_ms)
 	mkdir -p "$KUBE_STATE" "$KUBE_RUN"
 	# `down` and `status` use the binaries this `up` ran, even after the pins change.
@@ -764,13 +773,14 @@ up)
 	fi
 	up
 	;;
+prepare) prepare ;;
 down) down ;;
 status)
 	[ ! -f "$KUBE_STATE/bin" ] || export PATH="$(cat "$KUBE_STATE/bin"):$PATH"
 	status
 	;;
 *)
-	echo "usage: kube-node.sh up|down|status" >&2
+	echo "usage: kube-node.sh up|prepare|down|status" >&2
 	exit 2
 	;;
 esac
