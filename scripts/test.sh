@@ -8,23 +8,24 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 scripts/deps.sh
+# On a fresh machine the cluster's binaries and images (Kubernetes, CloudNativePG, MinIO, the
+# barman-cloud plugin, Debian roots, this checkout's static dbcloud) take about 30 minutes to
+# build; they need only what deps.sh installed, so they build now, at the lowest priority,
+# while the Go tests below mostly wait on PostgreSQL, and the Kubernetes checks at the end wait
+# for them. Its own session, so that an early exit stops the whole build by its process group.
+kube_prepare_log=$(mktemp "${TMPDIR:-/tmp}/dbcloud-kube-prepare.XXXXXX")
+setsid nice -n 19 bash -c 'scripts/kube-node.sh prepare && scripts/kube-images.sh dbcloud >/dev/null' \
+	>"$kube_prepare_log" 2>&1 </dev/null &
+kube_prepare=$!
+trap 'kill -- -"$kube_prepare" 2>/dev/null || true; rm -f "$kube_prepare_log"' EXIT
 # go.mod and go.sum say exactly what the code imports.
 if ! go mod tidy -diff; then
 	echo "go.mod or go.sum is not tidy: run go mod tidy" >&2
 	exit 1
 fi
 go vet ./...
-# On a fresh machine the cluster's binaries and images (Kubernetes, CloudNativePG, MinIO, the
-# barman-cloud plugin, Debian roots) take about 30 minutes to build; they need only what deps.sh
-# installed, so they build now, at the lowest priority, while the Go tests below mostly wait on
-# PostgreSQL, and the Kubernetes checks at the end wait for them. Its own session, so that an
-# early exit stops the whole build by its process group.
-kube_prepare_log=$(mktemp "${TMPDIR:-/tmp}/dbcloud-kube-prepare.XXXXXX")
-setsid nice -n 19 scripts/kube-node.sh prepare >"$kube_prepare_log" 2>&1 </dev/null &
-kube_prepare=$!
-trap 'kill -- -"$kube_prepare" 2>/dev/null || true; rm -f "$kube_prepare_log"' EXIT
-# runtime/kubernetes' tests start a real kube-apiserver and etcd, built once
-# from the Go module proxy and cached (docs/kubernetes.md); never skipped here.
+# runtime/kubernetes' tests start a real kube-apiserver and etcd, the cluster's own (the
+# build above makes them first; this waits for it) (docs/kubernetes.md); never skipped here.
 KUBEBUILDER_ASSETS=$(scripts/kube-test-assets.sh)
 export KUBEBUILDER_ASSETS DBCLOUD_REQUIRE_KUBE=1
 # e2e runs its tests one after another on real binaries and PostgreSQL (about

@@ -1,7 +1,8 @@
 // Package kubetest starts a real kube-apiserver and etcd for tests, with
 // CloudNativePG's CRDs from the pinned module installed: controller-runtime's
 // envtest, pointed at the binaries scripts/kube-test-assets.sh builds from
-// the Go module proxy (tools/kube). There is no kubelet and no controller:
+// the Go module proxy (the single-node cluster's own kube-apiserver and
+// etcd, scripts/kube-build.sh kube-node). There is no kubelet and no controller:
 // objects are stored and validated, pods never run, and tests write the
 // statuses an operator would.
 package kubetest
