@@ -62,7 +62,12 @@ installed() {
 	grep -Eq "^default_version *= *'$upver'" "$share/extension/$ext.control" 2>/dev/null && [ -f "$so" ]
 }
 
-if installed; then
+dir="$CACHE/$pkg-$srcver-pg$major"
+# done_already: installed, and, when the caller copies the build from the cache (the Kubernetes
+# image, DBCLOUD_EXT_KEEP_BUILD=1), the cached build is there too: an install whose cache was
+# removed is built again.
+done_already() { installed && { [ "${DBCLOUD_EXT_KEEP_BUILD:-}" != 1 ] || [ -f "$dir/complete" ]; }; }
+if done_already; then
 	exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
@@ -79,11 +84,10 @@ install_build() { cp -a --remove-destination "$dir/root/." /; }
 mkdir -p "$CACHE"
 exec 9>"$CACHE/.lock"
 flock 9
-if installed; then
+if done_already; then
 	exit 0
 fi
 
-dir="$CACHE/$pkg-$srcver-pg$major"
 if [ -f "$dir/complete" ]; then
 	log "installing the cached build from $dir"
 	install_build

@@ -63,16 +63,17 @@ postgres)
 	name=$KUBE_IMAGE_POSTGRES
 	# The extensions are the host's builds, built against the same Debian 12 PostgreSQL
 	# headers; build them when missing (this also installs them on the host, as deps.sh does).
-	"$here/extensions.sh" timescaledb >&2
-	"$here/extensions.sh" pgvector >&2
+	DBCLOUD_EXT_KEEP_BUILD=1 "$here/extensions.sh" timescaledb >&2
+	DBCLOUD_EXT_KEEP_BUILD=1 "$here/extensions.sh" pgvector >&2
 	# dbcloud_guard, the library that keeps tenants inside their database (docs/security.md),
 	# as installed on the host by scripts/guard.sh from this checkout's source.
 	"$here/guard.sh" >&2
 	guardlib="$(/usr/lib/postgresql/$KUBE_PG_MAJOR/bin/pg_config --pkglibdir)/dbcloud_guard.so"
 	# shellcheck source=extensions.env
 	. "$here/extensions.env"
-	extdirs=("${DBCLOUD_EXT_CACHE:-/var/cache/dbcloud/extensions}/timescaledb-$TIMESCALEDB_SRC_VERSION/root"
-		"${DBCLOUD_EXT_CACHE:-/var/cache/dbcloud/extensions}/pgvector-$PGVECTOR_SRC_VERSION/root")
+	# Where extensions.sh keeps each build (its $dir), per PostgreSQL major version.
+	extdirs=("${DBCLOUD_EXT_CACHE:-/var/cache/dbcloud/extensions}/timescaledb-$TIMESCALEDB_SRC_VERSION-pg$KUBE_PG_MAJOR/root"
+		"${DBCLOUD_EXT_CACHE:-/var/cache/dbcloud/extensions}/pgvector-$PGVECTOR_SRC_VERSION-pg$KUBE_PG_MAJOR/root")
 	key() {
 		echo "$KUBE_DEBIAN_SUITE $KUBE_PG_MAJOR 2"
 		cat "$SOURCES"
