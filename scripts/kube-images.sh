@@ -63,8 +63,8 @@ postgres)
 	name=$KUBE_IMAGE_POSTGRES
 	# The extensions are the host's builds, built against the same Debian 12 PostgreSQL
 	# headers; build them when missing (this also installs them on the host, as deps.sh does).
-	DBCLOUD_EXT_KEEP_BUILD=1 "$here/extensions.sh" timescaledb >&2
-	DBCLOUD_EXT_KEEP_BUILD=1 "$here/extensions.sh" pgvector >&2
+	DBCLOUD_EXT_KEEP_BUILD=1 "$here/extensions.sh" timescaledb "$KUBE_PG_MAJOR" >&2
+	DBCLOUD_EXT_KEEP_BUILD=1 "$here/extensions.sh" pgvector "$KUBE_PG_MAJOR" >&2
 	# dbcloud_guard, the library that keeps tenants inside their database (docs/security.md),
 	# as installed on the host by scripts/guard.sh from this checkout's source.
 	"$here/guard.sh" >&2
