@@ -56,9 +56,10 @@ CTR() { ctr --address "$SOCK" -n k8s.io "$@"; }
 SYSCTLS="net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables vm.overcommit_memory vm.panic_on_oom
 kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes
 net.ipv4.conf.all.route_localnet net.netfilter.nf_conntrack_max"
-# Host paths the kubelet, containerd and CNI use whatever their configuration says; `down`
+# Host paths the kubelet, containerd and CNI use whatever their configuration says (the
+# kubelet's device plugin socket is under /var/lib/kubelet whatever its --root-dir); `down`
 # removes each only when `up` created it (recorded in $KUBE_STATE/created).
-HOSTPATHS="/var/lib/cni /var/log/containers /run/netns /etc/cni"
+HOSTPATHS="/var/lib/cni /var/log/containers /run/netns /etc/cni /var/lib/kubelet"
 
 # The images every `up` imports (scripts/kube-images.sh).
 IMAGES="pause postgres postgres17 operator pgbouncer minio barman-plugin barman-sidecar"
