@@ -144,5 +144,5 @@ got=$(sql pitr "SELECT string_agg(v, ',' ORDER BY v) FROM kept")
 [ "$got" = "before target,in backup" ] || die "recovered to $target: rows [$got], want [before target,in backup]"
 log "recovered to $target: rows [$got]"
 
-kubectl --kubeconfig "$kc" delete namespace "$ns" --wait=true --timeout=300s >/dev/null
+delete_namespace "$kc" "$ns" 300
 log "backups: archive, plugin Backup, recovery from it and PITR from the archive all checked"

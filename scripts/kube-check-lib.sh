@@ -21,6 +21,19 @@ poll() {
 	done
 }
 
+# delete_namespace KUBECONFIG NAMESPACE SECONDS deletes a check's namespace: its Clusters first,
+# then, once their pods are gone, the namespace. Deleting the namespace while CNPG's pods still
+# terminate can take a quarter of an hour: the namespace controller, finding pods left, looks
+# again only after half their grace period (CNPG's stopDelay, 1800 s by default); a CI run's
+# check waited 300 s for a namespace whose pods had gone in the first 25.
+delete_namespace() {
+	local kc=$1 ns=$2 seconds=$3
+	kubectl --kubeconfig "$kc" -n "$ns" delete clusters.postgresql.cnpg.io --all --wait=true --timeout="${seconds}s" >/dev/null
+	poll "pods of namespace $ns gone" "$seconds" no_pods "$kc" "$ns"
+	kubectl --kubeconfig "$kc" delete namespace "$ns" --wait=true --timeout="${seconds}s" >/dev/null
+}
+no_pods() { [ -z "$(kubectl --kubeconfig "$1" -n "$2" get pods -o name)" ]; }
+
 # small_cluster NAME NAMESPACE IMAGE [MORE_SPEC_YAML] prints a one-instance CNPG Cluster of an
 # image built here, small enough for the 2-core node to hold beside the e2e run's services.
 small_cluster() {
