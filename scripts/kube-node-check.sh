@@ -18,7 +18,10 @@
 #      kubepods cgroups, the state directories gone, host paths as before, sysctls as before.
 #
 # Each wait polls with a deadline. Run as root; prints one "measure: ..." line per number.
-# KUBE_CHECK_KEEP=1 leaves the cluster up (skips 6).
+# KUBE_CHECK_KEEP=1 leaves the cluster up (skips 6), whatever the result; otherwise a failed
+# check takes it down too. KUBE_CHECK_E2E=1 runs the e2e suite against the same cluster
+# (scripts/e2e-kube.sh) between 5 and 6, so that CI starts it once and checks what the suite's
+# pods leave behind as well; the script then fails if the suite did.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=kube-node.env
@@ -39,6 +42,16 @@ hostpaths_snapshot() { for p in /var/lib/cni /var/log/containers /run/netns /etc
 
 before_sysctls=$(sysctl_snapshot)
 before_paths=$(hostpaths_snapshot)
+
+dir=$(mktemp -d)
+finish() {
+	local rc=$?
+	rm -rf "$dir"
+	if [ "$rc" -ne 0 ] && [ "${KUBE_CHECK_KEEP:-}" != 1 ] && [ -z "${down_done:-}" ]; then
+		"$here/kube-node.sh" down || true
+	fi
+}
+trap finish EXIT
 
 t=$(now_ms)
 kc=$("$here/kube-node.sh" up)
@@ -68,8 +81,6 @@ measure "one-instance Cluster created to healthy: $(secs "$t" "$(now_ms)") s"
 
 # Connection over TLS, verifying CNPG's CA: the client checks the chain (verify-ca; the pod
 # IP is not one of the certificate's names, which are CNPG's Service names).
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
 k -n "$ns" get secret check-ca -o jsonpath='{.data.ca\.crt}' | base64 -d >"$dir/ca.crt"
 pw=$(k -n "$ns" get secret check-app -o jsonpath='{.data.password}' | base64 -d)
 rw=$(k -n "$ns" get service check-rw -o jsonpath='{.spec.clusterIP}')
@@ -106,17 +117,22 @@ t=$(now_ms)
 poll "old primary back as a replica" 300 healthy 2
 measure "old primary rejoined as a replica: $(secs "$t" "$(now_ms)") s after the write"
 
-k delete namespace "$ns" --wait=true --timeout=180s >/dev/null
+delete_namespace "$kc" "$ns" 180
 if [ "${KUBE_CHECK_BACKUPS:-1}" = 1 ]; then
 	"$here/kube-backup-check.sh"
 fi
+e2e_rc=0
+if [ "${KUBE_CHECK_E2E:-}" = 1 ]; then
+	KUBE_KEEP=1 "$here/e2e-kube.sh" || e2e_rc=$?
+fi
 if [ "${KUBE_CHECK_KEEP:-}" = 1 ]; then
 	log "cluster left up (KUBE_CHECK_KEEP=1): $kc"
-	exit 0
+	exit "$e2e_rc"
 fi
 
 t=$(now_ms)
 bins=$(cat "$KUBE_STATE/bin")
+down_done=1
 "$here/kube-node.sh" down
 measure "kube-node.sh down: $(secs "$t" "$(now_ms)") s"
 
@@ -154,3 +170,4 @@ if [ "$(sysctl_snapshot)" != "$before_sysctls" ]; then
 fi
 [ "$left" -eq 0 ] || die "down left things behind"
 log "down left nothing: processes, bridge and veths, iptables (v4+v6), mounts, cgroups, directories, host paths, sysctls checked"
+[ "$e2e_rc" -eq 0 ] || die "the e2e suite against the cluster failed (exit $e2e_rc)"
