@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -102,8 +103,10 @@ func summarize(in io.Reader, out io.Writer, slowest int) (failed bool, err error
 	}
 	// A test binary that died (a timeout's panic) leaves its running
 	// tests' output without an end: it explains the package's failure.
-	for key, lines := range held {
-		if len(lines) > 0 && key[1] != "" {
+	for _, key := range slices.SortedFunc(maps.Keys(held), func(a, b [2]string) int {
+		return strings.Compare(a[0]+" "+a[1], b[0]+" "+b[1])
+	}) {
+		if lines := held[key]; len(lines) > 0 && key[1] != "" {
 			fmt.Fprintf(out, "--- output of %s %s, which never finished:\n%s", key[0], key[1], strings.Join(lines, ""))
 		}
 	}
