@@ -197,9 +197,12 @@ func TestRuntime_ServiceLifecycle(t *testing.T) {
 	c.Close(ctx)
 
 	const newPW = "portable-password-2b7"
-	if code := s.call("POST", s.services()+"/"+id+"/updatePassword", map[string]string{"password": newPW}, nil); code != 204 {
-		t.Fatalf("updatePassword: %d", code)
+	var refusal map[string]any
+	began = time.Now()
+	if code := s.call("POST", s.services()+"/"+id+"/updatePassword", map[string]string{"password": newPW}, &refusal); code != 204 {
+		t.Fatalf("updatePassword: %d %v", code, refusal)
 	}
+	t.Logf("updatePassword: %.1f s", time.Since(began).Seconds())
 	s.mustConnect(svc, newPW).Close(ctx)
 	if old, err := s.connect(ctx, svc, pw); err == nil {
 		old.Close(ctx)

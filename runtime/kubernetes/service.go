@@ -63,9 +63,14 @@ func (rt *Runtime) waitBounded(ctx context.Context, check func(context.Context) 
 	return obs, err
 }
 
-// wait polls check until it says done.
+// wait polls check every PollInterval until it says done.
 func (rt *Runtime) wait(ctx context.Context, check func() (*dbcloud.Observation, bool, error)) (*dbcloud.Observation, error) {
-	t := time.NewTicker(rt.cfg.PollInterval)
+	return rt.waitEvery(ctx, rt.cfg.PollInterval, check)
+}
+
+// waitEvery polls check every interval until it says done.
+func (rt *Runtime) waitEvery(ctx context.Context, interval time.Duration, check func() (*dbcloud.Observation, bool, error)) (*dbcloud.Observation, error) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		obs, done, err := check()
@@ -431,6 +436,16 @@ func (rt *Runtime) deleteLabelled(ctx context.Context, ns string, sel client.Mat
 	return nil
 }
 
+// PasswordTimeout bounds an updatePassword on this runtime (serve sets it
+// as cloud.Cloud's PasswordTimeout). A new password reaches PostgreSQL in
+// three hops: the operator sees the Secret change and records its version
+// in the Cluster's status, the instance manager sees that and runs its
+// role synchronizer, which reports back in the status. Each hop is a
+// controller's queue, shared with every other Cluster it reconciles:
+// seconds when quiet, past the local runtime's 10 s while the operator
+// works through other Clusters' rollouts and backups.
+const PasswordTimeout = 45 * time.Second
+
 // SetPassword writes the verifier into the Secret and waits until CNPG
 // reports the role's password applied from that version of the Secret
 // (status.managedRolesStatus.passwordStatus), so the 204 follows the change.
@@ -441,11 +456,16 @@ func (rt *Runtime) SetPassword(ctx context.Context, svc *dbcloud.Service, verifi
 	ns := rt.Namespace(svc.ProjectID)
 	name := ClusterName(svc)
 	secret := secretFor(ns, name, verifier, serviceLabels(svc))
+	began := time.Now()
 	if err := rt.upsertSecret(ctx, secret); err != nil {
 		return err
 	}
 	applied := rt.passwordApplied(ns, name)
-	_, err := rt.wait(ctx, func() (*dbcloud.Observation, bool, error) { return applied(ctx) })
+	// A caller waits on this answer, so it is looked for more often than
+	// a rollout: two reads a poll, for seconds.
+	_, err := rt.waitEvery(ctx, min(rt.cfg.PollInterval, 250*time.Millisecond), func() (*dbcloud.Observation, bool, error) { return applied(ctx) })
+	// How long CNPG took is what decides PasswordTimeout; the log keeps it.
+	rt.log.Info("password applied", "namespace", ns, "cluster", name, "seconds", time.Since(began).Seconds(), "error", err)
 	return err
 }
 
