@@ -464,9 +464,14 @@ func (rt *Runtime) SetPassword(ctx context.Context, svc *dbcloud.Service, verifi
 	// A caller waits on this answer, so it is looked for more often than
 	// a rollout: two reads a poll, for seconds.
 	_, err := rt.waitEvery(ctx, min(rt.cfg.PollInterval, 250*time.Millisecond), func() (*dbcloud.Observation, bool, error) { return applied(ctx) })
-	// How long CNPG took is what decides PasswordTimeout; the log keeps it.
-	rt.log.Info("password applied", "namespace", ns, "cluster", name, "seconds", time.Since(began).Seconds(), "error", err)
-	return err
+	// How long CNPG takes is what PasswordTimeout is chosen by; the log
+	// keeps it.
+	if err != nil {
+		rt.log.Warn("password not applied", "namespace", ns, "cluster", name, "seconds", time.Since(began).Seconds(), "error", err)
+		return err
+	}
+	rt.log.Info("password applied", "namespace", ns, "cluster", name, "seconds", time.Since(began).Seconds())
+	return nil
 }
 
 // passwordApplied checks that CNPG reports tsdbadmin's password applied

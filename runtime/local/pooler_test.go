@@ -96,9 +96,11 @@ func mustPooler(tb testing.TB, size dbcloud.Size) *poolerFixture {
 	return f
 }
 
+// dsn allows a connection 30 s: a backend's start (TLS, SCRAM, the
+// guard's preload) has taken past 5 s under CI's load.
 func (f *poolerFixture) dsn(user, password, db string, port int) string {
 	return fmt.Sprintf("host=127.0.0.1 port=%d user=%s password=%s dbname=%s sslmode=verify-full sslrootcert=%s "+
-		"connect_timeout=5 default_query_exec_mode=simple_protocol",
+		"connect_timeout=30 default_query_exec_mode=simple_protocol",
 		port, postgres.QuoteDSN(user), postgres.QuoteDSN(password), postgres.QuoteDSN(db), postgres.QuoteDSN(f.caFile))
 }
 
