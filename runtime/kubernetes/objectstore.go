@@ -7,7 +7,9 @@ import (
 	"slices"
 	"strings"
 
+	apiv1 "github.com/cloudnative-pg/cloudnative-pg/api/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -56,6 +58,32 @@ func (rt *Runtime) ensureObjectStore(ctx context.Context, ns string) error {
 		store.SetLabels(mergeLabels(store.GetLabels(), map[string]string{LabelManagedBy: managedBy}))
 		return unstructured.SetNestedMap(store.Object, spec, "spec")
 	})
+}
+
+// ownObjectStore makes the project's copy of the object store, and the
+// credentials it names, dependents of cluster as well. Every Cluster of the
+// project owns them, so the garbage collector removes them with the last
+// one: a project without services keeps no credentials to the archive (the
+// next service copies them again). Without a template they are not the
+// runtime's, and nothing is done.
+func (rt *Runtime) ownObjectStore(ctx context.Context, cluster *apiv1.Cluster) error {
+	if rt.cfg.ObjectStore == "" || rt.cfg.ObjectStoreFrom == "" {
+		return nil
+	}
+	store := &unstructured.Unstructured{}
+	store.SetGroupVersionKind(objectStoreKind())
+	store.SetNamespace(cluster.Namespace)
+	store.SetName(rt.cfg.ObjectStore)
+	if err := rt.own(ctx, cluster, store); err != nil {
+		return fmt.Errorf("object store %s/%s: %w", cluster.Namespace, rt.cfg.ObjectStore, err)
+	}
+	conf, _, _ := unstructured.NestedFieldNoCopy(store.Object, "spec", "configuration")
+	for _, name := range secretRefs(conf) {
+		if err := rt.own(ctx, cluster, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.Namespace, Name: name}}); err != nil {
+			return fmt.Errorf("object store secret %s/%s: %w", cluster.Namespace, name, err)
+		}
+	}
+	return nil
 }
 
 // projectObjectStoreSpec is the template's spec with the project's own

@@ -87,6 +87,28 @@ func TestObjectStoreTemplate(t *testing.T) {
 		t.Fatalf("copied secret key %q, want the template's", s)
 	}
 
+	// The copies go with the project's last Cluster: each of its Clusters
+	// owns them, and the garbage collector keeps them while one is left.
+	other := newService(dbcloud.ServiceSpec{Size: dbcloud.SharedSize, Environment: dbcloud.EnvDev, Running: true})
+	other.ProjectID = svc.ProjectID
+	if err := rt.Apply(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	copiedSecret := &corev1.Secret{}
+	if err := shared.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: creds}, copiedSecret); err != nil {
+		t.Fatal(err)
+	}
+	if err := shared.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: store}, got); err != nil {
+		t.Fatal(err)
+	}
+	for _, owner := range []*dbcloud.Service{svc, other} {
+		c := read(t, ctx, rt, owner).cluster
+		if !ownedBy(got, c) || !ownedBy(copiedSecret, c) {
+			t.Fatalf("the ObjectStore %v and the Secret %v are not both owned by Cluster %s",
+				got.GetOwnerReferences(), copiedSecret.OwnerReferences, c.Name)
+		}
+	}
+
 	secret.Data["ACCESS_SECRET_KEY"] = []byte("rotated")
 	if err := shared.client.Update(ctx, secret); err != nil {
 		t.Fatal(err)

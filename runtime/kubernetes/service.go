@@ -132,6 +132,9 @@ func (rt *Runtime) Apply(ctx context.Context, svc *dbcloud.Service) error {
 	if err := rt.own(ctx, cluster, secret); err != nil {
 		return err
 	}
+	if err := rt.ownObjectStore(ctx, cluster); err != nil {
+		return err
+	}
 	if err := rt.ensurePooler(ctx, cluster, svc.Spec.Pooler, apiv1.PoolerTypeRW, svc.Spec.Environment, serviceLabels(svc)); err != nil {
 		return err
 	}
