@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"dbcloud"
@@ -447,16 +449,29 @@ func (s *server) checkNothingLeft(kc client.Client, id string, within time.Durat
 	})
 }
 
+// checkArchiveCopiesGone polls until the namespace holds nothing dbcloud
+// copied into it for the project's archive (the ObjectStore and the
+// credentials it names): they go with the project's last service, so a
+// project without services keeps no key to the object store.
+func (s *server) checkArchiveCopiesGone(kc client.Client, within time.Duration) {
+	s.t.Helper()
+	s.checkGone(kc, within, func(o metav1.Object) bool {
+		return o.GetLabels()[kubernetes.LabelManagedBy] == "dbcloud"
+	})
+}
+
 // checkGone polls until the namespace holds no Cluster, pod,
-// PersistentVolumeClaim, Secret or Service that ofDeleted says belonged to
-// what was deleted.
+// PersistentVolumeClaim, Secret, Service or barman-cloud ObjectStore that
+// ofDeleted says belonged to what was deleted.
 func (s *server) checkGone(kc client.Client, within time.Duration, ofDeleted func(metav1.Object) bool) {
 	s.t.Helper()
 	var left []string
 	for deadline := time.Now().Add(within); ; time.Sleep(time.Second) {
 		left = left[:0]
+		stores := &unstructured.UnstructuredList{}
+		stores.SetGroupVersionKind(schema.GroupVersionKind{Group: "barmancloud.cnpg.io", Version: "v1", Kind: "ObjectStoreList"})
 		for _, list := range []client.ObjectList{&apiv1.ClusterList{}, &corev1.PodList{}, &corev1.PersistentVolumeClaimList{},
-			&corev1.SecretList{}, &corev1.ServiceList{}} {
+			&corev1.SecretList{}, &corev1.ServiceList{}, stores} {
 			if err := kc.List(context.Background(), list, client.InNamespace(s.kubeNamespace())); err != nil {
 				s.t.Fatal(err)
 			}

@@ -233,7 +233,10 @@ func TestRuntime_ServiceLifecycle(t *testing.T) {
 	}
 	s.waitGone(id, readyWithin())
 	if onKubernetes() {
-		s.checkNothingLeft(kubeClient(t), id, 2*time.Minute)
+		kc := kubeClient(t)
+		s.checkNothingLeft(kc, id, 2*time.Minute)
+		// It was the project's only service.
+		s.checkArchiveCopiesGone(kc, 2*time.Minute)
 	}
 }
 
