@@ -444,10 +444,12 @@ func (rt *Runtime) deleteLabelled(ctx context.Context, ns string, sel client.Mat
 // three hops: the operator sees the Secret change and records its version
 // in the Cluster's status, the instance manager sees that and runs its
 // role synchronizer, which reports back in the status. Each hop is a
-// controller's queue, shared with every other Cluster it reconciles:
-// seconds when quiet, past the local runtime's 10 s while the operator
-// works through other Clusters' rollouts and backups.
-const PasswordTimeout = 45 * time.Second
+// controller's queue, shared with every other Cluster it reconciles: 4-8 s
+// when quiet, past the local runtime's 10 s while the operator works
+// through other Clusters' rollouts and backups. It stays under 30 s, the
+// original CLI's whole-request timeout: a client that gave up would not
+// be told whether its password changed.
+const PasswordTimeout = 25 * time.Second
 
 // SetPassword writes the verifier into the Secret and waits until CNPG
 // reports the role's password applied from that version of the Secret
