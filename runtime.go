@@ -133,6 +133,17 @@ type Capabilities struct {
 	// BlueGreen upgrades onto a new cluster and rolls back to the old
 	// one; without it BLUE_GREEN and ROLLBACK are refused.
 	BlueGreen BlueGreenUpgrader
+	// PasswordBudget is how long the runtime's SetPassword may take
+	// before updatePassword answers 409; without it the service layer's
+	// default applies.
+	PasswordBudget PasswordBudgeter
+}
+
+// PasswordBudgeter is implemented by runtimes that know how long their
+// password change takes to be applied: milliseconds on the host, seconds
+// through an operator's controllers.
+type PasswordBudgeter interface {
+	PasswordBudget() time.Duration
 }
 
 // CapabilitiesOf reports the optional capabilities of rt.
@@ -149,6 +160,7 @@ func CapabilitiesOf(rt any) Capabilities {
 	c.Waker, _ = rt.(Waker)
 	c.Upgrader, _ = rt.(Upgrader)
 	c.BlueGreen, _ = rt.(BlueGreenUpgrader)
+	c.PasswordBudget, _ = rt.(PasswordBudgeter)
 	return c
 }
 

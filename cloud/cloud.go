@@ -108,6 +108,9 @@ func New(store dbcloud.Store, runtime dbcloud.Runtime, cfg Config, logger *slog.
 		logger = slog.Default()
 	}
 	c := &Cloud{Store: store, Runtime: runtime, Config: cfg, Logger: logger, Now: time.Now, PasswordTimeout: DefaultPasswordTimeout}
+	if b := dbcloud.CapabilitiesOf(runtime).PasswordBudget; b != nil {
+		c.PasswordTimeout = b.PasswordBudget()
+	}
 	if ss, ok := dbcloud.UnwrapStore(store).(dbcloud.SeriesStore); ok {
 		c.History = &history.Series{Store: ss}
 	}

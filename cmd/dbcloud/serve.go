@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"dbcloud/cloud"
-	"dbcloud/runtime/kubernetes"
 	"dbcloud/sizing"
 
 	"dbcloud"
@@ -414,9 +413,6 @@ func (m *Main) openControlPlane(ctx context.Context) (*tls.Config, error) {
 		return nil, err
 	}
 	m.cloud = cloud.New(m.store, rt, c.domain(), m.Logger)
-	if c.Runtime == "kubernetes" {
-		m.cloud.PasswordTimeout = kubernetes.PasswordTimeout
-	}
 	m.cloud.Network = network
 	m.engine = engine.New(m.store, rt, c.NodeID, m.Logger)
 	m.engine.Network = network

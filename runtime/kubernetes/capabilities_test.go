@@ -12,7 +12,7 @@ import (
 // capabilities its declaration in runtime.go names, so the engine and the
 // service layer neither skip one it has nor ask for one it lacks.
 func TestCapabilities(t *testing.T) {
-	want := []string{"ReplicaSets", "Backups"}
+	want := []string{"ReplicaSets", "Backups", "PasswordBudget"}
 	caps := reflect.ValueOf(dbcloud.CapabilitiesOf(&Runtime{}))
 	for i := range caps.NumField() {
 		name := caps.Type().Field(i).Name

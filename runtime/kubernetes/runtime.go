@@ -109,13 +109,15 @@ type Runtime struct {
 // windows map onto it. It has no capacity report (the cluster's scheduler
 // decides placement), and snapshots and restore checks are CNPG's backups,
 // not mapped yet (issue 32); nor does it upgrade a major version in place
-// (no Upgrader: upgradeService answers 409 naming this runtime).
-// TestCapabilities keeps this list true.
+// (no Upgrader: upgradeService answers 409 naming this runtime). Its
+// password changes go through CNPG's controllers, hence a budget of their
+// own (PasswordBudget). TestCapabilities keeps this list true.
 var (
 	_ dbcloud.Runtime               = (*Runtime)(nil)
 	_ dbcloud.Provisioner           = (*Runtime)(nil)
 	_ dbcloud.ReplicaSetProvisioner = (*Runtime)(nil)
 	_ dbcloud.Backups               = (*Runtime)(nil)
+	_ dbcloud.PasswordBudgeter      = (*Runtime)(nil)
 )
 
 // Scheme returns a scheme with Kubernetes' built-in types and CNPG's.

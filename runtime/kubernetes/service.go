@@ -439,8 +439,8 @@ func (rt *Runtime) deleteLabelled(ctx context.Context, ns string, sel client.Mat
 	return nil
 }
 
-// PasswordTimeout bounds an updatePassword on this runtime (serve sets it
-// as cloud.Cloud's PasswordTimeout). A new password reaches PostgreSQL in
+// PasswordTimeout bounds an updatePassword on this runtime
+// (PasswordBudget). A new password reaches PostgreSQL in
 // three hops: the operator sees the Secret change and records its version
 // in the Cluster's status, the instance manager sees that and runs its
 // role synchronizer, which reports back in the status. Each hop is a
@@ -450,6 +450,9 @@ func (rt *Runtime) deleteLabelled(ctx context.Context, ns string, sel client.Mat
 // original CLI's whole-request timeout: a client that gave up would not
 // be told whether its password changed.
 const PasswordTimeout = 25 * time.Second
+
+// PasswordBudget is PasswordTimeout (dbcloud.PasswordBudgeter).
+func (rt *Runtime) PasswordBudget() time.Duration { return PasswordTimeout }
 
 // SetPassword writes the verifier into the Secret and waits until CNPG
 // reports the role's password applied from that version of the Secret

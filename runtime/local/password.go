@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -12,6 +13,12 @@ import (
 	"dbcloud"
 	"dbcloud/runtime/local/postgres"
 )
+
+// PasswordBudget is how long an updatePassword may take here
+// (dbcloud.PasswordBudgeter): the ALTER ROLE on the host's primary
+// answers in milliseconds, so the budget only bounds a tenant that holds
+// a lock on its own role, whose request then fails alone.
+func (rt *Runtime) PasswordBudget() time.Duration { return 10 * time.Second }
 
 // SetPassword makes the verifier tsdbadmin's password on the running primary.
 func (rt *Runtime) SetPassword(ctx context.Context, svc *dbcloud.Service, verifier string) error {
