@@ -224,23 +224,29 @@ type density struct {
 
 // grow makes services until there are n, densityBatch at a time: each
 // batch is created eight POSTs at a time (each answered 202 at once; the
-// engine does the work), waited for until READY and measured, and those
-// past the first d.ready are parked before the next batch.
+// engine does the work) and waited for until READY, and those past the
+// first d.ready are then parked. Parking overlaps the next batch: the
+// previous batch must show parked only before this one is parked, so that
+// auto-pause's idle wait runs while the next batch is made, and at most
+// two batches besides the READY ones are running at any time.
 func (d *density) grow(b *testing.B, n int) {
 	b.Helper()
+	var parking []string
 	for len(d.ids) < n && (d.until.IsZero() || time.Now().Before(d.until)) {
 		first := len(d.ids)
 		d.create(b, min(n, first+densityBatch))
 		batch := d.ids[first:]
 		d.waitReady(b, batch)
-		var park []string
+		d.waitParked(b, parking)
+		parking = nil
 		for i, id := range batch {
 			if first+i >= d.ready {
-				park = append(park, id)
+				parking = append(parking, id)
 			}
 		}
-		d.parkAll(b, park)
+		d.askPark(b, parking)
 	}
+	d.waitParked(b, parking)
 }
 
 // create makes services until there are n.
@@ -331,16 +337,10 @@ func (d *density) waitFor(b *testing.B, ids []string, within time.Duration, ok f
 // densityIdleSeconds is the idle_seconds the autopause parking asks for.
 const densityIdleSeconds = 60
 
-// parkAll parks services and waits until each shows PAUSED.
-//
-// HOOK (auto-pause, issue 33): with DBCLOUD_DENSITY_PARK=autopause each is
-// given setAutoPause {"idle_seconds": 60} and left idle for the engine to
-// pause; until that route exists it answers 404 and the run fails here.
-func (d *density) parkAll(b *testing.B, ids []string) {
+// askPark asks for services to be parked: stopped, or with auto-pause
+// (setAutoPause {"idle_seconds": 60}) left idle for the engine to pause.
+func (d *density) askPark(b *testing.B, ids []string) {
 	b.Helper()
-	if len(ids) == 0 {
-		return
-	}
 	for _, id := range ids {
 		path, body := d.s.services()+"/"+id+"/stop", any(nil)
 		if d.park == "autopause" {
@@ -350,6 +350,15 @@ func (d *density) parkAll(b *testing.B, ids []string) {
 		if code, err := d.s.do("POST", path, body, &out); err != nil || code >= 300 {
 			b.Fatalf("park %s (%s): %d %v %s", id, d.park, code, err, out.Message)
 		}
+	}
+}
+
+// waitParked waits until each of ids shows PAUSED (a stopped service
+// shows it too).
+func (d *density) waitParked(b *testing.B, ids []string) {
+	b.Helper()
+	if len(ids) == 0 {
+		return
 	}
 	within := time.Duration(len(ids)) * 5 * time.Second
 	if d.park == "autopause" {
