@@ -120,6 +120,12 @@ type Instances struct {
 	waiting atomic.Int32
 	// templateMu makes one template at a time (template.go).
 	templateMu sync.Mutex
+	// copy is the copy of the template that the pool's entries clone now
+	// (template_copies.go), templateFanOut how many take one (0: the
+	// default).
+	copyMu         sync.Mutex
+	copy           *templateCopy
+	templateFanOut int
 	cancel     context.CancelFunc
 	loops      supervise.Group // the pool refill (pool.go)
 

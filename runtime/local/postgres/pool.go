@@ -207,6 +207,7 @@ func (m *Instances) cleanPool() error {
 	// making the new one and removing the old).
 	if key, err := m.templateKey(); err == nil {
 		m.removeStaleTemplates(poolTemplatePrefix + key)
+		m.removeTemplateCopies(filepath.Join(m.PoolDir, poolTemplatePrefix+key))
 	}
 	return nil
 }

@@ -67,16 +67,18 @@ func (m *Instances) makeCluster(ctx context.Context, work string, owner *osuser.
 	if err != nil {
 		return "", err
 	}
-	stats, err := treecopy.Tree(ctx, filepath.Join(tpl, "pgdata"), filepath.Join(work, "pgdata"), treecopy.Options{
-		Owner: m.Owner(s),
-		Nice:  nice,
-		// Left out: postmaster.opts (the command line of the template's
-		// preparation run, not this copy's) and the WAL, which
-		// newSystemIdentifier writes anew.
-		Skip: func(rel string, d fs.DirEntry) (bool, bool) {
-			return rel == "postmaster.opts" || (strings.HasPrefix(rel, "pg_wal/") && d.Type().IsRegular()), false
-		},
+	src, release := tpl, func() {}
+	if build {
+		// The plane keeping the pool spreads its clones over copies of
+		// the template (cloneSource).
+		if src, release, err = m.cloneSource(ctx, tpl, nice); err != nil {
+			return "", err
+		}
+	}
+	stats, err := treecopy.Tree(ctx, filepath.Join(src, "pgdata"), filepath.Join(work, "pgdata"), treecopy.Options{
+		Owner: m.Owner(s), Nice: nice, Skip: skipInCopies,
 	})
+	release()
 	if err != nil {
 		return "", err
 	}
@@ -96,6 +98,13 @@ func (m *Instances) makeCluster(ctx context.Context, work string, owner *osuser.
 		return "template clone", nil
 	}
 	return "template copy", nil
+}
+
+// skipInCopies leaves out of a copy of the template postmaster.opts (the
+// command line of the template's preparation run, not the copy's) and the
+// WAL, which newSystemIdentifier writes anew.
+func skipInCopies(rel string, d fs.DirEntry) (bool, bool) {
+	return rel == "postmaster.opts" || (strings.HasPrefix(rel, "pg_wal/") && d.Type().IsRegular()), false
 }
 
 // template returns the directory of the template for the current inputs,

@@ -52,6 +52,10 @@ type Options struct {
 	// the instances' groups (cgroup v1 with dbcloud in the root group) it
 	// weighs against them too.
 	Nice int
+	// Unshared makes every file a copy of its bytes that shares no block
+	// with its source, even where the filesystem clones: a new source for
+	// many clones (the pool's template, package postgres).
+	Unshared bool
 }
 
 // Stats says what Tree did.
@@ -184,7 +188,7 @@ func (c *copier) copyFile(j job) (int64, bool, error) {
 		return 0, false, err
 	}
 	defer in.Close()
-	return copyOpen(in, filepath.Join(c.dst, j.rel), j.mode, c.opt.Owner, c.opt.Sync, &c.noClone)
+	return copyOpen(in, filepath.Join(c.dst, j.rel), j.mode, c.opt.Owner, c.opt.Sync, &c.noClone, c.opt.Unshared)
 }
 
 // dir copies the directory d (rel to the source's root) and, unless
@@ -278,11 +282,12 @@ func File(src, dst string, mode fs.FileMode, owner *syscall.Credential, sync boo
 		return 0, false, err
 	}
 	defer in.Close()
-	return copyOpen(in, dst, mode, owner, sync, noClone)
+	return copyOpen(in, dst, mode, owner, sync, noClone, false)
 }
 
-// copyOpen copies the open file in to a new file dst.
-func copyOpen(in *os.File, dst string, mode fs.FileMode, owner *syscall.Credential, sync bool, noClone *atomic.Bool) (n int64, cloned bool, err error) {
+// copyOpen copies the open file in to a new file dst; unshared copies
+// its bytes (Options.Unshared).
+func copyOpen(in *os.File, dst string, mode fs.FileMode, owner *syscall.Credential, sync bool, noClone *atomic.Bool, unshared bool) (n int64, cloned bool, err error) {
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
 		return 0, false, err
@@ -296,6 +301,20 @@ func copyOpen(in *os.File, dst string, mode fs.FileMode, owner *syscall.Credenti
 		if err := out.Chown(int(owner.Uid), int(owner.Gid)); err != nil {
 			return 0, false, err
 		}
+	}
+	if unshared {
+		// The copy takes the flag too, so that what clones it can be
+		// made where clones of in could.
+		if err := volume.MatchNoCOW(out, in); err != nil {
+			return 0, false, err
+		}
+		// Through a buffer: copy_file_range, which io.Copy would use,
+		// clones on btrfs. The wrappers hide ReadFrom and WriteTo.
+		n, err = io.CopyBuffer(struct{ io.Writer }{out}, struct{ io.Reader }{in}, make([]byte, 1<<20))
+		if err == nil && sync {
+			err = out.Sync()
+		}
+		return n, false, err
 	}
 	if noClone == nil || !noClone.Load() {
 		// A NOCOW file clones only into a NOCOW file, and a
