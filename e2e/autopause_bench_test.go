@@ -34,10 +34,22 @@ func BenchmarkWake(b *testing.B) {
 	dsn := s.dsn(svc, pw)
 	s.setAutoPause(svc.ServiceID, 60)
 	var wake, ready []time.Duration
+	var wakes []createTiming
 	for range n {
 		s.waitStatus(svc.ServiceID, "PAUSED", 2*time.Minute)
-		wake = append(wake, firstRow(b, dsn, false))
+		begin := time.Now()
+		took := firstRow(b, dsn, false)
+		wake = append(wake, took)
+		wakes = append(wakes, createTiming{id: svc.ServiceID, start: begin, took: took})
 		s.waitStatus(svc.ServiceID, "READY", time.Minute)
+	}
+	// Where the median wake's time went, from the server's log.
+	p50 := percentile(wake, 0.5)
+	for _, w := range wakes {
+		if w.took == p50 {
+			b.Logf("steps of the p50 wake (%v), ms from the client's connect:\n%s", p50.Round(time.Millisecond), s.steps(w))
+			break
+		}
 	}
 	s.setAutoPause(svc.ServiceID, 0)
 	for range n {
