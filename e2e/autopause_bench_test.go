@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,7 +49,8 @@ func BenchmarkWake(b *testing.B) {
 	p50 := percentile(wake, 0.5)
 	for _, w := range wakes {
 		if w.took == p50 {
-			b.Logf("steps of the p50 wake (%v), ms from the client's connect:\n%s", p50.Round(time.Millisecond), s.steps(w))
+			b.Logf("steps of the p50 wake (%v), ms from the client's connect:\n%s\nPostgreSQL's log of it:\n%s",
+				p50.Round(time.Millisecond), s.steps(w), s.serverLogOf(w))
 			break
 		}
 	}
@@ -65,6 +68,33 @@ func BenchmarkWake(b *testing.B) {
 	}
 	b.ReportMetric(float64(percentile(wake, 0.5))/float64(percentile(bare, 0.5)), "wake/bare-p50")
 	b.ReportMetric(0, "ns/op")
+}
+
+// serverLogOf lists what the service's PostgreSQL logged (its jsonlog
+// files) while t ran, as "<ms since t's start> <process> <message>" lines.
+func (s *server) serverLogOf(t createTiming) string {
+	files, _ := filepath.Glob(filepath.Join(s.runtimeDir(), "services", t.id, "*", "log", "*.json"))
+	var out strings.Builder
+	for _, f := range files {
+		raw, _ := os.ReadFile(f)
+		for _, line := range strings.Split(string(raw), "\n") {
+			var entry struct {
+				Timestamp   string `json:"timestamp"`
+				BackendType string `json:"backend_type"`
+				Message     string `json:"message"`
+			}
+			if json.Unmarshal([]byte(line), &entry) != nil {
+				continue
+			}
+			at, err := time.Parse("2006-01-02 15:04:05.000 MST", entry.Timestamp)
+			// The log's millisecond precision: from a millisecond before.
+			if err != nil || at.Before(t.start.Add(-time.Millisecond)) || at.After(t.start.Add(t.took)) {
+				continue
+			}
+			fmt.Fprintf(&out, "  %6.0f  %s: %s\n", float64(at.Sub(t.start).Milliseconds()), entry.BackendType, entry.Message)
+		}
+	}
+	return out.String()
 }
 
 // firstRow times one connection and its first row; with retry it tries

@@ -172,6 +172,10 @@ func BenchmarkDensity(b *testing.B) {
 				n, min(n, ready), park, fs, cpu, host, loadgen.Ms(get.P50), loadgen.Ms(get.P99), loadgen.Ms(list.P50), loadgen.Ms(list.P99), mem, (before-availAt[len(availAt)-1])>>20,
 				cost, connected, woken, detect.Round(time.Millisecond), repair.Round(time.Millisecond))
 			b.Log(line)
+			b.Logf("disk of the first service (READY): %s", d.diskOf(b, d.ids[0]))
+			if len(d.ids) > d.ready {
+				b.Logf("disk of the last service (parked): %s", d.diskOf(b, d.ids[len(d.ids)-1]))
+			}
 			if pprofDir != "" {
 				// Also at once: the report comes only after the cleanup
 				// of hundreds of services, minutes later.

@@ -189,3 +189,52 @@ func procStatus(pid int) (rssKB int64, fdLimit string) {
 	}
 	return rssKB, fdLimit
 }
+
+// diskOf says where one service's disk goes: each directory of its
+// service directory, and the WAL in its instances' data directories, with
+// the bytes their files hold and, on btrfs, the part no other file shares
+// (btrfs filesystem du: a clone shares its blocks with what it was cloned
+// from until either is written).
+func (d *density) diskOf(b *testing.B, id string) string {
+	b.Helper()
+	dir := filepath.Join(d.s.runtimeDir(), "services", id)
+	paths, _ := filepath.Glob(filepath.Join(dir, "*"))
+	wal, _ := filepath.Glob(filepath.Join(dir, "*", "pgdata", "pg_wal"))
+	paths = append(paths, wal...)
+	if len(paths) == 0 {
+		return "no files"
+	}
+	var parts []string
+	if d.fs == "btrfs" {
+		out, err := exec.Command("btrfs", append([]string{"filesystem", "du", "-s", "--raw"}, paths...)...).Output()
+		if err != nil {
+			b.Fatalf("btrfs filesystem du %s: %v", dir, err)
+		}
+		// Total, Exclusive, Set shared, Filename, under a heading line.
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n")[1:] {
+			f := strings.Fields(l)
+			if len(f) < 4 {
+				continue
+			}
+			total, _ := strconv.ParseInt(f[0], 10, 64)
+			excl, _ := strconv.ParseInt(f[1], 10, 64)
+			rel, _ := filepath.Rel(dir, f[3])
+			parts = append(parts, fmt.Sprintf("%s %.1f MiB (%.1f its own)", rel, float64(total)/(1<<20), float64(excl)/(1<<20)))
+		}
+		return strings.Join(parts, ", ")
+	}
+	out, err := exec.Command("du", append([]string{"-s", "-B1"}, paths...)...).Output()
+	if err != nil {
+		b.Fatalf("du %s: %v", dir, err)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		n, _ := strconv.ParseInt(f[0], 10, 64)
+		rel, _ := filepath.Rel(dir, f[1])
+		parts = append(parts, fmt.Sprintf("%s %.1f MiB", rel, float64(n)/(1<<20)))
+	}
+	return strings.Join(parts, ", ")
+}
