@@ -56,7 +56,7 @@ func (rt *Runtime) storageSettings(serviceID string, limit int64, settings map[s
 	settings["max_slot_wal_keep_size"] = strconv.FormatInt(slotWALKeep(limit)>>20, 10) // MB
 	if w := maxWALSize(limit); w > 0 {
 		settings["max_wal_size"] = strconv.FormatInt(w>>20, 10) // MB
-		settings["min_wal_size"] = "32"                         // two segments: keep no more than that recycled
+		settings["min_wal_size"] = "32"                         // MB: keep no more than that recycled
 	}
 	return settings
 }

@@ -156,9 +156,9 @@ func dataVersion(pgdata string) (int, error) {
 	return strconv.Atoi(strings.TrimSpace(string(b[:n])))
 }
 
-// run runs a PostgreSQL program of binDir as the service's OS user in the
-// upgrade directory; its output goes to the service's log.
-func (u *upgradeRun) run(ctx context.Context, binDir, name string, args ...string) (string, error) {
+// command is a PostgreSQL program of binDir run as the service's OS user,
+// in the upgrade's work directory.
+func (u *upgradeRun) command(ctx context.Context, binDir, name string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, name), args...)
 	cmd.Dir = u.work
 	if _, err := os.Stat(u.work); err != nil {
@@ -168,7 +168,13 @@ func (u *upgradeRun) run(ctx context.Context, binDir, name string, args ...strin
 	// pg_upgrade dies with dbcloud: the next attempt undoes what it left
 	// (undoInterrupted), which one still running would race.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: u.owner, Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.CombinedOutput()
+	return cmd
+}
+
+// run runs a PostgreSQL program of binDir as the service's OS user in the
+// upgrade directory; its output goes to the service's log.
+func (u *upgradeRun) run(ctx context.Context, binDir, name string, args ...string) (string, error) {
+	out, err := u.command(ctx, binDir, name, args...).CombinedOutput()
 	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		if l = strings.TrimRight(l, " "); l != "" {
 			u.note("LOG", name+": "+l)
@@ -241,8 +247,14 @@ func (u *upgradeRun) prepareWork() error {
 }
 
 // initCluster makes an empty cluster of the target version in dir, as
-// the pool's clusters are made, with upgradeConf.
-func (u *upgradeRun) initCluster(ctx context.Context, dir string) error {
+// the pool's clusters are made, with upgradeConf and the WAL segment size
+// of the cluster at from, as pg_upgrade requires (services made before
+// the pool's clusters had smaller segments have 16 MiB ones).
+func (u *upgradeRun) initCluster(ctx context.Context, dir, from string) error {
+	segMB, err := u.walSegmentMB(ctx, from)
+	if err != nil {
+		return err
+	}
 	if err := u.rt.instances.MakeServerDir(u.spec, dir); err != nil {
 		return err
 	}
@@ -252,10 +264,27 @@ func (u *upgradeRun) initCluster(ctx context.Context, dir string) error {
 		return err
 	}
 	if _, err := u.run(ctx, u.toBin, "initdb", "-D", dir, "-N", "-k", "-U", "postgres", "-A", "peer",
-		"-E", "UTF8", "--locale=C"); err != nil {
+		"-E", "UTF8", "--locale=C", "--wal-segsize="+strconv.Itoa(segMB)); err != nil {
 		return err
 	}
 	return u.writeConf(dir)
+}
+
+// walSegmentMB reads the WAL segment size of the cluster at pgdata from
+// its control file, in MiB.
+func (u *upgradeRun) walSegmentMB(ctx context.Context, pgdata string) (int, error) {
+	out, err := u.command(ctx, u.fromBin, "pg_controldata", "-D", pgdata).CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("pg_controldata %s: %w: %s", pgdata, err, lastLines(string(out), 5))
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(l, "Bytes per WAL segment:"); ok {
+			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n >= 1<<20 {
+				return n >> 20, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("pg_controldata %s: no WAL segment size in %q", pgdata, lastLines(string(out), 40))
 }
 
 func (u *upgradeRun) writeConf(pgdata string) error {

@@ -51,7 +51,7 @@ func (u *upgradeRun) rehearse(ctx context.Context) error {
 		return err
 	}
 	u.done("rehearsal_copy", fmt.Sprintf("copied the running data (%d MiB)", snap.Bytes>>20))
-	if err := u.initCluster(ctx, newData); err != nil {
+	if err := u.initCluster(ctx, newData, oldData); err != nil {
 		return err
 	}
 	if err := u.pgUpgrade(ctx, oldData, newData, "--check"); err != nil {
@@ -142,7 +142,7 @@ func (u *upgradeRun) upgradeService(ctx context.Context) error {
 	if err := os.RemoveAll(newData); err != nil {
 		return err
 	}
-	if err := u.initCluster(ctx, newData); err != nil {
+	if err := u.initCluster(ctx, newData, pgdata); err != nil {
 		return err
 	}
 	if err := u.rt.instances.Exec(ctx, u.spec, "postgres", "CHECKPOINT"); err != nil {

@@ -126,8 +126,8 @@ type Instances struct {
 	copyMu         sync.Mutex
 	copy           *templateCopy
 	templateFanOut int
-	cancel     context.CancelFunc
-	loops      supervise.Group // the pool refill (pool.go)
+	cancel         context.CancelFunc
+	loops          supervise.Group // the pool refill (pool.go)
 
 	// versions holds the Instances of the other PostgreSQL versions by
 	// their BinDir (AddVersion), each with its own pool and template.
