@@ -251,7 +251,7 @@ func (u *upgradeRun) prepareWork() error {
 // of the cluster at from, as pg_upgrade requires (services made before
 // the pool's clusters had smaller segments have 16 MiB ones).
 func (u *upgradeRun) initCluster(ctx context.Context, dir, from string) error {
-	segMB, err := u.walSegmentMB(ctx, from)
+	segMB, err := u.walSegmentMB(ctx, u.fromBin, from)
 	if err != nil {
 		return err
 	}
@@ -270,10 +270,10 @@ func (u *upgradeRun) initCluster(ctx context.Context, dir, from string) error {
 	return u.writeConf(dir)
 }
 
-// walSegmentMB reads the WAL segment size of the cluster at pgdata from
-// its control file, in MiB.
-func (u *upgradeRun) walSegmentMB(ctx context.Context, pgdata string) (int, error) {
-	out, err := u.command(ctx, u.fromBin, "pg_controldata", "-D", pgdata).CombinedOutput()
+// walSegmentMB reads the WAL segment size of the cluster at pgdata (of
+// the version in binDir) from its control file, in MiB.
+func (u *upgradeRun) walSegmentMB(ctx context.Context, binDir, pgdata string) (int, error) {
+	out, err := u.command(ctx, binDir, "pg_controldata", "-D", pgdata).CombinedOutput()
 	if err != nil {
 		return 0, fmt.Errorf("pg_controldata %s: %w: %s", pgdata, err, lastLines(string(out), 5))
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -31,6 +32,45 @@ func TestPGUpgradeReason(t *testing.T) {
 	if !strings.HasPrefix(got, "Checking data type usage: Data type checks failed: Your installation contains one of the reg* data types") ||
 		!strings.Contains(got, "cannot currently be upgraded.") || strings.Contains(got, "/srv") || strings.Contains(got, "Failure") {
 		t.Errorf("reason %q", got)
+	}
+}
+
+// TestRuntime_UpgradeKeepsWALSegmentSize: an upgrade's new cluster has
+// the WAL segment size of the service's, as pg_upgrade requires: the
+// 1 MiB of the clusters made now, and 16 MiB for a service made before.
+func TestRuntime_UpgradeKeepsWALSegmentSize(t *testing.T) {
+	rt := versionsRuntime(t)
+	svc := newTestService(t, rt, "upseg", "upgrade-password-2", nil)
+	svc.Spec.PGVersion = 15
+	mustEnsure(t, rt, svc)
+	svc.UpgradeTo = 17
+	ctx := context.Background()
+	u, err := rt.newUpgrade(ctx, svc, func(dbcloud.UpgradeStep) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := u.prepareWork(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(u.work) })
+	old16 := filepath.Join(u.work, "old16")
+	if _, err := u.run(ctx, u.fromBin, "initdb", "-D", old16, "-N", "-U", "postgres", "-A", "peer", "--wal-segsize=16"); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		from string
+		want int
+	}{{u.spec.PGData(), postgres.WALSegmentMB}, {old16, 16}} {
+		if got, err := u.walSegmentMB(ctx, u.fromBin, c.from); err != nil || got != c.want {
+			t.Errorf("%s: segments of %d MiB (%v), want %d", c.from, got, err, c.want)
+		}
+		dir := filepath.Join(u.work, "new"+strconv.Itoa(i))
+		if err := u.initCluster(ctx, dir, c.from); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := u.walSegmentMB(ctx, u.toBin, dir); err != nil || got != c.want {
+			t.Errorf("new cluster for %s: segments of %d MiB (%v), want %d", c.from, got, err, c.want)
+		}
 	}
 }
 
