@@ -2,6 +2,8 @@ package console
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -114,6 +116,11 @@ func (h *Handler) errorMessage(r *http.Request, err error) string {
 	path := r.URL.Path
 	if strings.HasPrefix(path, "/invite/") {
 		path = "/invite/..." // the rest is an invitation's secret
+	}
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		// The browser navigated away mid-request: nobody sees this page.
+		h.logger.Info("console request abandoned by client", "path", path, "err", err)
+		return "Internal error."
 	}
 	h.logger.Error("console", "path", path, "err", err)
 	return "Internal error."

@@ -1,6 +1,7 @@
 package http
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -71,7 +72,11 @@ func errorResponse(err error) (int, errorBody, time.Duration) {
 // writeError writes the error body with the headers its status needs.
 func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err error) {
 	status, body, retryAfter := errorResponse(err)
-	if status == http.StatusInternalServerError {
+	switch {
+	case status == http.StatusInternalServerError && clientGone(r, err):
+		// Nobody is waiting for this answer: not the server's fault.
+		logger.InfoContext(r.Context(), "request abandoned by client", "request_id", requestID(r.Context()), "error", err)
+	case status == http.StatusInternalServerError:
 		logger.ErrorContext(r.Context(), "request failed", "request_id", requestID(r.Context()), "error", err)
 	}
 	switch status {
@@ -87,6 +92,12 @@ func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err
 		}
 	}
 	writeJSON(w, status, body)
+}
+
+// clientGone reports whether err is only the request's own context ending
+// because the client closed the connection.
+func clientGone(r *http.Request, err error) bool {
+	return errors.Is(err, context.Canceled) && r.Context().Err() != nil
 }
 
 func writeJSON(w http.ResponseWriter, status int, body any) {
