@@ -18,6 +18,9 @@ type ack struct {
 	server string
 	port   int
 	at     time.Time
+	// login and loggedIn bound the login of the connection that carried
+	// it: where a failover's first write spent its time.
+	login, loggedIn time.Time
 }
 
 // ackWriter inserts ids through a service's endpoint, one commit at a
@@ -70,6 +73,7 @@ func (w *ackWriter) run(s *server, svc service, password string, from int) {
 			conn.Close(ctx)
 		}
 	}()
+	var login, loggedIn time.Time
 	for i := from; ; i++ {
 		select {
 		case <-w.stop:
@@ -79,7 +83,9 @@ func (w *ackWriter) run(s *server, svc service, password string, from int) {
 		if conn == nil {
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			var err error
+			login = time.Now()
 			conn, err = s.connect(cctx, svc, password)
+			loggedIn = time.Now()
 			cancel()
 			if conn == nil {
 				w.serverError(&w.refused, err)
@@ -99,7 +105,7 @@ func (w *ackWriter) run(s *server, svc service, password string, from int) {
 			w.serverError(&w.ended, err)
 			continue
 		}
-		a.id, a.at = i, time.Now()
+		a.id, a.at, a.login, a.loggedIn = i, time.Now(), login, loggedIn
 		w.mu.Lock()
 		w.acks = append(w.acks, a)
 		w.mu.Unlock()
@@ -151,13 +157,19 @@ func (w *ackWriter) halt() []ack {
 // server for which from is true, and returns when the first of them was.
 func (w *ackWriter) waitAcks(t testing.TB, n int, since time.Time, from func(ack) bool, within time.Duration) time.Time {
 	t.Helper()
+	return w.waitFirst(t, n, since, from, within).at
+}
+
+// waitFirst is waitAcks returning the first of the n acknowledgements.
+func (w *ackWriter) waitFirst(t testing.TB, n int, since time.Time, from func(ack) bool, within time.Duration) ack {
+	t.Helper()
 	for deadline := time.Now().Add(within); ; time.Sleep(10 * time.Millisecond) {
-		var first time.Time
+		var first ack
 		got := 0
 		for _, a := range w.snapshot() {
 			if a.at.After(since) && from(a) {
 				if got == 0 {
-					first = a.at
+					first = a
 				}
 				got++
 			}

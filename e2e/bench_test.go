@@ -549,7 +549,7 @@ func BenchmarkFailover(b *testing.B) {
 		s := newServer(b)
 		svc, password := s.haService(b)
 		var kill, removed []time.Duration
-		var killed []createTiming // each SIGKILL's break and its time to the first write
+		var killed []failoverResult // each SIGKILL's
 		for i := range 2 * runs {
 			brk, into := killPrimary, &kill
 			if i%2 == 1 {
@@ -558,17 +558,24 @@ func BenchmarkFailover(b *testing.B) {
 			r := s.failover(b, svc, password, (i+1)*1_000_000, brk)
 			*into = append(*into, r.took)
 			if i%2 == 0 {
-				killed = append(killed, createTiming{id: svc.ServiceID, start: r.broken, took: r.took})
+				killed = append(killed, r)
 			}
 			b.Logf("run %d (%s): %v, %d acknowledged commits, none lost", i+1, map[bool]string{true: "SIGKILL", false: "data removed"}[i%2 == 0], r.took, r.acked)
 		}
 		// Where the time of the median SIGKILL went: the server's log
-		// lines about the service, in ms from the kill.
+		// lines about the service, PostgreSQL's own, and the client's
+		// login and write, in ms from the kill.
 		p50 := percentile(kill, 0.5)
-		for _, k := range killed {
-			if k.took == p50 {
-				b.Logf("steps of the p50 SIGKILL failover (%v), ms from the kill:\n%s", p50.Round(time.Millisecond), s.steps(k))
+		for _, r := range killed {
+			if r.took != p50 {
+				continue
 			}
+			k := createTiming{id: svc.ServiceID, start: r.broken, took: r.took}
+			ms := func(t time.Time) float64 { return float64(t.Sub(r.broken).Microseconds()) / 1000 }
+			b.Logf("steps of the p50 SIGKILL failover (%v), ms from the kill:\n%s"+
+				"PostgreSQL's log:\n%s"+
+				"the client: login began %.1f, logged in %.1f, first write acknowledged %.1f",
+				p50.Round(time.Millisecond), s.steps(k), s.serverLogOf(k), ms(r.first.login), ms(r.first.loggedIn), ms(r.first.at))
 		}
 		b.ReportMetric(p50.Seconds(), "p50-s")
 		b.ReportMetric(percentile(kill, 0.95).Seconds(), "p95-s")

@@ -199,7 +199,8 @@ func (s *server) failover(t testing.TB, svc service, password string, from int, 
 	primary, oldPort := s.haPrimary(svc.ServiceID)
 	broken, offset := time.Now(), s.logOffset()
 	breakPrimary(t, filepath.Join(s.dir, "runtime", "services", svc.ServiceID, strconv.Itoa(primary)))
-	firstOK := w.waitAcks(t, 1, broken, func(a ack) bool { return a.port != oldPort }, 60*time.Second)
+	first := w.waitFirst(t, 1, broken, func(a ack) bool { return a.port != oldPort }, 60*time.Second)
+	firstOK := first.at
 	// A few writes on the new primary too.
 	w.waitAcks(t, 10, firstOK, anyServer, 60*time.Second)
 	acks := w.halt()
@@ -228,7 +229,7 @@ func (s *server) failover(t testing.TB, svc service, password string, from int, 
 	// The engine showed the service UNSTABLE during the failover, however
 	// briefly: its log line comes after the status change committed.
 	sawUnstable := len(s.logLines(offset, "service unhealthy", svc.ServiceID)) > 0
-	return failoverResult{broken: broken, took: firstOK.Sub(broken), acked: len(acks), sawUnstable: sawUnstable}
+	return failoverResult{broken: broken, took: firstOK.Sub(broken), acked: len(acks), sawUnstable: sawUnstable, first: first}
 }
 
 type failoverResult struct {
@@ -236,6 +237,7 @@ type failoverResult struct {
 	took        time.Duration // break to the first write acknowledged by the new primary
 	acked       int           // commits acknowledged, all found on the new primary
 	sawUnstable bool          // the service was shown UNSTABLE meanwhile
+	first       ack           // the first write acknowledged by the new primary
 }
 
 // instancesRunning counts the instances of a service with a live
