@@ -2,12 +2,16 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"dbcloud"
 	"dbcloud/internal/tenantfs"
@@ -138,28 +142,18 @@ func (rt *Runtime) failover(ctx context.Context, svc *dbcloud.Service, base post
 	fenced := time.Now()
 	// The most advanced standby by WAL received (flushed): with ANY n, every
 	// acknowledged commit is on at least one standby, hence on this one.
-	best, bestLSN := -1, int64(-1)
-	for _, n := range candidates {
-		spec := rt.haSpec(svc, base, st, n)
-		lsn, err := rt.instances.ReceivedLSN(ctx, spec)
-		if err != nil {
-			rt.cfg.Logger.Warn("read standby position", "instance", spec.ID, "error", err)
-			continue
-		}
-		if lsn > bestLSN {
-			best, bestLSN = n, lsn
-		}
+	best, err := rt.mostAdvanced(ctx, svc, base, st, candidates)
+	if err != nil {
+		return fmt.Errorf("failover of %s: %w", svc.ID, err)
 	}
-	if best < 0 {
-		return fmt.Errorf("failover of %s: no standby answers", svc.ID)
-	}
-	newSpec := rt.haSpec(svc, base, st, best)
+	defer best.conn.Close(context.WithoutCancel(ctx))
+	newSpec := best.spec
 	picked := time.Now()
-	if err := rt.promote(ctx, newSpec); err != nil {
+	if err := promote(ctx, best.conn, newSpec); err != nil {
 		return fmt.Errorf("failover of %s: %w", svc.ID, err)
 	}
 	promoted := time.Now()
-	st.Primary = best
+	st.Primary = best.n
 	st.Sync, st.SyncCount = nil, 0 // until the others stream from it
 	if !slices.Contains(st.Rebuild, old) {
 		st.Rebuild = append(st.Rebuild, old)
@@ -167,7 +161,7 @@ func (rt *Runtime) failover(ctx context.Context, svc *dbcloud.Service, base post
 	if err := rt.saveHA(svc.ID, st); err != nil {
 		return err
 	}
-	newSpec = rt.haSpec(svc, base, st, best)
+	newSpec = rt.haSpec(svc, base, st, best.n)
 	// Clients first: the promoted standby takes writes as it is; its
 	// config as a primary (no primary_conninfo, no synchronous standby
 	// yet: both reloadable) follows.
@@ -186,7 +180,7 @@ func (rt *Runtime) failover(ctx context.Context, svc *dbcloud.Service, base post
 	rt.primaryUp(svc.ID)
 	// pg_rewind reads the new timeline from the control file, which the
 	// first checkpoint after promotion writes.
-	if err := rt.instances.Exec(ctx, newSpec, "postgres", "CHECKPOINT"); err != nil {
+	if _, err := best.conn.Exec(ctx, "CHECKPOINT"); err != nil {
 		rt.cfg.Logger.Warn("checkpoint after promotion", "instance", newSpec.ID, "error", err)
 	}
 	// The other standbys follow the new primary (the callers' ensureStandby
@@ -194,18 +188,62 @@ func (rt *Runtime) failover(ctx context.Context, svc *dbcloud.Service, base post
 	return nil
 }
 
-// promote ends spec's recovery and returns once it takes writes.
-// pg_promote(wait => true) and pg_ctl promote -w both look every 100 ms,
-// while a promotion here takes a few ms: it is asked for without waiting
-// and watched every proc.PollInterval instead.
-func (rt *Runtime) promote(ctx context.Context, spec postgres.Spec) error {
+// candidate is a standby that may take over, with a superuser session
+// on it and how much WAL it has received.
+type candidate struct {
+	n    int
+	spec postgres.Spec
+	conn *pgx.Conn
+	lsn  int64
+	err  error
+}
+
+// mostAdvanced returns the candidate standby with the most WAL received,
+// its session still open for the promotion. A superuser login starts a
+// backend, a hundred milliseconds or more on a busy host while the
+// failover's other work runs, so every candidate is asked at once and the
+// winner's session is kept rather than opened again to promote it.
+func (rt *Runtime) mostAdvanced(ctx context.Context, svc *dbcloud.Service, base postgres.Spec, st *haState, ns []int) (*candidate, error) {
+	cs := make([]candidate, len(ns))
+	var wg sync.WaitGroup
+	for i, n := range ns {
+		c := &cs[i]
+		c.n, c.spec = n, rt.haSpec(svc, base, st, n)
+		wg.Go(func() {
+			if c.conn, c.err = rt.instances.Connect(ctx, c.spec, "postgres"); c.err == nil {
+				c.lsn, c.err = postgres.ReceivedLSN(ctx, c.conn)
+			}
+		})
+	}
+	wg.Wait()
+	var best *candidate
+	for i := range cs {
+		c := &cs[i]
+		if c.err != nil {
+			rt.cfg.Logger.Warn("read standby position", "instance", c.spec.ID, "error", c.err)
+		} else if best == nil || c.lsn > best.lsn {
+			best = c
+		}
+	}
+	for i := range cs {
+		if c := &cs[i]; c.conn != nil && c != best {
+			c.conn.Close(context.WithoutCancel(ctx))
+		}
+	}
+	if best == nil {
+		return nil, errors.New("no standby answers")
+	}
+	return best, nil
+}
+
+// promote ends the recovery of the standby conn is a superuser session
+// on, and returns once it takes writes. pg_promote(wait => true) and
+// pg_ctl promote -w both look every 100 ms, while a promotion here takes a
+// few ms: it is asked for without waiting and watched every
+// proc.PollInterval instead.
+func promote(ctx context.Context, conn *pgx.Conn, spec postgres.Spec) error {
 	ctx, cancel := context.WithTimeout(ctx, promoteTimeout)
 	defer cancel()
-	conn, err := rt.instances.Connect(ctx, spec, "postgres")
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
 	var signalled bool
 	if err := conn.QueryRow(ctx, "SELECT pg_promote(false)").Scan(&signalled); err != nil || !signalled {
 		return fmt.Errorf("promote %s: %v (signalled %v)", spec.ID, err, signalled)

@@ -154,15 +154,13 @@ func (m *Instances) RestartpointPastParameters(ctx context.Context, primary, sta
 	return nil
 }
 
-// ReceivedLSN is how much WAL a standby has safely received.
-func (m *Instances) ReceivedLSN(ctx context.Context, spec Spec) (int64, error) {
-	conn, err := m.Connect(ctx, spec, "postgres")
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
+// ReceivedLSN is how much WAL the standby conn is connected to (a
+// superuser connection, Connect) has safely received. It takes the
+// connection rather than a Spec so that a failover can read every
+// candidate's at once and promote the winner over the same session.
+func ReceivedLSN(ctx context.Context, conn *pgx.Conn) (int64, error) {
 	var lsn int64
-	err = conn.QueryRow(ctx, `SELECT greatest(
+	err := conn.QueryRow(ctx, `SELECT greatest(
 		coalesce(pg_last_wal_receive_lsn() - '0/0', 0),
 		coalesce(pg_last_wal_replay_lsn() - '0/0', 0))::bigint`).Scan(&lsn)
 	return lsn, err
