@@ -29,8 +29,8 @@ go run ./cmd/dbcloud-bench -short -check
 # The Kubernetes runtime against real pods (issue 32, docs/kubernetes.md): a
 # single-node cluster with CloudNativePG built on this machine from Go
 # modules and Debian packages, cached under /var/cache/dbcloud/kube-node
-# (the first run on a fresh machine builds for about 40 minutes; later runs
-# take seconds). One cluster for both: the check proves it (a CNPG cluster
+# (the first run on a fresh machine builds for 17 to 40 minutes, by the
+# machine; later runs take seconds). A whole fresh run: docs/kubernetes.md. One cluster for both: the check proves it (a CNPG cluster
 # healthy, TLS from the host, a failover), the e2e suite runs with
 # -e2e.runtime=kubernetes against it, then `down` and the check that nothing
 # is left. The check's own backup part is skipped here: the suite's
