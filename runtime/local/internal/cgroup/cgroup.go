@@ -306,6 +306,23 @@ func (l Limits) shares() int {
 	return 1024
 }
 
+// burstFor is the CPU burst (µs) a group with these limits may take on
+// top of its quota in one period: as much as the quota, the kernel's
+// maximum, from CPU it left unused before. A quota spreads a
+// short task over periods: a shared instance (half a core) that starts,
+// or wakes for a client, needs about 100 ms of CPU for its startup, its
+// first sessions and dbcloud's own, and without a burst sleeps through
+// half of each period while doing it, which doubles a wake. Over any
+// longer stretch the group still gets no more than its quota, and its
+// weight still decides who runs when the host is busy. Setting the
+// limits refills the budget, so a new group starts with the burst too.
+func burstFor(l Limits) string {
+	if l.CPUMillis <= 0 {
+		return "0"
+	}
+	return strconv.Itoa(l.CPUMillis * cfsPeriod / 1000)
+}
+
 // SetLimits applies the limits and, where the pids controller is there,
 // PidsMax. They take effect immediately for running processes.
 func (g *Group) SetLimits(l Limits) error {

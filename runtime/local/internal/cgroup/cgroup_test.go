@@ -92,7 +92,7 @@ func fakeV2(t *testing.T) (root string, g *Group) {
 		}
 	}
 	for name, content := range map[string]string{
-		"cpu.max": "max 100000\n", "cpu.weight": "100\n", "memory.max": "max\n", "pids.max": "max\n", "cgroup.procs": "",
+		"cpu.max": "max 100000\n", "cpu.max.burst": "0\n", "cpu.weight": "100\n", "memory.max": "max\n", "pids.max": "max\n", "cgroup.procs": "",
 		"cpu.stat":       "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n",
 		"memory.current": "104857600\n",
 		"memory.stat":    "anon 1000\nfile 60000000\nactive_file 20000000\ninactive_file 41943040\n",
@@ -123,7 +123,7 @@ func TestGroup_V2Files(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(root, Parent, "cgroup.subtree_control")); !strings.Contains(string(got), "+pids") {
 		t.Errorf("Parent's subtree_control = %q, want pids enabled", got)
 	}
-	for name, want := range map[string]string{"cpu.max": "50000 100000", "cpu.weight": "20", "memory.max": "536870912",
+	for name, want := range map[string]string{"cpu.max": "50000 100000", "cpu.max.burst": "50000", "cpu.weight": "20", "memory.max": "536870912",
 		"pids.max": strconv.Itoa(PidsMax)} {
 		if got, _ := os.ReadFile(filepath.Join(g.SpawnDir(), name)); !strings.HasPrefix(string(got), want) {
 			t.Errorf("%s = %q, want %q", name, got, want)
@@ -191,6 +191,41 @@ func TestSpawnIntoV2Group(t *testing.T) {
 	procs, err := g.Procs()
 	if err != nil || len(procs) != 1 || procs[0] != c.PID {
 		t.Errorf("group procs = %v, %v; want [%d]", procs, err, c.PID)
+	}
+}
+
+// On v1 a group may burst by one period's quota (burstFor), and the kernel
+// takes every change of size: it refuses a burst above the quota, so a
+// smaller size after a larger one must clear the burst before it lowers
+// the quota.
+func TestCPUBurst_V1(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("making cgroups needs root")
+	}
+	h := NewHierarchy(nil)
+	if h.Version() != 1 {
+		t.Skip("needs cgroup v1")
+	}
+	id := "burst-test-" + strconv.Itoa(os.Getpid())
+	g := h.Ensure(id, nil)
+	if g == nil {
+		t.Fatal("Ensure: no group")
+	}
+	t.Cleanup(func() { g.Remove(time.Now().Add(10 * time.Second)) })
+	burst := filepath.Join(g.dirs["cpu"], "cpu.cfs_burst_us")
+	if _, err := os.Stat(burst); err != nil {
+		t.Skip("kernel without cpu.cfs_burst_us (before 5.14)")
+	}
+	for _, c := range []struct {
+		millis int
+		want   string
+	}{{2000, "200000"}, {500, "50000"}, {0, "0"}, {250, "25000"}} {
+		if err := g.SetLimits(Limits{CPUMillis: c.millis}); err != nil {
+			t.Fatalf("SetLimits(%d millicores): %v", c.millis, err)
+		}
+		if got, _ := os.ReadFile(burst); strings.TrimSpace(string(got)) != c.want {
+			t.Errorf("at %d millicores cpu.cfs_burst_us = %q, want %s", c.millis, got, c.want)
+		}
 	}
 }
 
