@@ -21,6 +21,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"dbcloud/runtime/local/internal/proc"
 )
 
 // Parent is the group under which every instance gets its own group, at
@@ -321,6 +323,23 @@ func burstFor(l Limits) string {
 		return "0"
 	}
 	return strconv.Itoa(l.CPUMillis * cfsPeriod / 1000)
+}
+
+// withBurst runs set, which writes the quota, between clearing the burst
+// file at path and setting it to burstFor(l): the kernel refuses a burst
+// above the quota, and the new quota may be lower than the old one. A
+// kernel before 5.14 has no such file, and no burst.
+func withBurst(path string, l Limits, set func() error) error {
+	if _, err := os.Stat(path); err != nil {
+		return set()
+	}
+	if err := proc.WriteControlFile(path, "0"); err != nil {
+		return err
+	}
+	if err := set(); err != nil {
+		return err
+	}
+	return proc.WriteControlFile(path, burstFor(l))
 }
 
 // SetLimits applies the limits and, where the pids controller is there,

@@ -36,27 +36,21 @@ func (g *Group) setLimitsV1(l Limits) error {
 	if l.MemoryBytes > 0 {
 		limit = strconv.FormatInt(l.MemoryBytes, 10)
 	}
-	// The kernel refuses a burst above the quota: it is cleared before a
-	// quota that may be lower and set after it (burstFor).
-	burst := filepath.Join(cpu, "cpu.cfs_burst_us")
-	_, err := os.Stat(burst)
-	hasBurst := err == nil
-	writes := []struct{ file, value string }{{filepath.Join(cpu, "cpu.cfs_period_us"), strconv.Itoa(cfsPeriod)}}
-	if hasBurst {
-		writes = append(writes, struct{ file, value string }{burst, "0"})
-	}
-	writes = append(writes, []struct{ file, value string }{
-		{filepath.Join(cpu, "cpu.cfs_quota_us"), quota},
-		{filepath.Join(cpu, "cpu.shares"), shares},
-		{filepath.Join(g.dirs["memory"], "memory.limit_in_bytes"), limit},
-	}...)
-	if hasBurst {
-		writes = append(writes, struct{ file, value string }{burst, burstFor(l)})
-	}
-	for _, w := range writes {
-		if err := proc.WriteControlFile(w.file, w.value); err != nil {
-			return err
+	err := withBurst(filepath.Join(cpu, "cpu.cfs_burst_us"), l, func() error {
+		for _, w := range []struct{ file, value string }{
+			{filepath.Join(cpu, "cpu.cfs_period_us"), strconv.Itoa(cfsPeriod)},
+			{filepath.Join(cpu, "cpu.cfs_quota_us"), quota},
+			{filepath.Join(cpu, "cpu.shares"), shares},
+			{filepath.Join(g.dirs["memory"], "memory.limit_in_bytes"), limit},
+		} {
+			if err := proc.WriteControlFile(w.file, w.value); err != nil {
+				return err
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if dir, ok := g.dirs[pidsController]; ok {
 		return proc.WriteControlFile(filepath.Join(dir, "pids.max"), strconv.Itoa(PidsMax))

@@ -60,26 +60,20 @@ func (g *Group) setLimitsV2(l Limits) error {
 	if l.MemoryBytes > 0 {
 		limit = strconv.FormatInt(l.MemoryBytes, 10)
 	}
-	// cpu.max.burst may not exceed the quota: cleared before a quota that
-	// may be lower, set after it (burstFor).
-	_, err := os.Stat(filepath.Join(g.dir, "cpu.max.burst"))
-	hasBurst := err == nil
-	var writes []struct{ file, value string }
-	if hasBurst {
-		writes = append(writes, struct{ file, value string }{"cpu.max.burst", "0"})
-	}
-	writes = append(writes, []struct{ file, value string }{
-		{"cpu.max", quota + " " + strconv.Itoa(cfsPeriod)},
-		{"cpu.weight", weight},
-		{"memory.max", limit},
-	}...)
-	if hasBurst {
-		writes = append(writes, struct{ file, value string }{"cpu.max.burst", burstFor(l)})
-	}
-	for _, w := range writes {
-		if err := proc.WriteControlFile(filepath.Join(g.dir, w.file), w.value); err != nil {
-			return err
+	err := withBurst(filepath.Join(g.dir, "cpu.max.burst"), l, func() error {
+		for _, w := range []struct{ file, value string }{
+			{"cpu.max", quota + " " + strconv.Itoa(cfsPeriod)},
+			{"cpu.weight", weight},
+			{"memory.max", limit},
+		} {
+			if err := proc.WriteControlFile(filepath.Join(g.dir, w.file), w.value); err != nil {
+				return err
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	// pids.max exists where the parent enabled the controller.
 	if _, err := os.Stat(filepath.Join(g.dir, "pids.max")); err == nil {
