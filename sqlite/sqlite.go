@@ -124,9 +124,9 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
 	}
 	// Every API read asks for the change counters: answered from memory
-	// while no commit moved the WAL index, they cost no connection of the
-	// read pool, for which requests queued.
-	s.KeepRevisionsWhile(index.version)
+	// while no other process's commit moved the WAL index, they cost no
+	// connection of the read pool, for which requests queued.
+	s.KeepRevisionsWhile(index.version, nextVersion)
 	return &Store{Store: s, wal: wal, index: index}, nil
 }
 

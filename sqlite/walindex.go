@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"sync"
@@ -79,4 +80,25 @@ func (w *walIndex) Close() error {
 		err = cerr
 	}
 	return err
+}
+
+// nextVersion reports whether after is the WAL-index header one commit
+// after before: SQLite counts commits in the header's iChange (a 32-bit
+// integer at byte 8, in the machine's byte order), once per commit, and
+// writes the header in two copies, the second first, which readers
+// compare to tell a header being written. A checkpoint does not touch the
+// header; restarting the WAL rewrites it without counting a commit (a
+// writer's own restart is part of its commit).
+func nextVersion(before, after string) bool {
+	const size = walIndexHeaderBytes / 2
+	if len(before) != walIndexHeaderBytes || len(after) != walIndexHeaderBytes ||
+		before[:size] != before[size:] || after[:size] != after[size:] {
+		return false
+	}
+	const isInit = 12
+	if before[isInit] != 1 || after[isInit] != 1 {
+		return false
+	}
+	change := func(h string) uint32 { return binary.NativeEndian.Uint32([]byte(h[8:12])) }
+	return change(after) == change(before)+1
 }

@@ -80,12 +80,35 @@ func (s *Store) revisionStmt(ctx context.Context, n int) (*sql.Stmt, error) {
 // version must change with every commit to the database, through any
 // connection of any process, by the time that commit is visible to a new
 // read (SQLite: the header of the WAL index). ok false means it cannot
-// tell, and the counters are read from the database. Call it before the
-// Store is used.
-func (s *Store) KeepRevisionsWhile(version func() (v string, ok bool)) {
+// tell, and the counters are read from the database.
+//
+// next, if set, reports whether after is the version one commit after
+// before. The Store reads the version just before each of its write
+// transactions commits, while the transaction's write lock keeps every
+// other writer out, and again just after: when next says its own commit
+// was the only one in between, the counters it moved are kept and the
+// rest still hold, so a busy Store's own writes do not send every read
+// after them to the database. The database must take a transaction's
+// write lock no later than its first write (SQLite's BEGIN IMMEDIATE
+// takes it at BEGIN). Call it before the Store is used.
+func (s *Store) KeepRevisionsWhile(version func() (v string, ok bool), next func(before, after string) bool) {
 	s.revs.mu.Lock()
 	defer s.revs.mu.Unlock()
-	s.revs.version = version
+	s.revs.version, s.revs.next = version, next
+}
+
+// commit commits tx and keeps the counters it moved (bumped), for a write
+// transaction also when it moved none: see KeepRevisionsWhile.
+func (s *Store) commit(tx *sql.Tx, write bool, bumped map[string]int64) error {
+	before, ok := "", false
+	if write {
+		before, ok = s.revs.beforeCommit()
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	s.revs.committed(bumped, before, ok)
+	return nil
 }
 
 // FollowRevisions hands the Store every counter the database holds, read
@@ -133,7 +156,7 @@ func (s *Store) AfterCommit(wait func(committed time.Time)) {
 // another process, or the Store's own commit). Counters only grow, so
 // an older note than what is kept changes nothing.
 func (s *Store) NoteRevision(scope string, rev int64) {
-	s.revs.committed(map[string]int64{scope: rev})
+	s.revs.committed(map[string]int64{scope: rev}, "", false)
 }
 
 // UnfollowRevisions says that commits may have been missed from now on
@@ -173,7 +196,9 @@ func (s *Store) AllRevisions(ctx context.Context) (map[string]int64, error) {
 //   - Every process on one SQLite file (this one, dbcloud admin): version
 //     changes with every commit, in the WAL index SQLite's readers
 //     themselves consult, so a commit that a new read would see has
-//     already made lookup drop everything kept.
+//     already made lookup drop everything kept, unless it was this Store's
+//     own and the only one since the version kept (next), whose counters
+//     committed then notes with the new version.
 //   - Other planes on one PostgreSQL store: their commits arrive as
 //     notifications (NoteRevision), a moment after the commit is
 //     visible. That moment is closed by the writer, not by a query here:
@@ -194,6 +219,8 @@ type revisionCache struct {
 	// returned when revs were read.
 	version func() (string, bool)
 	ver     string
+	// next is KeepRevisionsWhile's, nil if none.
+	next func(before, after string) bool
 	// trusted: revs may answer. complete: revs holds every scope there is
 	// (a follower loaded the whole table), so a missing one reads 0.
 	trusted, complete bool
@@ -242,7 +269,10 @@ func (c *revisionCache) lookup(scopes []string) (out []int64, epoch uint64, ok b
 }
 
 // fill keeps counters read from the database at epoch, unless what was
-// kept has been dropped since.
+// kept has been dropped since. A counter that reads 0 is not kept: scopes
+// come from request paths (a service's own scope), and a client asking
+// for made-up ones must not grow what is kept, which may go undropped for
+// as long as only this Store writes (KeepRevisionsWhile's next).
 func (c *revisionCache) fill(epoch uint64, scopes []string, revs []int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -250,23 +280,59 @@ func (c *revisionCache) fill(epoch uint64, scopes []string, revs []int64) {
 		return
 	}
 	for i, s := range scopes {
-		c.keep(s, revs[i])
+		if revs[i] != 0 {
+			c.keep(s, revs[i])
+		}
 	}
 }
 
-// committed keeps the counters a commit left. With a version it keeps
-// nothing: the commit moved the version, which drops what is kept anyway,
-// and a note arriving after a later commit's drop would keep a counter
-// older than that commit's.
-func (c *revisionCache) committed(revs map[string]int64) {
-	if len(revs) == 0 {
+// beforeCommit reads the version for committed, just before a write
+// transaction commits; ok is false when there is nothing to compare it
+// with afterwards.
+func (c *revisionCache) beforeCommit() (before string, ok bool) {
+	c.mu.Lock()
+	version, next := c.version, c.next
+	c.mu.Unlock()
+	if version == nil || next == nil {
+		return "", false
+	}
+	return version()
+}
+
+// committed keeps the counters a commit of this Store left. With a
+// version the commit moved it, so what is kept is dropped at the next
+// lookup, unless before (from beforeCommit, ok) is the version kept and
+// the version now is the one commit after it: then nothing but this
+// commit happened since the counters kept were right, and its counters
+// are kept with the new version. Reading the version now, after the write
+// lock is gone, may find later commits of other processes too; next then
+// says no.
+func (c *revisionCache) committed(revs map[string]int64, before string, ok bool) {
+	c.mu.Lock()
+	version := c.version
+	c.mu.Unlock()
+	if version == nil {
+		if len(revs) == 0 {
+			return
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for s, rev := range revs {
+			c.keep(s, rev)
+		}
 		return
 	}
+	if !ok {
+		return
+	}
+	// Outside the lock, as in lookup.
+	after, aok := version()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.version != nil {
+	if !aok || !c.trusted || c.ver != before || !c.next(before, after) {
 		return
 	}
+	c.ver = after
 	for s, rev := range revs {
 		c.keep(s, rev)
 	}

@@ -63,7 +63,7 @@ func (s *Store) AddSeriesRows(ctx context.Context, rows []dbcloud.SeriesRow) err
 			return fmt.Errorf("add series rows: %w", err)
 		}
 	}
-	if err := tx.Commit(); err != nil {
+	if err := s.commit(tx, true, nil); err != nil {
 		return fmt.Errorf("commit series rows: %w", err)
 	}
 	return nil

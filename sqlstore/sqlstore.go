@@ -188,10 +188,9 @@ func (s *Store) run(ctx context.Context, db *sql.DB, opts *sql.TxOptions, forUpd
 	if err := t.bumpRevisions(); err != nil {
 		return err
 	}
-	if err := sqlTx.Commit(); err != nil {
+	if err := s.commit(sqlTx, !opts.ReadOnly, t.bumped); err != nil {
 		return fmt.Errorf("commit %s transaction: %w", s.dialect.Name, s.formatError(err))
 	}
-	s.revs.committed(t.bumped)
 	// After Commit, so the connection is back in the pool meanwhile; only
 	// writes move counters, and the dialects that wait here (PostgreSQL)
 	// have no writer's turn held around run.
