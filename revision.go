@@ -24,3 +24,13 @@ const RevisionCredentials = "credentials"
 // RevisionServices is the scope of a project's services and read replica
 // sets: everything a service's view (GetService, ListServices) is made of.
 func RevisionServices(projectID string) string { return "services/" + projectID }
+
+// RevisionService is the scope of one service and its read replica sets:
+// what GetService of that service shows. Every write under it also moves
+// RevisionServices of its project. A busy project's counter moves with
+// any of its services (usage is written every few seconds for each
+// running one), so a view of an idle service kept under its own counter
+// stays good while the others change.
+func RevisionService(projectID, serviceID string) string {
+	return "services/" + projectID + "/" + serviceID
+}

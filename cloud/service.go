@@ -81,6 +81,23 @@ func (c *Cloud) ServicesRevision(ctx context.Context, projectID string) (rev int
 	return c.revision(ctx, dbcloud.RevisionServices(projectID))
 }
 
+// ServiceRevisions is ServicesRevision for GetService of id: the
+// project's counter, and the counter of id's own service and read replica
+// sets (RevisionService), which a view of a service may be kept under
+// instead. A read replica set's view also shows its parent, which the
+// caller cannot know before reading it: that one is kept under the
+// project's counter.
+func (c *Cloud) ServiceRevisions(ctx context.Context, projectID, id string) (project, own int64, ok bool, err error) {
+	if err := c.authorize(ctx, projectID); err != nil {
+		return 0, 0, false, err
+	}
+	if project, ok, err = c.revision(ctx, dbcloud.RevisionServices(projectID)); err != nil || !ok {
+		return 0, 0, ok, err
+	}
+	own, ok, err = c.revision(ctx, dbcloud.RevisionService(projectID, id))
+	return project, own, ok, err
+}
+
 // GetService returns a service, or a read replica set shown as a service.
 func (c *Cloud) GetService(ctx context.Context, projectID, id string) (*ServiceView, error) {
 	var v *ServiceView

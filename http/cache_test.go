@@ -2,6 +2,7 @@ package http_test
 
 import (
 	"context"
+	"database/sql"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -181,6 +182,41 @@ func TestReadCache_ReadYourWrites(t *testing.T) {
 				t.Errorf("list after delete still shows %s", other.ServiceID)
 			}
 		})
+	}
+}
+
+// TestReadCache_OwnCounter: a service's answer is kept under its own
+// counter, so writes to the project's other services (as the engine
+// writes each running service's usage every few seconds) do not make
+// every GET of an idle one read the store again; the list, made of all of
+// them, is read again. To tell a kept answer from a fresh one, the test
+// changes the service's row behind the store's counters.
+func TestReadCache_OwnCounter(t *testing.T) {
+	e := newEnv(t, "sqlite", noLimits)
+	a := e.readyService(map[string]any{"name": "a"})
+	b := e.readyService(map[string]any{"name": "b"})
+	e.getService(a.ServiceID) // kept
+	db, err := sql.Open("sqlite", e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`UPDATE services SET doc = json_set(doc, '$.name', 'behind') WHERE id = ?`, a.ServiceID); err != nil {
+		t.Fatal(err)
+	}
+	e.want(200, "", req{Method: "POST", Path: e.pa() + "/services/" + b.ServiceID + "/rename", Body: map[string]any{"name": "b2"}})
+	if got := e.getService(a.ServiceID).Name; got != "a" {
+		t.Errorf("GET of a after a write to b: name %q, want the kept answer's \"a\"", got)
+	}
+	if got := e.getService(b.ServiceID).Name; got != "b2" {
+		t.Errorf("GET of b after its rename: name %q, want \"b2\"", got)
+	}
+	if got := e.names(); got[a.ServiceID] != "behind" || got[b.ServiceID] != "b2" {
+		t.Errorf("list after a write to b: names %v, want it read again (a \"behind\", b \"b2\")", got)
+	}
+	e.want(200, "", req{Method: "POST", Path: e.pa() + "/services/" + a.ServiceID + "/rename", Body: map[string]any{"name": "a2"}})
+	if got := e.getService(a.ServiceID).Name; got != "a2" {
+		t.Errorf("GET of a after its rename: name %q, want \"a2\"", got)
 	}
 }
 

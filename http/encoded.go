@@ -21,12 +21,14 @@ type encodedBody []byte
 func (b encodedBody) MarshalJSON() ([]byte, error) { return bytes.TrimSuffix(b, []byte("\n")), nil }
 
 // encodedCache keeps the encoded answers of GET service and list services
-// with the project's services revision (dbcloud.RevisionServices) read
-// before they were read from the store. Reading a service and encoding it
-// (and a list of thousands) costs far more than reading one counter, and
-// the counter moves in the same transaction as every write to a service
-// or replica set of the project, on every control plane sharing the
-// store, so an answer is kept exactly as long as it is still right.
+// with a change counter read before they were read from the store: the
+// project's services revision (dbcloud.RevisionServices), or for a service's
+// own view the service's (dbcloud.RevisionService), which does not move
+// when the project's other services change. Reading a service and encoding
+// it (and a list of thousands) costs far more than reading one counter, and
+// the counter moves in the same transaction as every write to what the
+// answer shows, on every control plane sharing the store, so an answer is
+// kept exactly as long as it is still right.
 type encodedCache struct {
 	mu    sync.Mutex
 	m     map[encodedKey]encodedEntry
@@ -37,25 +39,38 @@ type encodedCache struct {
 // or with service "" the project's list.
 type encodedKey struct{ project, service string }
 
+// encodedRevs are the counters an answer may be kept under, read before
+// it was: the project's, and for GET service the service's own.
+type encodedRevs struct{ project, own int64 }
+
+func (r encodedRevs) of(own bool) int64 {
+	if own {
+		return r.own
+	}
+	return r.project
+}
+
 type encodedEntry struct {
 	rev  int64
+	own  bool // rev is the service's own counter, not the project's
 	body encodedBody
 }
 
-func (c *encodedCache) get(k encodedKey, rev int64) encodedBody {
+func (c *encodedCache) get(k encodedKey, revs encodedRevs) encodedBody {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e, ok := c.m[k]; ok && e.rev == rev {
+	if e, ok := c.m[k]; ok && e.rev == revs.of(e.own) {
 		return e.body
 	}
 	return nil
 }
 
-func (c *encodedCache) put(k encodedKey, rev int64, body encodedBody) {
+func (c *encodedCache) put(k encodedKey, own bool, revs encodedRevs, body encodedBody) {
+	rev := revs.of(own)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old, ok := c.m[k]; ok {
-		if old.rev > rev {
+		if old.own == own && old.rev > rev {
 			return // a newer answer is kept already
 		}
 		c.bytes -= len(old.body)
@@ -63,25 +78,26 @@ func (c *encodedCache) put(k encodedKey, rev int64, body encodedBody) {
 	if c.m == nil || c.bytes+len(body) > maxEncodedBytes {
 		c.m, c.bytes = make(map[encodedKey]encodedEntry), 0
 	}
-	c.m[k] = encodedEntry{rev: rev, body: body}
+	c.m[k] = encodedEntry{rev: rev, own: own, body: body}
 	c.bytes += len(body)
 }
 
 // encodedRead answers a read of the project's services from the cache when
-// the project's services have not changed since it was kept, and else
-// with what load returns, encoded and kept. The counter is read (and the
-// caller authorised) before load reads the store: see ServicesRevision.
-func (h *Handler) encodedRead(r *http.Request, k encodedKey, load func() (any, error)) (int, any, error) {
-	rev, ok, err := h.cloud.ServicesRevision(r.Context(), k.project)
+// what it shows has not changed since it was kept, and else with what load
+// returns, encoded and kept under the service's own counter if load says
+// own, else the project's. revs reads the counters (and authorises the
+// caller) before load reads the store: see cloud.ServicesRevision.
+func (h *Handler) encodedRead(k encodedKey, revs func() (encodedRevs, bool, error), load func() (body any, own bool, err error)) (int, any, error) {
+	rs, ok, err := revs()
 	if err != nil {
 		return 0, nil, err
 	}
 	if ok {
-		if b := h.encoded.get(k, rev); b != nil {
+		if b := h.encoded.get(k, rs); b != nil {
 			return http.StatusOK, b, nil
 		}
 	}
-	out, err := load()
+	out, own, err := load()
 	if err != nil {
 		return 0, nil, err
 	}
@@ -91,7 +107,7 @@ func (h *Handler) encodedRead(r *http.Request, k encodedKey, load func() (any, e
 	}
 	body := encodedBody(append(b, '\n'))
 	if ok {
-		h.encoded.put(k, rev, body)
+		h.encoded.put(k, own, rs, body)
 	}
 	return http.StatusOK, body, nil
 }

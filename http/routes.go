@@ -242,16 +242,20 @@ func (h *Handler) deletePeering(w http.ResponseWriter, r *http.Request) (int, an
 
 func (h *Handler) listServices(w http.ResponseWriter, r *http.Request) (int, any, error) {
 	pid := r.PathValue("project_id")
-	return h.encodedRead(r, encodedKey{project: pid}, func() (any, error) {
+	revs := func() (encodedRevs, bool, error) {
+		rev, ok, err := h.cloud.ServicesRevision(r.Context(), pid)
+		return encodedRevs{project: rev}, ok, err
+	}
+	return h.encodedRead(encodedKey{project: pid}, revs, func() (any, bool, error) {
 		vs, err := h.cloud.ListServices(r.Context(), pid)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		out := make([]*serviceJSON, len(vs))
 		for i, v := range vs {
 			out[i] = toService(v)
 		}
-		return out, nil
+		return out, false, nil
 	})
 }
 
@@ -280,12 +284,18 @@ func serviceResult(v *cloud.ServiceView, err error) (int, any, error) {
 
 func (h *Handler) getService(w http.ResponseWriter, r *http.Request) (int, any, error) {
 	pid, id := r.PathValue("project_id"), r.PathValue("service_id")
-	return h.encodedRead(r, encodedKey{project: pid, service: id}, func() (any, error) {
+	revs := func() (encodedRevs, bool, error) {
+		project, own, ok, err := h.cloud.ServiceRevisions(r.Context(), pid, id)
+		return encodedRevs{project: project, own: own}, ok, err
+	}
+	return h.encodedRead(encodedKey{project: pid, service: id}, revs, func() (any, bool, error) {
 		v, err := h.cloud.GetService(r.Context(), pid, id)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
-		return toService(v), nil
+		// A service's view under its own counter; a replica set's shows
+		// its parent too, and stays under the project's.
+		return toService(v), v.StandbyOf == "", nil
 	})
 }
 

@@ -224,9 +224,14 @@ func (h *Handler) api(rt Route) http.Handler {
 		ctx := r.Context()
 		if pid := r.PathValue("project_id"); pid != "" && r.Method == http.MethodGet {
 			// The counters that authentication and a cached read of the
-			// project's services check, in one store read for both.
+			// project's services (or of one service) check, in one store
+			// read for all.
+			scopes := []string{dbcloud.RevisionCredentials, dbcloud.RevisionServices(pid)}
+			if sid := r.PathValue("service_id"); sid != "" {
+				scopes = append(scopes, dbcloud.RevisionService(pid, sid))
+			}
 			var err error
-			if ctx, err = h.cloud.WithRevisions(ctx, dbcloud.RevisionCredentials, dbcloud.RevisionServices(pid)); err != nil {
+			if ctx, err = h.cloud.WithRevisions(ctx, scopes...); err != nil {
 				writeError(w, r, h.logger, err)
 				return
 			}

@@ -10,7 +10,7 @@ import (
 )
 
 // credentials is the revision scope of every write in this file.
-func credentials[T any](*T) string { return dbcloud.RevisionCredentials }
+func credentials[T any](*T) []string { return []string{dbcloud.RevisionCredentials} }
 
 // Users keep PasswordHash in a column of its own, like API keys' secret
 // hashes, and their e-mail address in one with a unique index on its lower
@@ -22,9 +22,9 @@ var users = define(entity[dbcloud.User]{
 	values: func(u *dbcloud.User) []any {
 		return []any{u.ID, formatTime(u.Created), strings.ToLower(u.Email), u.PasswordHash}
 	},
-	read:  "doc, password_hash",
-	scan:  scanDocAnd(func(u *dbcloud.User, hash sql.NullString) { u.PasswordHash = hash.String }),
-	scope: credentials[dbcloud.User],
+	read:   "doc, password_hash",
+	scan:   scanDocAnd(func(u *dbcloud.User, hash sql.NullString) { u.PasswordHash = hash.String }),
+	scopes: credentials[dbcloud.User],
 })
 
 // InsertUser adds a user; ErrDuplicate if the ID or e-mail exists.
@@ -51,7 +51,7 @@ var projects = define(entity[dbcloud.Project]{
 	table: "projects", noun: "project",
 	key: []string{"id"}, cols: []string{"created"},
 	values: func(p *dbcloud.Project) []any { return []any{p.ID, formatTime(p.Created)} },
-	scope:  credentials[dbcloud.Project],
+	scopes: credentials[dbcloud.Project],
 })
 
 // InsertProject adds a project; ErrDuplicate if the ID exists.
@@ -90,9 +90,9 @@ var apiKeys = define(entity[dbcloud.APIKey]{
 	values: func(k *dbcloud.APIKey) []any {
 		return []any{k.AccessKey, k.ProjectID, formatTime(k.Created), k.SecretHash}
 	},
-	read:  "doc, secret_hash, last_used",
-	scan:  scanAPIKey,
-	scope: credentials[dbcloud.APIKey],
+	read:   "doc, secret_hash, last_used",
+	scan:   scanAPIKey,
+	scopes: credentials[dbcloud.APIKey],
 })
 
 // scanAPIKey reads a key's doc and the two columns kept out of it.

@@ -36,5 +36,5 @@ func (t *tx) UpdateCredential(c *dbcloud.Credential) error { return dbCredential
 
 // DeleteCredential removes a credential; ErrNotFound if it is missing.
 func (t *tx) DeleteCredential(projectID, serviceID, id string) error {
-	return dbCredentials.delete(t, "", id, projectID, serviceID)
+	return dbCredentials.delete(t, nil, id, projectID, serviceID)
 }

@@ -37,9 +37,9 @@ type entity[T any] struct {
 	// doc (secret hashes) are read here.
 	read string
 	scan func(rows *sql.Rows) (*T, error)
-	// scope, if set, is the revision scope (dbcloud.Revisions) a write of
-	// v touches.
-	scope func(v *T) string
+	// scopes, if set, are the revision scopes (dbcloud.Revisions) a write
+	// of v touches.
+	scopes func(v *T) []string
 	// label names a row in errors from its key values; the first of them
 	// if nil. It may return "" to name none (a token's hash).
 	label func(key ...any) string
@@ -134,11 +134,11 @@ func (e *entity[T]) update(t *tx, v *T) error {
 	return nil
 }
 
-// delete removes the row of key, touching scope if not ""; ErrNotFound if
-// there is none.
-func (e *entity[T]) delete(t *tx, scope string, key ...any) error {
-	if scope != "" {
-		t.touch(scope)
+// delete removes the row of key, touching scopes; ErrNotFound if there is
+// none.
+func (e *entity[T]) delete(t *tx, scopes []string, key ...any) error {
+	for _, s := range scopes {
+		t.touch(s)
 	}
 	if err := t.change(e.deleteSQL, key...); err != nil {
 		return fmt.Errorf("delete %s: %w", e.name(key...), err)
@@ -193,8 +193,10 @@ func (e *entity[T]) query(t *tx, tail string, args ...any) ([]*T, error) {
 }
 
 func (e *entity[T]) touch(t *tx, v *T) {
-	if e.scope != nil {
-		t.touch(e.scope(v))
+	if e.scopes != nil {
+		for _, s := range e.scopes(v) {
+			t.touch(s)
+		}
 	}
 }
 

@@ -17,10 +17,10 @@ var memberships = define(entity[dbcloud.Membership]{
 	values: func(m *dbcloud.Membership) []any {
 		return []any{m.ProjectID, m.UserID, string(m.Role), formatTime(m.Created)}
 	},
-	read:  "project_id, user_id, role, created",
-	scan:  scanMembership,
-	scope: credentials[dbcloud.Membership],
-	label: func(key ...any) string { return fmt.Sprintf("%s/%s", key...) },
+	read:   "project_id, user_id, role, created",
+	scan:   scanMembership,
+	scopes: credentials[dbcloud.Membership],
+	label:  func(key ...any) string { return fmt.Sprintf("%s/%s", key...) },
 })
 
 func scanMembership(rows *sql.Rows) (*dbcloud.Membership, error) {
@@ -60,7 +60,7 @@ func (t *tx) UpdateMembership(m *dbcloud.Membership) error { return memberships.
 
 // DeleteMembership removes a member; ErrNotFound if missing.
 func (t *tx) DeleteMembership(projectID, userID string) error {
-	return memberships.delete(t, dbcloud.RevisionCredentials, projectID, userID)
+	return memberships.delete(t, []string{dbcloud.RevisionCredentials}, projectID, userID)
 }
 
 // User tokens keep their hash in the key column and out of the doc; errors
@@ -72,10 +72,10 @@ var userTokens = define(entity[dbcloud.UserToken]{
 	values: func(u *dbcloud.UserToken) []any {
 		return []any{u.Hash, u.UserID, u.Family, formatTime(u.Expires)}
 	},
-	read:  "doc, hash",
-	scan:  scanDocAnd(func(u *dbcloud.UserToken, hash []byte) { u.Hash = hash }),
-	scope: credentials[dbcloud.UserToken],
-	label: func(...any) string { return "" },
+	read:   "doc, hash",
+	scan:   scanDocAnd(func(u *dbcloud.UserToken, hash []byte) { u.Hash = hash }),
+	scopes: credentials[dbcloud.UserToken],
+	label:  func(...any) string { return "" },
 })
 
 // InsertUserToken adds a token; ErrDuplicate if its hash exists.

@@ -1,6 +1,10 @@
 package sqlstore
 
-import "dbcloud"
+import (
+	"fmt"
+
+	"dbcloud"
+)
 
 var services = define(entity[dbcloud.Service]{
 	table: "services", noun: "service",
@@ -8,7 +12,7 @@ var services = define(entity[dbcloud.Service]{
 	values: func(s *dbcloud.Service) []any {
 		return []any{s.ID, s.ProjectID, formatTime(s.Created), s.Spec.PGVersion}
 	},
-	scope: func(s *dbcloud.Service) string { return dbcloud.RevisionServices(s.ProjectID) },
+	scopes: func(s *dbcloud.Service) []string { return serviceScopes(s.ProjectID, s.ID) },
 })
 
 // InsertService adds a service; ErrDuplicate if the ID exists in any project.
@@ -30,7 +34,7 @@ func (t *tx) UpdateService(s *dbcloud.Service) error { return services.update(t,
 
 // DeleteService removes a service; ErrNotFound if it is missing.
 func (t *tx) DeleteService(projectID, id string) error {
-	return services.delete(t, dbcloud.RevisionServices(projectID), id, projectID)
+	return services.delete(t, serviceScopes(projectID, id), id, projectID)
 }
 
 var replicaSets = define(entity[dbcloud.ReadReplicaSet]{
@@ -40,7 +44,9 @@ var replicaSets = define(entity[dbcloud.ReadReplicaSet]{
 	values: func(r *dbcloud.ReadReplicaSet) []any {
 		return []any{r.ID, r.ProjectID, r.ServiceID, formatTime(r.Created)}
 	},
-	scope: func(r *dbcloud.ReadReplicaSet) string { return dbcloud.RevisionServices(r.ProjectID) },
+	// A set is part of its service's view. Its service_id never changes
+	// (the engine never moves a set), so the one service is enough.
+	scopes: func(r *dbcloud.ReadReplicaSet) []string { return serviceScopes(r.ProjectID, r.ServiceID) },
 })
 
 // InsertReplicaSet adds a read replica set; ErrDuplicate if the ID exists.
@@ -66,5 +72,15 @@ func (t *tx) UpdateReplicaSet(r *dbcloud.ReadReplicaSet) error { return replicaS
 
 // DeleteReplicaSet removes a read replica set; ErrNotFound if it is missing.
 func (t *tx) DeleteReplicaSet(projectID, id string) error {
-	return replicaSets.delete(t, dbcloud.RevisionServices(projectID), id, projectID)
+	r, err := t.FindReplicaSet(projectID, id)
+	if err != nil {
+		return fmt.Errorf("delete replica set %s: %w", id, err)
+	}
+	return replicaSets.delete(t, serviceScopes(projectID, r.ServiceID), id, projectID)
+}
+
+// serviceScopes are the revision scopes a write to a service, or to one of
+// its read replica sets, moves: its project's and its own.
+func serviceScopes(projectID, serviceID string) []string {
+	return []string{dbcloud.RevisionServices(projectID), dbcloud.RevisionService(projectID, serviceID)}
 }

@@ -24,7 +24,7 @@ func (t *tx) UpdateVPC(v *dbcloud.VPC) error { return vpcs.update(t, v) }
 
 // DeleteVPC removes a VPC; ErrNotFound if it is missing. Its peerings are
 // not touched: the domain refuses to delete a VPC that has any.
-func (t *tx) DeleteVPC(projectID, id string) error { return vpcs.delete(t, "", id, projectID) }
+func (t *tx) DeleteVPC(projectID, id string) error { return vpcs.delete(t, nil, id, projectID) }
 
 var peerings = define(entity[dbcloud.Peering]{
 	table: "peerings", noun: "peering",
@@ -52,4 +52,4 @@ func (t *tx) ListPeerings(vpcID string) ([]*dbcloud.Peering, error) {
 func (t *tx) UpdatePeering(p *dbcloud.Peering) error { return peerings.update(t, p) }
 
 // DeletePeering removes a peering; ErrNotFound if it is missing.
-func (t *tx) DeletePeering(vpcID, id string) error { return peerings.delete(t, "", id, vpcID) }
+func (t *tx) DeletePeering(vpcID, id string) error { return peerings.delete(t, nil, id, vpcID) }

@@ -15,7 +15,8 @@ import (
 // testRevision checks the change counters (dbcloud.Revisions): every write
 // to what a scope covers grows its counter once per transaction, and
 // nothing else does: not a read, not a write that is rolled back, not a
-// write to another project.
+// write to another project, and a service's own counter not a write to
+// another service.
 func testRevision(t *testing.T, newDB NewDB) {
 	s := MustOpen(t, newDB)
 	revs, ok := dbcloud.UnwrapStore(s).(dbcloud.Revisions)
@@ -31,13 +32,14 @@ func testRevision(t *testing.T, newDB NewDB) {
 		return n[0]
 	}
 	creds, p1, p2 := dbcloud.RevisionCredentials, dbcloud.RevisionServices("p1"), dbcloud.RevisionServices("p2")
+	s1, s2 := dbcloud.RevisionService("p1", "s1"), dbcloud.RevisionService("p2", "s2")
 	if got := rev(creds) + rev(p1); got != 0 {
 		t.Fatalf("counters of an empty store: %d, want 0", got)
 	}
 	// grows runs fn in an Update and checks which counters grew by one.
 	grows := func(name string, fn func(tx dbcloud.Tx) error, want ...string) {
 		t.Helper()
-		before := map[string]int64{creds: rev(creds), p1: rev(p1), p2: rev(p2)}
+		before := map[string]int64{creds: rev(creds), p1: rev(p1), p2: rev(p2), s1: rev(s1), s2: rev(s2)}
 		MustUpdate(t, s, fn)
 		for scope, n := range before {
 			wantN := n
@@ -52,18 +54,29 @@ func testRevision(t *testing.T, newDB NewDB) {
 		}
 	}
 	svc := NewService("p1", "s1", at(1))
-	grows("InsertService", func(tx dbcloud.Tx) error { return tx.InsertService(svc) }, p1)
+	grows("InsertService", func(tx dbcloud.Tx) error { return tx.InsertService(svc) }, p1, s1)
 	grows("UpdateService twice", func(tx dbcloud.Tx) error {
 		svc.Name = "renamed"
 		if err := tx.UpdateService(svc); err != nil {
 			return err
 		}
 		return tx.UpdateService(svc)
-	}, p1)
-	grows("InsertReplicaSet", func(tx dbcloud.Tx) error { return tx.InsertReplicaSet(newReplicaSet("p1", "s1", "r1", at(2))) }, p1)
-	grows("DeleteReplicaSet", func(tx dbcloud.Tx) error { return tx.DeleteReplicaSet("p1", "r1") }, p1)
-	grows("InsertService in p2", func(tx dbcloud.Tx) error { return tx.InsertService(NewService("p2", "s2", at(1))) }, p2)
-	grows("DeleteService", func(tx dbcloud.Tx) error { return tx.DeleteService("p1", "s1") }, p1)
+	}, p1, s1)
+	other := NewService("p1", "s9", at(1))
+	grows("InsertService of another", func(tx dbcloud.Tx) error { return tx.InsertService(other) }, p1)
+	grows("UpdateService of another", func(tx dbcloud.Tx) error { other.Name = "other"; return tx.UpdateService(other) }, p1)
+	grows("InsertReplicaSet", func(tx dbcloud.Tx) error { return tx.InsertReplicaSet(newReplicaSet("p1", "s1", "r1", at(2))) }, p1, s1)
+	grows("UpdateReplicaSet", func(tx dbcloud.Tx) error {
+		r, err := tx.FindReplicaSet("p1", "r1")
+		if err != nil {
+			return err
+		}
+		r.Name = "renamed"
+		return tx.UpdateReplicaSet(r)
+	}, p1, s1)
+	grows("DeleteReplicaSet", func(tx dbcloud.Tx) error { return tx.DeleteReplicaSet("p1", "r1") }, p1, s1)
+	grows("InsertService in p2", func(tx dbcloud.Tx) error { return tx.InsertService(NewService("p2", "s2", at(1))) }, p2, s2)
+	grows("DeleteService", func(tx dbcloud.Tx) error { return tx.DeleteService("p1", "s1") }, p1, s1)
 	grows("InsertProject", func(tx dbcloud.Tx) error { return tx.InsertProject(newProject("p1", at(0))) }, creds)
 	grows("InsertUser", func(tx dbcloud.Tx) error { return tx.InsertUser(newUser("user1", at(0))) }, creds)
 	grows("InsertMembership", func(tx dbcloud.Tx) error {
@@ -169,7 +182,9 @@ func testRevisionElsewhere(t *testing.T, newDB NewDB) {
 // a connection of pool, the pool its reads use: every connection is held
 // by an open transaction, as under a load that queues for them, and
 // Revisions must still answer (once s has read the counters, or on
-// PostgreSQL once it follows them), with what a commit through s left.
+// PostgreSQL once it follows them), with what the commits through s
+// left, also those after it read them: a store's own writes must not send
+// the reads after them to the database.
 func RevisionsFromMemory(t *testing.T, s dbcloud.Store, pool *sql.DB) {
 	revs, ok := dbcloud.UnwrapStore(s).(dbcloud.Revisions)
 	if !ok {
@@ -180,6 +195,9 @@ func RevisionsFromMemory(t *testing.T, s dbcloud.Store, pool *sql.DB) {
 	if _, err := revs.Revisions(t.Context(), p1); err != nil {
 		t.Fatalf("Revisions: %v", err)
 	}
+	// A write that moves the counter, and one that moves none.
+	MustUpdate(t, s, func(tx dbcloud.Tx) error { return tx.InsertService(NewService("p1", "s2", at(2))) })
+	MustUpdate(t, s, func(tx dbcloud.Tx) error { return tx.InsertInvitation(newInvitation("p1", "i1", "t", at(1))) })
 	for range pool.Stats().MaxOpenConnections {
 		tx, err := pool.BeginTx(t.Context(), &sql.TxOptions{ReadOnly: true})
 		if err != nil {
@@ -197,8 +215,8 @@ func RevisionsFromMemory(t *testing.T, s dbcloud.Store, pool *sql.DB) {
 		got, err := revs.Revisions(ctx, p1)
 		cancel()
 		if err == nil {
-			if got[0] != 1 {
-				t.Errorf("Revisions(services/p1) = %d from memory, want 1", got[0])
+			if got[0] != 2 {
+				t.Errorf("Revisions(services/p1) = %d from memory, want 2", got[0])
 			}
 			return
 		}
