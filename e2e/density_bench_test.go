@@ -24,7 +24,8 @@ import (
 
 // pprofDirEnv names a directory: BenchmarkDensity then runs the server
 // with --pprof and keeps a CPU profile of each idle window there
-// (density-N.pprof, N services).
+// (density-N.pprof, N services), and the load runs one of the server under
+// load (load.pprof, load-open.pprof).
 const pprofDirEnv = "DBCLOUD_BENCH_PPROF"
 
 // BenchmarkDensity's knobs (issue 33: 2,000 services on one host, 50 READY

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"dbcloud/internal/loadgen"
+	"dbcloud/internal/testports"
 )
 
 // loadConfig is one load run against the real binary.
@@ -144,8 +146,14 @@ type loadResult struct {
 // gone, a service's environment) and every accepted create and delete
 // completes.
 func runLoad(tb testing.TB, cfg loadConfig) loadResult {
-	s := newServer(tb, "--rate-limit", "100000", "--rate-burst", "100000", "--quota-vpcs", "100000",
-		"--pool-size", strconv.Itoa(cfg.services+1), "--quota-services", "50")
+	args := []string{"--rate-limit", "100000", "--rate-burst", "100000", "--quota-vpcs", "100000",
+		"--pool-size", strconv.Itoa(cfg.services + 1), "--quota-services", "50"}
+	pprofDir, pprofAddr := os.Getenv(pprofDirEnv), ""
+	if pprofDir != "" {
+		pprofAddr = "127.0.0.1:" + strconv.Itoa(testports.MustPort(tb))
+		args = append(args, "--pprof", "--metrics-listen", pprofAddr)
+	}
+	s := newServer(tb, args...)
 	l := &load{s: s, cfg: cfg, rec: loadgen.NewRecorder(), envWrites: map[string][]envWrite{}}
 	pem, err := os.ReadFile(s.boot.CAFile)
 	if err != nil {
@@ -167,6 +175,21 @@ func runLoad(tb testing.TB, cfg loadConfig) loadResult {
 		l.clients[i] = &loadClient{id: i, rnd: rand.New(rand.NewPCG(uint64(i), 7)), vpcs: map[string]string{}}
 	}
 	res := loadResult{rec: l.rec}
+	if pprofDir != "" {
+		// The server's CPU over the run but its first and last seconds.
+		name := map[bool]string{false: "load.pprof", true: "load-open.pprof"}[cfg.rate > 0]
+		secs := max(1, int(cfg.duration.Seconds())-2)
+		done := make(chan []byte, 1)
+		go func() {
+			time.Sleep(time.Second)
+			done <- fetch("http://" + pprofAddr + "/debug/pprof/profile?seconds=" + strconv.Itoa(secs))
+		}()
+		defer func() {
+			if err := os.WriteFile(filepath.Join(pprofDir, name), <-done, 0o644); err != nil {
+				tb.Error(err)
+			}
+		}()
+	}
 	if cfg.rate > 0 {
 		// A client's requests are made one at a time (its VPCs' final state
 		// must be known exactly): one due while the client's last is still
