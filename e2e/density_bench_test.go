@@ -384,13 +384,30 @@ func (d *density) readyIDs() []string { return d.ids[:min(d.ready, len(d.ids))] 
 // teardown deletes every service the run made, eight at a time, and waits
 // until the list is empty: the server's own cleanup gives a whole project
 // 30 seconds, less than hundreds of deletes take, and each service has an
-// OS user of its own that only its delete removes.
+// OS user of its own that only its delete removes. With auto-pause, each
+// parked service is first connected to (woken) and queried: every one of
+// them must be connectable, and waking them one by one just before their
+// deletes keeps no more than eight awake at once, where waking all would
+// need thousands of running servers' memory.
 func (d *density) teardown(b *testing.B) {
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var woken, failed int
 	next := make(chan string)
 	for range 8 {
 		wg.Go(func() {
 			for id := range next {
+				if d.park == "autopause" && !slices.Contains(d.readyIDs(), id) {
+					err := d.selectOne(id)
+					mu.Lock()
+					if err != nil {
+						failed++
+						b.Error(err)
+					} else {
+						woken++
+					}
+					mu.Unlock()
+				}
 				d.s.do("POST", d.s.services()+"/"+id+"/setEnvironment", map[string]string{"environment": "DEV"}, nil)
 				d.s.do("DELETE", d.s.services()+"/"+id, nil, nil)
 			}
@@ -401,6 +418,9 @@ func (d *density) teardown(b *testing.B) {
 	}
 	close(next)
 	wg.Wait()
+	if d.park == "autopause" {
+		b.Logf("teardown: %d parked services woken and queried (SELECT 1) before their deletes, %d failed", woken, failed)
+	}
 	deadline := time.Now().Add(time.Duration(len(d.ids))*10*time.Second + 2*time.Minute)
 	for time.Now().Before(deadline) {
 		var list []service

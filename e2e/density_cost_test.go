@@ -96,21 +96,8 @@ func (d *density) reportPerService(b *testing.B, from, to hostCost, made time.Du
 func (d *density) connectAll(b *testing.B) (ready, woken int) {
 	b.Helper()
 	try := func(id string) bool {
-		var svc service
-		if code := d.s.call("GET", d.s.services()+"/"+id, nil, &svc); code != 200 {
-			b.Errorf("get %s: %d", id, code)
-			return false
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		c, err := d.s.connect(ctx, svc, d.passwords[id])
-		if err == nil {
-			defer c.Close(ctx)
-			var one int
-			err = c.QueryRow(ctx, "SELECT 1").Scan(&one)
-		}
-		if err != nil {
-			b.Errorf("connect to %s (%s): %v", id, svc.Status, err)
+		if err := d.selectOne(id); err != nil {
+			b.Error(err)
 			return false
 		}
 		return true
@@ -130,6 +117,27 @@ func (d *density) connectAll(b *testing.B) (ready, woken int) {
 		}
 	}
 	return ready, woken
+}
+
+// selectOne connects to service id as its owner would (TLS, SCRAM, waking
+// it if it is paused) and runs SELECT 1.
+func (d *density) selectOne(id string) error {
+	var svc service
+	if code := d.s.call("GET", d.s.services()+"/"+id, nil, &svc); code != 200 {
+		return fmt.Errorf("get %s: %d", id, code)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := d.s.connect(ctx, svc, d.passwords[id])
+	if err == nil {
+		defer c.Close(ctx)
+		var one int
+		err = c.QueryRow(ctx, "SELECT 1").Scan(&one)
+	}
+	if err != nil {
+		return fmt.Errorf("connect to %s (%s): %v", id, svc.Status, err)
+	}
+	return nil
 }
 
 // listeners counts the TCP sockets listening on a port in [lo, hi].
