@@ -306,7 +306,9 @@ func (c *revisionCache) beforeCommit() (before string, ok bool) {
 // commit happened since the counters kept were right, and its counters
 // are kept with the new version. Reading the version now, after the write
 // lock is gone, may find later commits of other processes too; next then
-// says no.
+// says no. A note from elsewhere (NoteRevision, ok false) keeps nothing
+// when there is a version: arriving after a later commit's drop, it would
+// keep a counter older than that commit's.
 func (c *revisionCache) committed(revs map[string]int64, before string, ok bool) {
 	c.mu.Lock()
 	version := c.version
