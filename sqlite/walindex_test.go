@@ -34,30 +34,30 @@ func TestNextVersion(t *testing.T) {
 			return tx.InsertService(storetest.NewService("p1", "s"+string(rune('a'+n)), time.Unix(int64(n), 0)))
 		})
 	}
+	// oneOn reports whether the header after the commits of stores, one
+	// each in turn, is one commit on from the header before them.
+	oneOn := func(stores ...*Store) bool {
+		t.Helper()
+		before := version()
+		for _, s := range stores {
+			insert(s)
+		}
+		return nextVersion(before, version())
+	}
 	insert(a)
-	before := version()
-	insert(a)
-	if after := version(); !nextVersion(before, after) {
+	if !oneOn(a) {
 		t.Errorf("one commit of this store: nextVersion false")
 	}
-	before = version()
-	insert(a)
-	insert(a)
-	if nextVersion(before, version()) {
+	if oneOn(a, a) {
 		t.Errorf("two commits: nextVersion true")
 	}
-	before = version()
-	insert(b)
-	if !nextVersion(before, version()) {
+	if !oneOn(b) {
 		t.Errorf("one commit of the other store: nextVersion false (the header counts every process's commits)")
 	}
-	before = version()
-	insert(b)
-	insert(a)
-	if nextVersion(before, version()) {
+	if oneOn(b, a) {
 		t.Errorf("the other store's commit and this one's: nextVersion true")
 	}
-	before = version()
+	before := version()
 	insert(a)
 	torn := []byte(version())
 	torn[walIndexHeaderBytes/2+8]++ // the second copy written, the first not yet
