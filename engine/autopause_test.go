@@ -22,6 +22,49 @@ import (
 // nothing pending, and the runtime was asked to hold it paused again under
 // a newer generation (so that it takes its endpoints back); the next wake
 // succeeds.
+// TestEngine_WakeWaitsForNothingElse: a client holds its connection open
+// while its service wakes, so a wake does not wait for an engine worker
+// that other work (here a resize held in the runtime) has taken.
+func TestEngine_WakeWaitsForNothingElse(t *testing.T) {
+	f := newFixture(t)
+	f.engineWith(t, "a", func(e *engine.Engine) { e.Workers = 1 })
+	var ids []string
+	for _, name := range []string{"paused", "busy"} {
+		v, err := f.cloud.CreateService(f.ctx, f.pid, cloud.ServiceCreate{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, v.Service.ID)
+		f.waitStatus(t, v.Service.ID, dbcloud.StatusReady)
+	}
+	paused, busy := ids[0], ids[1]
+	if _, err := f.cloud.SetAutoPause(f.ctx, f.pid, paused, 60); err != nil {
+		t.Fatal(err)
+	}
+	f.pausedByIdleClock(t, paused)
+	hold := make(chan struct{})
+	defer close(hold)
+	f.prov.mu.Lock()
+	f.prov.blockOf[busy] = hold
+	f.prov.mu.Unlock()
+	if _, err := f.cloud.ResizeService(f.ctx, f.pid, busy, "1000", "4"); err != nil {
+		t.Fatal(err)
+	}
+	// The one worker is in the runtime for the resize.
+	f.waitFor(t, busy, "the resize held in the runtime", func(*cloud.ServiceView, error) bool {
+		f.prov.mu.Lock()
+		defer f.prov.mu.Unlock()
+		return f.prov.held[busy] > 0
+	})
+	if err := f.cloud.WakeService(t.Context(), f.pid, paused); err != nil {
+		t.Fatal(err)
+	}
+	f.waitStatus(t, paused, dbcloud.StatusReady)
+	if v, err := f.cloud.GetService(f.ctx, f.pid, busy); err != nil || v.Service.Status != dbcloud.StatusConfiguring {
+		t.Errorf("the resize held in the runtime: %v, want CONFIGURING", err)
+	}
+}
+
 func TestEngine_WakeFailedPausesAgain(t *testing.T) {
 	f := newFixture(t)
 	f.engine(t, "a")

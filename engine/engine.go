@@ -6,10 +6,12 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -165,8 +167,13 @@ func (e *Engine) dispatchLoop(ctx context.Context) {
 	t := time.NewTicker(e.PollInterval)
 	defer t.Stop()
 	sem := make(chan struct{}, max(1, e.Workers))
+	// Wakes have slots of their own: a client holds its connection open
+	// through each, and none may wait for a create or a delete to end
+	// (with the workers all deleting, a wake waited past the client's
+	// 30 s). Admission bounds how many services run, wakes included.
+	wakes := make(chan struct{}, max(1, e.Workers))
 	for {
-		e.dispatch(ctx, sem)
+		e.dispatch(ctx, sem, wakes)
 		select {
 		case <-ctx.Done():
 			return
@@ -178,7 +185,7 @@ func (e *Engine) dispatchLoop(ctx context.Context) {
 
 // dispatch starts a worker for each resource with pending operations that
 // no worker of this process has and that is not backing off.
-func (e *Engine) dispatch(ctx context.Context, sem chan struct{}) {
+func (e *Engine) dispatch(ctx context.Context, sem, wakes chan struct{}) {
 	var ops []*dbcloud.Operation
 	err := e.Store.View(ctx, func(tx dbcloud.Tx) (err error) {
 		ops, err = tx.ListOperations(dbcloud.OperationFilter{Pending: true})
@@ -191,6 +198,10 @@ func (e *Engine) dispatch(ctx context.Context, sem chan struct{}) {
 		return
 	}
 	e.queueDepth.Store(int64(len(ops)))
+	// Wakes first: the loop below waits for a free slot in list order.
+	slices.SortStableFunc(ops, func(a, b *dbcloud.Operation) int {
+		return cmp.Compare(wakeRank(a), wakeRank(b))
+	})
 	seen := map[string]bool{}
 	for _, op := range ops {
 		if seen[op.ResourceID] || e.kindOf(op.Type) == "" {
@@ -206,8 +217,12 @@ func (e *Engine) dispatch(ctx context.Context, sem chan struct{}) {
 		if busy {
 			continue
 		}
+		slots := sem
+		if op.Type == dbcloud.OpWake {
+			slots = wakes
+		}
 		select {
-		case sem <- struct{}{}:
+		case slots <- struct{}{}:
 		case <-ctx.Done():
 			return
 		}
@@ -219,7 +234,7 @@ func (e *Engine) dispatch(ctx context.Context, sem chan struct{}) {
 			// records): the resource waits a backoff before the next try.
 			OnPanic: func(*supervise.PanicError) { e.backoff(op.ResourceID, 1) },
 		}, func() {
-			defer func() { <-sem }()
+			defer func() { <-slots }()
 			defer func() {
 				e.mu.Lock()
 				delete(e.active, op.ResourceID)
@@ -230,6 +245,14 @@ func (e *Engine) dispatch(ctx context.Context, sem chan struct{}) {
 			e.work(ctx, op.ResourceID, kind, op.ProjectID)
 		})
 	}
+}
+
+// wakeRank orders wakes before other operations.
+func wakeRank(op *dbcloud.Operation) int {
+	if op.Type == dbcloud.OpWake {
+		return 0
+	}
+	return 1
 }
 
 // kindOf says which reconciler handles an operation type; "" means none in

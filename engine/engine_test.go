@@ -31,8 +31,10 @@ type provisioner struct {
 	// checks counts the calls.
 	checkPanics map[string]bool
 	checks      map[string]int
-	block       chan struct{} // when set, EnsureService waits for it
-	cancelled   int           // EnsureService calls whose context ended while they waited
+	block       chan struct{}            // when set, EnsureService waits for it
+	blockOf     map[string]chan struct{} // the same for one service
+	held        map[string]int           // EnsureService calls that waited on blockOf
+	cancelled   int                      // EnsureService calls whose context ended while they waited
 	// failSize, when set, fails every EnsureService of a service of that
 	// size, as PostgreSQL does with a size the host cannot map.
 	failSize *dbcloud.Size
@@ -42,12 +44,17 @@ type provisioner struct {
 func newProvisioner() *provisioner {
 	return &provisioner{running: map[string]bool{}, sizes: map[string]dbcloud.Size{}, ensures: map[string]int{},
 		deleted: map[string]bool{}, fail: map[string][]error{}, panics: map[string]int{},
-		checkPanics: map[string]bool{}, checks: map[string]int{}, last: map[string]dbcloud.Service{}}
+		checkPanics: map[string]bool{}, checks: map[string]int{}, last: map[string]dbcloud.Service{},
+		blockOf: map[string]chan struct{}{}, held: map[string]int{}}
 }
 
 func (p *provisioner) EnsureService(ctx context.Context, s *dbcloud.Service) (*dbcloud.Observation, error) {
 	p.mu.Lock()
 	block := p.block
+	if b := p.blockOf[s.ID]; b != nil {
+		block = b
+		p.held[s.ID]++
+	}
 	p.mu.Unlock()
 	if block != nil {
 		select {
